@@ -1,0 +1,35 @@
+# bunbox: `make demo` runs the shop example end to end, `make test` runs every test.
+# Both start throwaway PostgreSQL and Redis servers on loopback (scripts/devservices.sh) and stop them after,
+# also when something fails.
+
+SHELL := /bin/bash
+GO ?= go
+DEV := scripts/devservices.sh
+# with_services runs $(1) with the dev services up and their settings in the environment, and always stops them.
+with_services = $(DEV) up && { eval "$$($(DEV) env)" && $(1); rc=$$?; $(DEV) down; exit $$rc; }
+
+.PHONY: help test test/short test/race lint demo services/up services/down bench
+
+help: ## list the targets
+	@grep -hE '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+test: ## start the services, run every test with -race, stop the services
+	@$(call with_services,$(GO) test -race -count=1 -timeout 30m ./...)
+
+test/race: test ## alias of test: the race detector is always on
+
+test/short: ## the tests that need no server
+	$(GO) test -short -race -count=1 ./...
+
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+demo: ## start the services, run the shop example end to end, print the summary, stop the services
+	@$(call with_services,$(GO) run ./example/cmd/shop demo)
+
+services/up: ## start PostgreSQL and Redis and print their settings
+	@$(DEV) up
+
+services/down: ## stop them and delete their data
+	@$(DEV) down

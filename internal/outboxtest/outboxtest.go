@@ -1,0 +1,150 @@
+// Package outboxtest is bunbox's test kit: connections to the real PostgreSQL and Redis servers that
+// `make test` starts, a fresh migrated schema per test, and waiting on conditions with a deadline.
+//
+// Tests that need a server skip under -short; otherwise a missing server fails the test with a message
+// that says to run `make test`.
+package outboxtest
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+	"github.com/uptrace/bun/driver/pgdriver"
+
+	bunboxmigrate "github.com/bunbox/bunbox/migrate"
+)
+
+const (
+	defaultDatabaseURL = "postgres://postgres@127.0.0.1:55432/postgres?sslmode=disable"
+	defaultRedisAddr   = "127.0.0.1:56379"
+)
+
+// DatabaseURL is TEST_DATABASE_URL, or the address scripts/devservices.sh uses by default.
+func DatabaseURL() string { return cmp.Or(os.Getenv("TEST_DATABASE_URL"), defaultDatabaseURL) }
+
+// RedisAddr is TEST_REDIS_ADDR, or the address scripts/devservices.sh uses by default.
+func RedisAddr() string { return cmp.Or(os.Getenv("TEST_REDIS_ADDR"), defaultRedisAddr) }
+
+// SkipShort skips the test under -short: it needs a server.
+func SkipShort(tb testing.TB) {
+	tb.Helper()
+	if testing.Short() {
+		tb.Skip("needs PostgreSQL/Redis; skipped with -short")
+	}
+}
+
+// Open connects to the test database with the given extra connection parameters, checks that the server
+// answers, and closes the pool when the test ends.
+func Open(tb testing.TB, params map[string]any) *bun.DB {
+	tb.Helper()
+	SkipShort(tb)
+	opts := []pgdriver.Option{pgdriver.WithDSN(DatabaseURL()), pgdriver.WithTimeout(30 * time.Second)}
+	if len(params) > 0 {
+		opts = append(opts, pgdriver.WithConnParams(params))
+	}
+	sqldb := sql.OpenDB(pgdriver.NewConnector(opts...))
+	sqldb.SetMaxOpenConns(20)
+	db := bun.NewDB(sqldb, pgdialect.New())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		_ = db.Close()
+		tb.Fatalf("PostgreSQL at %s does not answer (%v): run the tests with `make test`, which starts it", DatabaseURL(), err)
+	}
+	tb.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// Schema creates a fresh schema, migrates it with bunbox's migrations, and returns a pool whose
+// connections work in it. The schema is dropped when the test ends. Use it where rows must be committed
+// (the relay, SKIP LOCKED across connections); for everything else TxDB is cheaper.
+func Schema(tb testing.TB) (*bun.DB, string) {
+	tb.Helper()
+	name := NewSchema(tb)
+	db := Open(tb, map[string]any{"search_path": name})
+	if err := bunboxmigrate.Up(context.Background(), db); err != nil {
+		tb.Fatalf("migrate schema %s: %v", name, err)
+	}
+	return db, name
+}
+
+// NewSchema creates an empty schema with a random name and drops it when the test ends.
+func NewSchema(tb testing.TB) string {
+	tb.Helper()
+	admin := Open(tb, nil)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "bunbox_test_" + hex.EncodeToString(b[:])
+	ctx := context.Background()
+	if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+name); err != nil {
+		tb.Fatalf("create schema: %v", err)
+	}
+	tb.Cleanup(func() {
+		if _, err := admin.ExecContext(context.Background(), "DROP SCHEMA "+name+" CASCADE"); err != nil {
+			tb.Logf("drop schema %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+// TxDB returns a transaction in a migrated schema of its own, rolled back when the test ends.
+func TxDB(tb testing.TB) bun.Tx {
+	tb.Helper()
+	db, _ := Schema(tb)
+	tx, err := db.BeginTx(context.Background(), nil)
+	if err != nil {
+		tb.Fatalf("begin: %v", err)
+	}
+	tb.Cleanup(func() { _ = tx.Rollback() })
+	return tx
+}
+
+// WaitFor polls cond until it is true, failing the test when the deadline passes first. It is how tests
+// wait for something to happen: never with a fixed sleep.
+func WaitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond) // a poll step, not a wait for an event
+	}
+}
+
+// Logger returns a slog.Logger that writes to the test's log.
+func Logger(tb testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{tb}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type testWriter struct{ tb testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.tb.Helper()
+	w.tb.Log(string(p[:len(p)-1]))
+	return len(p), nil
+}
+
+// Count returns the number of rows of table that match where.
+func Count(tb testing.TB, db bun.IDB, table, where string, args ...any) int64 {
+	tb.Helper()
+	q := db.NewSelect().Table(table)
+	if where != "" {
+		q = q.Where(where, args...)
+	}
+	n, err := q.Count(context.Background())
+	if err != nil {
+		tb.Fatalf("count %s where %s: %v", table, where, err)
+	}
+	return n
+}

@@ -1,0 +1,47 @@
+package model
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/uptrace/bun"
+)
+
+// DefaultQueue is the asynq queue an event goes to unless WithQueue names another.
+const DefaultQueue = "default"
+
+// Event is one row of the outbox_events table: an event waiting to be relayed to asynq, or one that was.
+//
+// Build it with NewEvent, which validates it. The relay maps it onto an asynq task: type = Name,
+// TaskID = EventID, queue = Queue, payload = Payload, and Metadata travels in the task headers.
+type Event struct {
+	bun.BaseModel `bun:"table:outbox_events,alias:oe"`
+
+	// ID is the row's identity, assigned by PostgreSQL on insert; it orders the relay's claims.
+	ID int64 `bun:"id,pk,autoincrement"`
+	// EventID is the idempotency key and the asynq TaskID. NewEvent makes a UUIDv7 unless WithEventID gives one.
+	EventID uuid.UUID `bun:"event_id,type:uuid,notnull"`
+	// Name is the event name, which becomes the asynq task type (e.g. "order.placed").
+	Name string `bun:"event_name,notnull"`
+	// Queue is the asynq queue the task is enqueued into. Defaults to DefaultQueue.
+	Queue string `bun:"queue,notnull"`
+	// Payload is the JSON document the handler receives as the task payload.
+	Payload json.RawMessage `bun:"payload,type:jsonb,notnull"`
+	// Metadata travels with the event in the asynq task headers (trace context, tenant, ...).
+	Metadata map[string]string `bun:"metadata,type:jsonb,notnull"`
+	// CreatedAt is set by PostgreSQL when the row is inserted (the transaction's start time).
+	CreatedAt time.Time `bun:"created_at,nullzero,notnull,default:current_timestamp"`
+
+	// PublishedAt is when the relay handed the event to asynq; nil while it is pending.
+	PublishedAt *time.Time `bun:"published_at,nullzero"`
+	// Attempts counts the relay's failed attempts to enqueue the event.
+	Attempts int `bun:"attempts,notnull"`
+	// NextAttemptAt holds a failed event back until then; nil means "as soon as possible".
+	NextAttemptAt *time.Time `bun:"next_attempt_at,nullzero"`
+	// LastError is the error of the last failed attempt.
+	LastError string `bun:"last_error,nullzero"`
+	// DeadAt is when the relay gave up on the event after its maximum attempts; dead events are kept
+	// and can be retried by the operator.
+	DeadAt *time.Time `bun:"dead_at,nullzero"`
+}

@@ -1,0 +1,131 @@
+package model
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+const (
+	// MaxNameLength is the longest event name, in bytes.
+	MaxNameLength = 255
+	// MaxQueueLength is the longest queue name, in bytes.
+	MaxQueueLength = 255
+	// DefaultMaxPayloadSize is the largest payload, in bytes of JSON, unless configured otherwise.
+	DefaultMaxPayloadSize = 1 << 20
+)
+
+// ErrInvalidEvent is wrapped by every error that rejects an event: test for it with errors.Is.
+var ErrInvalidEvent = errors.New("bunbox: invalid event")
+
+// NewEvent builds an event named name whose payload is the JSON encoding of payload.
+//
+// A payload that is a json.RawMessage or []byte is taken as JSON text as it is (and must be valid JSON).
+// NewEvent refuses what could not be delivered, with an error wrapping ErrInvalidEvent that names the
+// field: an empty, over-long or non-printable name, a payload that does not marshal to JSON (a channel,
+// a NaN) or is larger than the size limit, an invalid queue name or a nil event id.
+func NewEvent(name string, payload any, opts ...Option) (*Event, error) {
+	o := options{queue: DefaultQueue, maxPayload: DefaultMaxPayloadSize}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	data, err := marshalPayload(payload)
+	if err != nil {
+		return nil, fmt.Errorf("%w %q: Payload: %w", ErrInvalidEvent, name, err)
+	}
+	id := o.eventID
+	if !o.eventIDSet {
+		if id, err = uuid.NewV7(); err != nil {
+			return nil, fmt.Errorf("bunbox: new event id: %w", err)
+		}
+	}
+	ev := &Event{
+		EventID:  id,
+		Name:     name,
+		Queue:    o.queue,
+		Payload:  data,
+		Metadata: o.metadata,
+	}
+	if err := ev.Validate(o.maxPayload); err != nil {
+		return nil, err
+	}
+	return ev, nil
+}
+
+// Validate reports whether the event can be written and delivered, with an error wrapping ErrInvalidEvent
+// that names the field. maxPayload is the largest payload in bytes; 0 means DefaultMaxPayloadSize.
+// The bunx package calls it for every event it records, so events built without NewEvent are checked too.
+func (e *Event) Validate(maxPayload int) error {
+	if e == nil {
+		return fmt.Errorf("%w: the event is nil", ErrInvalidEvent)
+	}
+	if maxPayload <= 0 {
+		maxPayload = DefaultMaxPayloadSize
+	}
+	if err := checkName("Name", e.Name, MaxNameLength); err != nil {
+		return err
+	}
+	if err := checkName("Queue", e.Queue, MaxQueueLength); err != nil {
+		return fmt.Errorf("%w (event %q)", err, e.Name)
+	}
+	if e.EventID == uuid.Nil {
+		return fmt.Errorf("%w %q: EventID must not be the nil UUID", ErrInvalidEvent, e.Name)
+	}
+	if len(e.Payload) == 0 {
+		return fmt.Errorf("%w %q: Payload must not be empty (use null for no payload)", ErrInvalidEvent, e.Name)
+	}
+	if len(e.Payload) > maxPayload {
+		return fmt.Errorf("%w %q: Payload is %d bytes, over the limit of %d", ErrInvalidEvent, e.Name, len(e.Payload), maxPayload)
+	}
+	if !json.Valid(e.Payload) {
+		return fmt.Errorf("%w %q: Payload is not valid JSON", ErrInvalidEvent, e.Name)
+	}
+	for k := range e.Metadata {
+		if k == "" {
+			return fmt.Errorf("%w %q: Metadata keys must not be empty", ErrInvalidEvent, e.Name)
+		}
+	}
+	return nil
+}
+
+func checkName(field, s string, max int) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("%w: %s must not be empty", ErrInvalidEvent, field)
+	case len(s) > max:
+		return fmt.Errorf("%w: %s %.40q... is %d bytes, over the limit of %d", ErrInvalidEvent, field, s, len(s), max)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: %s %q is not valid UTF-8", ErrInvalidEvent, field, s)
+	case strings.IndexFunc(s, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) >= 0:
+		return fmt.Errorf("%w: %s %q must not contain spaces or control characters", ErrInvalidEvent, field, s)
+	}
+	return nil
+}
+
+func marshalPayload(payload any) (json.RawMessage, error) {
+	switch p := payload.(type) {
+	case json.RawMessage:
+		return validJSON(p)
+	case []byte:
+		return validJSON(p)
+	}
+	data, err := json.Marshal(payload)
+	if err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+func validJSON(p []byte) (json.RawMessage, error) {
+	p = bytes.TrimSpace(p)
+	if !json.Valid(p) {
+		return nil, errors.New("the raw payload is not valid JSON")
+	}
+	return json.RawMessage(p), nil
+}

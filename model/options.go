@@ -1,0 +1,41 @@
+package model
+
+import "github.com/google/uuid"
+
+// Option configures an Event built by NewEvent.
+type Option func(*options)
+
+type options struct {
+	queue      string
+	eventID    uuid.UUID
+	eventIDSet bool
+	metadata   map[string]string
+	maxPayload int
+}
+
+// WithQueue sends the event to the named asynq queue instead of DefaultQueue.
+func WithQueue(queue string) Option {
+	return func(o *options) { o.queue = queue }
+}
+
+// WithEventID sets the event's idempotency key, for example a key derived from the business operation,
+// so that retrying the operation cannot produce a second event. The id must not be uuid.Nil.
+func WithEventID(id uuid.UUID) Option {
+	return func(o *options) { o.eventID, o.eventIDSet = id, true }
+}
+
+// WithMetadata adds one key/value pair to the metadata that travels in the task headers.
+func WithMetadata(key, value string) Option {
+	return func(o *options) {
+		if o.metadata == nil {
+			o.metadata = make(map[string]string)
+		}
+		o.metadata[key] = value
+	}
+}
+
+// WithMaxPayloadSize sets the largest payload, in bytes of JSON, that NewEvent accepts.
+// Defaults to DefaultMaxPayloadSize.
+func WithMaxPayloadSize(n int) Option {
+	return func(o *options) { o.maxPayload = n }
+}

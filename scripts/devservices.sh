@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# devservices.sh: throwaway PostgreSQL 15 and Redis servers on free loopback ports, for tests and the demo.
+#
+#   scripts/devservices.sh up     start both (idempotent), print the connection settings
+#   scripts/devservices.sh env    print the settings as shell exports (eval "$(scripts/devservices.sh env)")
+#   scripts/devservices.sh down   stop both and delete their data
+#   scripts/devservices.sh status say what runs
+#
+# Everything lives under .dev/ in the project (git-ignored), or under BUNBOX_DEV_DIR when set. PostgreSQL's
+# initdb refuses to run as root, so as root the cluster belongs to the postgres user. redis-server comes from
+# Debian's packages: installed here when missing and running as root, otherwise the script says how.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+dir=${BUNBOX_DEV_DIR:-$root/.dev}
+pgdata=$dir/pg
+redisdir=$dir/redis
+envfile=$dir/env
+
+log() { printf 'devservices: %s\n' "$*" >&2; }
+die() { log "$*"; exit 1; }
+
+pgbin() {
+  local d
+  for d in /usr/lib/postgresql/*/bin; do
+    [ -x "$d/pg_ctl" ] && { echo "$d"; return; }
+  done
+  command -v pg_ctl >/dev/null 2>&1 && { dirname "$(command -v pg_ctl)"; return; }
+  die "PostgreSQL server binaries not found (expected /usr/lib/postgresql/*/bin/pg_ctl); install postgresql-15"
+}
+
+# as_pg runs a command as the owner of the cluster: the postgres user when we are root.
+as_pg() {
+  if [ "$(id -u)" = 0 ]; then
+    su postgres -s /bin/bash -c "$(printf '%q ' "$@")"
+  else
+    "$@"
+  fi
+}
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+free_port() {
+  local p=$1
+  while ! port_free "$p"; do p=$((p + 1)); done
+  echo "$p"
+}
+
+ensure_redis() {
+  command -v redis-server >/dev/null 2>&1 && return
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    log "installing redis-server from Debian's packages"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+    command -v redis-server >/dev/null 2>&1 || die "redis-server still missing after apt-get install"
+  else
+    die "redis-server is missing: install it with 'sudo apt-get install redis-server' (or your OS's package)"
+  fi
+}
+
+wait_for() { # wait_for what seconds cmd...
+  local what=$1 secs=$2 i
+  shift 2
+  for ((i = 0; i < secs * 10; i++)); do
+    "$@" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  die "$what did not come up within ${secs}s"
+}
+
+pg_up() {
+  local bin port
+  bin=$(pgbin)
+  if [ -f "$pgdata/postmaster.pid" ] && as_pg "$bin/pg_ctl" -D "$pgdata" status >/dev/null 2>&1; then
+    return
+  fi
+  mkdir -p "$pgdata"
+  [ "$(id -u)" = 0 ] && chown -R postgres: "$pgdata" && chmod 700 "$pgdata"
+  if [ ! -f "$pgdata/PG_VERSION" ]; then
+    as_pg "$bin/initdb" -D "$pgdata" -U postgres --auth=trust -E UTF8 --no-instructions >"$dir/initdb.log" 2>&1 ||
+      die "initdb failed: $(tail -5 "$dir/initdb.log")"
+  fi
+  port=$(free_port "${BUNBOX_PG_PORT:-55432}")
+  # fsync stays on: the fault tests restart this server and count on what it acknowledged.
+  as_pg "$bin/pg_ctl" -D "$pgdata" -l "$pgdata/server.log" -w -t 60 start \
+    -o "-c listen_addresses=127.0.0.1 -p $port -k $pgdata -c max_connections=300 -c shared_buffers=256MB" >/dev/null ||
+    die "PostgreSQL did not start: $(tail -5 "$pgdata/server.log")"
+  echo "$port" >"$dir/pg.port"
+  wait_for PostgreSQL 30 "$bin/pg_isready" -h 127.0.0.1 -p "$port"
+}
+
+redis_up() {
+  local port
+  ensure_redis
+  if [ -f "$redisdir/redis.pid" ] && kill -0 "$(cat "$redisdir/redis.pid")" 2>/dev/null; then
+    return
+  fi
+  mkdir -p "$redisdir"
+  port=$(free_port "${BUNBOX_REDIS_PORT:-56379}")
+  redis-server --bind 127.0.0.1 --port "$port" --dir "$redisdir" --daemonize yes \
+    --pidfile "$redisdir/redis.pid" --logfile "$redisdir/redis.log" \
+    --appendonly yes --appendfsync everysec --save "" >/dev/null
+  echo "$port" >"$dir/redis.port"
+  wait_for Redis 30 redis-cli -h 127.0.0.1 -p "$port" ping
+}
+
+write_env() {
+  local pg redis
+  pg=$(cat "$dir/pg.port")
+  redis=$(cat "$dir/redis.port")
+  cat >"$envfile" <<EOF
+export TEST_DATABASE_URL='postgres://postgres@127.0.0.1:$pg/postgres?sslmode=disable'
+export TEST_REDIS_ADDR='127.0.0.1:$redis'
+export DATABASE_URL="\$TEST_DATABASE_URL"
+export REDIS_ADDR="\$TEST_REDIS_ADDR"
+EOF
+}
+
+down() {
+  local bin
+  if [ -f "$pgdata/PG_VERSION" ]; then
+    bin=$(pgbin)
+    as_pg "$bin/pg_ctl" -D "$pgdata" -m fast -w stop >/dev/null 2>&1 || true
+  fi
+  if [ -f "$redisdir/redis.pid" ]; then
+    kill "$(cat "$redisdir/redis.pid")" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$(cat "$redisdir/redis.pid")" 2>/dev/null || break; sleep 0.1; done
+  fi
+  rm -rf "$dir"
+  log "stopped"
+}
+
+case "${1:-}" in
+up)
+  mkdir -p "$dir"
+  pg_up
+  redis_up
+  write_env
+  log "PostgreSQL and Redis are up; settings in $envfile:"
+  sed 's/^export //' "$envfile" | head -2 >&2
+  ;;
+env)
+  [ -f "$envfile" ] || die "not running: run '$0 up' first"
+  cat "$envfile"
+  ;;
+down) down ;;
+status)
+  [ -f "$envfile" ] && cat "$envfile" || echo "not running"
+  ;;
+*)
+  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+  exit 2
+  ;;
+esac
