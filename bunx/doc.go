@@ -1,0 +1,41 @@
+// Package bunx writes outbox events in the caller's bun transaction, so that an event is delivered if and
+// only if the transaction that produced it commits: never for a rollback, never lost after a commit.
+//
+// Adoption is three steps: register model hooks, call RunInTx, start the relay goroutine.
+//
+//	ob := bunx.New(db)
+//	bunx.OnInsert(ob, func(ctx context.Context, o *Order) ([]*model.Event, error) {
+//		ev, err := model.NewEvent("order.placed", OrderPlaced{ID: o.ID})
+//		return []*model.Event{ev}, err
+//	})
+//
+//	type Order struct {
+//		bun.BaseModel `bun:"table:orders"`
+//		bunx.Hooks    `bun:"-"` // AfterInsert/AfterUpdate/AfterDelete record the registered events
+//		ID            int64 `bun:",pk,autoincrement"`
+//	}
+//
+//	err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+//		_, err := tx.NewInsert().Model(order).Exec(ctx) // order.placed is written in this same tx
+//		return err
+//	})
+//
+//	r, err := relay.New(db, asynq.RedisClientOpt{Addr: addr}, relay.Config{})
+//	go r.Run(ctx)
+//
+// The hook writes its events with the query's own connection (q.NewInsert()), so inside a transaction or
+// savepoint they commit and roll back with the business row. Outside a transaction the business insert
+// and the events are two statements: if the process dies between them the event is lost, so write
+// business rows that emit events in RunInTx.
+//
+// Hooks see the rows bun was given: single models (*T) and slices (*[]T, *[]*T) each yield the events of
+// every row that the statement actually touched (rows that ON CONFLICT DO NOTHING skipped, and updates or
+// deletes that matched nothing, yield none). They never see set-based UPDATE ... WHERE, raw SQL or MERGE:
+// record those events explicitly with [Outbox.Record].
+//
+// Service code that should not know the outbox takes a [Dispatcher]; [*Outbox] implements it by joining the
+// bun.Tx that a [Transactor] put into the context.
+//
+// For consumers, [Inbox] makes asynq handlers exactly-once in effect: the event id is recorded in the
+// handler's own transaction, so a repeated delivery is acknowledged without running the work again.
+package bunx

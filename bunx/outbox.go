@@ -1,0 +1,160 @@
+package bunx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+
+	"github.com/google/uuid"
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/driver/pgdriver"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/bunbox/bunbox/model"
+)
+
+// Outbox writes events into the outbox_events table: explicitly with Record, or from the model hooks
+// registered with OnInsert, OnUpdate and OnDelete. It is safe for concurrent use.
+type Outbox struct {
+	db  *bun.DB
+	reg *registry
+}
+
+// registry is what model hooks need of an Outbox: its handlers and limits. It holds no reference to the
+// database, so the process-wide table of bindings never keeps a closed *bun.DB alive.
+type registry struct {
+	maxPayload int
+
+	mu       sync.RWMutex
+	handlers map[reflect.Type]*handlerSet
+}
+
+// Option configures an Outbox.
+type Option func(*Outbox)
+
+// WithMaxPayloadSize sets the largest event payload, in bytes of JSON, that the Outbox writes; a larger
+// one fails the transaction. Defaults to model.DefaultMaxPayloadSize (1 MiB).
+func WithMaxPayloadSize(n int) Option {
+	return func(o *Outbox) { o.reg.maxPayload = n }
+}
+
+// New binds an Outbox to db: the model hooks of queries run through db (or its transactions) consult the
+// handlers registered on it. Several Outboxes may be bound to one db; each writes the events of its own
+// handlers. New panics if db is nil.
+//
+// The first New on a *bun.DB adds a query hook to it (bun's AddQueryHook, which is not safe while the db
+// runs queries): call New at startup, before the db is shared between goroutines.
+func New(db *bun.DB, opts ...Option) *Outbox {
+	if db == nil {
+		panic("bunx.New: db must not be nil")
+	}
+	o := &Outbox{db: db, reg: &registry{maxPayload: model.DefaultMaxPayloadSize, handlers: make(map[reflect.Type]*handlerSet)}}
+	for _, opt := range opts {
+		opt(o)
+	}
+	bind(db, o.reg)
+	return o
+}
+
+// DB returns the database the Outbox is bound to.
+func (o *Outbox) DB() *bun.DB { return o.db }
+
+// Record writes events into the outbox with db, in one statement. Pass the bun.Tx of the business change:
+// the events then commit and roll back with it. With a *bun.DB or bun.Conn outside a transaction, the
+// insert is a statement of its own and the atomicity guarantee does not hold.
+//
+// Every event is validated first (see model.Event.Validate); an invalid event, a nil one, two events with
+// one id or an id already in the outbox (*DuplicateEventError) fail the call, and nothing is written.
+// Inside a transaction a failed Record also aborts the transaction, so the business change fails with it.
+//
+// If ctx carries an OpenTelemetry span, its W3C trace context is added to each event's metadata, so the
+// handler's span can continue the producer's trace.
+func (o *Outbox) Record(ctx context.Context, db bun.IDB, events ...*model.Event) error {
+	if db == nil {
+		return errors.New("bunx: Record: db must not be nil")
+	}
+	if len(events) == 0 {
+		return nil
+	}
+	return o.reg.write(ctx, db.NewInsert(), events)
+}
+
+// write validates events and inserts them with q, a fresh insert query on the caller's connection.
+func (r *registry) write(ctx context.Context, q *bun.InsertQuery, events []*model.Event) error {
+	if err := r.validate(events); err != nil {
+		return err
+	}
+	injectTrace(ctx, events)
+	if _, err := q.Model(&events).Exec(ctx); err != nil {
+		return insertError(err)
+	}
+	return nil
+}
+
+func (r *registry) validate(events []*model.Event) error {
+	var seen map[uuid.UUID]struct{}
+	if len(events) > 1 {
+		seen = make(map[uuid.UUID]struct{}, len(events))
+	}
+	for i, ev := range events {
+		if ev == nil {
+			return fmt.Errorf("%w: event %d of %d is nil", model.ErrInvalidEvent, i+1, len(events))
+		}
+		if ev.Queue == "" {
+			ev.Queue = model.DefaultQueue
+		}
+		if ev.Payload == nil {
+			ev.Payload = []byte("null")
+		}
+		if err := ev.Validate(r.maxPayload); err != nil {
+			return err
+		}
+		if seen != nil {
+			if _, dup := seen[ev.EventID]; dup {
+				return &DuplicateEventError{EventID: ev.EventID}
+			}
+			seen[ev.EventID] = struct{}{}
+		}
+	}
+	return nil
+}
+
+var traceContext propagation.TraceContext
+
+func injectTrace(ctx context.Context, events []*model.Event) {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return
+	}
+	for _, ev := range events {
+		if _, ok := ev.Metadata[model.HeaderTraceParent]; ok {
+			continue
+		}
+		if ev.Metadata == nil {
+			ev.Metadata = make(map[string]string, 2)
+		}
+		traceContext.Inject(ctx, propagation.MapCarrier(ev.Metadata))
+	}
+}
+
+// insertError turns the unique violation on event_id into a *DuplicateEventError naming the id.
+func insertError(err error) error {
+	var pgErr pgdriver.Error
+	if errors.As(err, &pgErr) && pgErr.Field('C') == "23505" && pgErr.Field('n') == "outbox_events_event_id_key" {
+		// Detail: Key (event_id)=(0192...) already exists.
+		detail := pgErr.Field('D')
+		if i, j := strings.Index(detail, "=("), strings.LastIndex(detail, ")"); i >= 0 && j > i {
+			if id, perr := uuid.Parse(detail[i+2 : j]); perr == nil {
+				return fmt.Errorf("%w (%s)", &DuplicateEventError{EventID: id}, pgErr.Field('M'))
+			}
+		}
+		return fmt.Errorf("%w: %w", ErrDuplicateEvent, err)
+	}
+	if errors.As(err, &pgErr) && pgErr.Field('C') == "42P01" {
+		return fmt.Errorf("bunbox: the outbox table is missing: apply the migrations (bunboxmigrate.Up, or `bunbox migrate up`): %w", err)
+	}
+	return fmt.Errorf("bunbox: write outbox events: %w", err)
+}
