@@ -1,0 +1,106 @@
+package model_test
+
+import (
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bunbox/bunbox/model"
+)
+
+func TestNewEvent(t *testing.T) {
+	t.Parallel()
+	fixed := uuid.MustParse("0192f0a0-0000-7000-8000-000000000001")
+	tests := []struct {
+		name    string
+		event   string
+		payload any
+		opts    []model.Option
+		wantErr string
+		check   func(t *testing.T, ev *model.Event)
+	}{
+		{name: "Defaults", event: "order.placed", payload: map[string]int{"id": 1}, check: func(t *testing.T, ev *model.Event) {
+			require.Equal(t, "order.placed", ev.Name)
+			require.Equal(t, model.DefaultQueue, ev.Queue)
+			require.Equal(t, uuid.Version(7), ev.EventID.Version())
+			require.JSONEq(t, `{"id":1}`, string(ev.Payload))
+			require.Nil(t, ev.Metadata)
+		}},
+		{name: "Options", event: "x", payload: nil, opts: []model.Option{
+			model.WithQueue("critical"), model.WithEventID(fixed), model.WithMetadata("a", "1"), model.WithMetadata("b", "2"),
+		}, check: func(t *testing.T, ev *model.Event) {
+			require.Equal(t, "critical", ev.Queue)
+			require.Equal(t, fixed, ev.EventID)
+			require.Equal(t, map[string]string{"a": "1", "b": "2"}, ev.Metadata)
+			require.Equal(t, "null", string(ev.Payload))
+		}},
+		{name: "RawJSON", event: "x", payload: json.RawMessage(` {"a": [1, 2]} `), check: func(t *testing.T, ev *model.Event) {
+			require.Equal(t, `{"a": [1, 2]}`, string(ev.Payload))
+		}},
+		{name: "Bytes", event: "x", payload: []byte(`"s"`), check: func(t *testing.T, ev *model.Event) {
+			require.Equal(t, `"s"`, string(ev.Payload))
+		}},
+		{name: "EmptyName", event: "", wantErr: "Name must not be empty"},
+		{name: "LongName", event: strings.Repeat("a", 256), wantErr: "over the limit of 255"},
+		{name: "SpaceInName", event: "order placed", wantErr: "must not contain spaces"},
+		{name: "ControlInName", event: "order\x00", wantErr: "must not contain spaces or control characters"},
+		{name: "InvalidUTF8", event: "\xff", wantErr: "not valid UTF-8"},
+		{name: "Channel", event: "x", payload: make(chan int), wantErr: "unsupported type"},
+		{name: "NaN", event: "x", payload: math.Inf(1), wantErr: "unsupported value"},
+		{name: "BadRaw", event: "x", payload: json.RawMessage(`{`), wantErr: "not valid JSON"},
+		{name: "TooBig", event: "x", payload: strings.Repeat("x", 100), opts: []model.Option{model.WithMaxPayloadSize(50)}, wantErr: "102 bytes, over the limit of 50"},
+		{name: "EmptyQueue", event: "x", opts: []model.Option{model.WithQueue("")}, wantErr: "Queue must not be empty"},
+		{name: "NilEventID", event: "x", opts: []model.Option{model.WithEventID(uuid.Nil)}, wantErr: "EventID must not be the nil UUID"},
+		{name: "EmptyMetadataKey", event: "x", opts: []model.Option{model.WithMetadata("", "v")}, wantErr: "Metadata keys must not be empty"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ev, err := model.NewEvent(tt.event, tt.payload, tt.opts...)
+			if tt.wantErr != "" {
+				require.ErrorIs(t, err, model.ErrInvalidEvent)
+				require.ErrorContains(t, err, tt.wantErr)
+				require.Nil(t, ev)
+				return
+			}
+			require.NoError(t, err)
+			tt.check(t, ev)
+		})
+	}
+}
+
+func TestEventIDsAreUnique(t *testing.T) {
+	t.Parallel()
+	seen := map[uuid.UUID]bool{}
+	for range 1000 {
+		ev, err := model.NewEvent("x", nil)
+		require.NoError(t, err)
+		require.False(t, seen[ev.EventID])
+		seen[ev.EventID] = true
+	}
+}
+
+func TestValidateNil(t *testing.T) {
+	t.Parallel()
+	var ev *model.Event
+	require.ErrorIs(t, ev.Validate(0), model.ErrInvalidEvent)
+}
+
+func FuzzNewEvent(f *testing.F) {
+	f.Add("order.placed", []byte(`{"id":1}`))
+	f.Add("", []byte(`{`))
+	f.Add("a b", []byte(`null`))
+	f.Fuzz(func(t *testing.T, name string, raw []byte) {
+		ev, err := model.NewEvent(name, json.RawMessage(raw))
+		if err != nil {
+			require.ErrorIs(t, err, model.ErrInvalidEvent)
+			return
+		}
+		require.True(t, json.Valid(ev.Payload))
+		require.NoError(t, ev.Validate(0))
+	})
+}
