@@ -1,0 +1,49 @@
+package relay
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// cleanupLoop deletes expired published rows now and then every CleanupInterval.
+func (r *Relay) cleanupLoop(ctx context.Context) {
+	ticker := time.NewTicker(r.cfg.CleanupInterval)
+	defer ticker.Stop()
+	for {
+		if _, err := r.cleanup(ctx); err != nil && ctx.Err() == nil {
+			r.log.LogAttrs(ctx, slog.LevelWarn, "bunbox relay: cleanup failed", slog.Any("err", err))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+// cleanup deletes the rows published more than Retention ago, CleanupBatchSize per statement so that no
+// statement holds many locks or runs long, and returns how many it deleted.
+func (r *Relay) cleanup(ctx context.Context) (int64, error) {
+	cutoff := r.cfg.now().Add(-r.cfg.Retention)
+	var total int64
+	for ctx.Err() == nil {
+		res, err := r.db.NewRaw(`DELETE FROM outbox_events WHERE id IN (
+  SELECT id FROM outbox_events WHERE published_at < ? ORDER BY published_at LIMIT ? FOR UPDATE SKIP LOCKED)`,
+			cutoff, r.cfg.CleanupBatchSize).Exec(ctx)
+		if err != nil {
+			return total, err
+		}
+		n, _ := res.RowsAffected()
+		total += n
+		r.counters.cleaned.Add(n)
+		if n < int64(r.cfg.CleanupBatchSize) {
+			break
+		}
+	}
+	if total > 0 {
+		r.log.LogAttrs(ctx, slog.LevelInfo, "bunbox relay: deleted published rows past retention",
+			slog.Int64("rows", total), slog.Duration("retention", r.cfg.Retention))
+	}
+	return total, nil
+}

@@ -1,0 +1,152 @@
+package relay
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/hibiken/asynq"
+)
+
+// Defaults applied by New to the zero fields of a Config.
+const (
+	BatchSizeDefault        = 500
+	ConcurrencyDefault      = 32
+	PollIntervalDefault     = 500 * time.Millisecond
+	MinPollIntervalDefault  = 5 * time.Millisecond
+	TaskRetentionDefault    = 24 * time.Hour
+	MaxAttemptsDefault      = 10
+	RetryBackoffDefault     = time.Second
+	RetryBackoffMaxDefault  = time.Hour
+	BackoffDefault          = 100 * time.Millisecond
+	BackoffMaxDefault       = 30 * time.Second
+	EnqueueTimeoutDefault   = 5 * time.Second
+	RetentionDefault        = 7 * 24 * time.Hour
+	CleanupIntervalDefault  = time.Minute
+	CleanupBatchSizeDefault = 1000
+	// NotifyChannel is the PostgreSQL channel the relay listens on and the trigger of EnableNotify notifies.
+	NotifyChannel = "bunbox_outbox"
+)
+
+// Enqueuer is what the relay needs from asynq: *asynq.Client implements it. Pass a wrapper in
+// Config.Enqueuer to observe or alter enqueues. When the Enqueuer also has a `Ping() error` method (as
+// *asynq.Client does), the relay uses it to tell a Redis outage from the failure of single rows.
+type Enqueuer interface {
+	EnqueueContext(ctx context.Context, t *asynq.Task, opts ...asynq.Option) (*asynq.TaskInfo, error)
+}
+
+var _ Enqueuer = (*asynq.Client)(nil)
+
+// Pinger is the optional health check of an Enqueuer.
+type Pinger interface{ Ping() error }
+
+var _ Pinger = (*asynq.Client)(nil)
+
+// Config tunes a Relay. The zero value is ready to use.
+type Config struct {
+	// BatchSize is the largest number of rows claimed, enqueued and marked in one round, 1 to 10000.
+	// Defaults to 500.
+	BatchSize int
+	// Concurrency bounds the enqueues of a batch running at once (asynq has one Redis round trip per
+	// enqueue), 1 to 1024. Defaults to 32.
+	Concurrency int
+	// PollInterval is the longest an idle relay waits before it looks for rows again: the safety net
+	// behind notifications and the adaptive poll. Defaults to 500ms.
+	PollInterval time.Duration
+	// MinPollInterval is the first wait after a round that found nothing; it doubles with every empty
+	// round up to PollInterval, so a relay that was just busy looks again soon. Defaults to 5ms.
+	MinPollInterval time.Duration
+	// DisableNotify turns off listening on NotifyChannel (which needs the pgdriver driver and the trigger
+	// of EnableNotify to be useful). Defaults to false: the relay listens when the driver is pgdriver.
+	DisableNotify bool
+	// TaskRetention is how long asynq keeps a completed task, which is how long its TaskID dedupes a
+	// repeated enqueue of the same event. Defaults to 24h.
+	TaskRetention time.Duration
+	// MaxAttempts is how many failed enqueues of one row the relay makes before it marks the row dead.
+	// Defaults to 10.
+	MaxAttempts int
+	// RetryBackoff is the delay before a failed row is tried again; it doubles with each attempt up to
+	// RetryBackoffMax. Defaults to 1s.
+	RetryBackoff time.Duration
+	// RetryBackoffMax caps RetryBackoff's growth. Defaults to 1h.
+	RetryBackoffMax time.Duration
+	// Backoff is the wait after a failed round (PostgreSQL or Redis unreachable); it doubles with each
+	// failed round in a row up to BackoffMax, and the first good round resets it. Defaults to 100ms.
+	Backoff time.Duration
+	// BackoffMax caps Backoff's growth. Defaults to 30s.
+	BackoffMax time.Duration
+	// EnqueueTimeout bounds one enqueue. Defaults to 5s.
+	EnqueueTimeout time.Duration
+	// Retention is how long published rows are kept before the relay deletes them; a negative value keeps
+	// them forever. Defaults to 7 days.
+	Retention time.Duration
+	// CleanupInterval is how often the relay deletes expired published rows. Defaults to 1m.
+	CleanupInterval time.Duration
+	// CleanupBatchSize is how many rows one cleanup statement deletes, 1 to 100000. Defaults to 1000.
+	CleanupBatchSize int
+	// Logger receives the relay's logs. Defaults to a logger that discards everything below Warn and
+	// writes warnings and errors to stderr.
+	Logger *slog.Logger
+	// Enqueuer, when set, is used instead of an asynq.Client built from the Redis options given to New; the
+	// relay does not close it. Defaults to nil.
+	Enqueuer Enqueuer
+	// Hooks are called as the relay works; see Hooks. Defaults to no hooks.
+	Hooks Hooks
+
+	now func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
+	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	c.MinPollInterval = cmp.Or(c.MinPollInterval, min(MinPollIntervalDefault, c.PollInterval))
+	c.TaskRetention = cmp.Or(c.TaskRetention, TaskRetentionDefault)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, RetryBackoffDefault)
+	c.RetryBackoffMax = cmp.Or(c.RetryBackoffMax, max(RetryBackoffMaxDefault, c.RetryBackoff))
+	c.Backoff = cmp.Or(c.Backoff, BackoffDefault)
+	c.BackoffMax = cmp.Or(c.BackoffMax, max(BackoffMaxDefault, c.Backoff))
+	c.EnqueueTimeout = cmp.Or(c.EnqueueTimeout, EnqueueTimeoutDefault)
+	c.Retention = cmp.Or(c.Retention, RetentionDefault)
+	c.CleanupInterval = cmp.Or(c.CleanupInterval, CleanupIntervalDefault)
+	c.CleanupBatchSize = cmp.Or(c.CleanupBatchSize, CleanupBatchSizeDefault)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	check(c.BatchSize >= 1 && c.BatchSize <= 10000, "BatchSize must be between 1 and 10000, got %d", c.BatchSize)
+	check(c.Concurrency >= 1 && c.Concurrency <= 1024, "Concurrency must be between 1 and 1024, got %d", c.Concurrency)
+	check(c.PollInterval > 0, "PollInterval must be positive, got %s", c.PollInterval)
+	check(c.MinPollInterval > 0 && c.MinPollInterval <= c.PollInterval,
+		"MinPollInterval must be positive and at most PollInterval (%s), got %s", c.PollInterval, c.MinPollInterval)
+	check(c.TaskRetention >= time.Second, "TaskRetention must be at least 1s (it is the dedupe window), got %s", c.TaskRetention)
+	check(c.MaxAttempts >= 1, "MaxAttempts must be at least 1, got %d", c.MaxAttempts)
+	check(c.RetryBackoff > 0, "RetryBackoff must be positive, got %s", c.RetryBackoff)
+	check(c.RetryBackoffMax >= c.RetryBackoff, "RetryBackoffMax must be at least RetryBackoff (%s), got %s", c.RetryBackoff, c.RetryBackoffMax)
+	check(c.Backoff > 0, "Backoff must be positive, got %s", c.Backoff)
+	check(c.BackoffMax >= c.Backoff, "BackoffMax must be at least Backoff (%s), got %s", c.Backoff, c.BackoffMax)
+	check(c.EnqueueTimeout > 0, "EnqueueTimeout must be positive, got %s", c.EnqueueTimeout)
+	check(c.CleanupInterval > 0, "CleanupInterval must be positive, got %s", c.CleanupInterval)
+	check(c.CleanupBatchSize >= 1 && c.CleanupBatchSize <= 100000, "CleanupBatchSize must be between 1 and 100000, got %d", c.CleanupBatchSize)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}

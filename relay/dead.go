@@ -1,0 +1,80 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+
+	"github.com/bunbox/bunbox/model"
+)
+
+// DeadEventsLimitDefault is how many dead events DeadEvents lists when limit is not positive.
+const DeadEventsLimitDefault = 100
+
+// DeadEvents lists up to limit events the relay gave up on, oldest first, with their attempts and last
+// error. A limit <= 0 means DeadEventsLimitDefault.
+func DeadEvents(ctx context.Context, db bun.IDB, limit int) ([]model.Event, error) {
+	if limit <= 0 {
+		limit = DeadEventsLimitDefault
+	}
+	var events []model.Event
+	err := db.NewSelect().Model(&events).Where("dead_at IS NOT NULL").OrderExpr("id").Limit(int64(limit)).Scan(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("bunbox: list dead events: %w", err)
+	}
+	return events, nil
+}
+
+// RetryDead puts the dead events with the given event ids back in line: their attempts are reset and the
+// relay picks them up on its next round (the last error is kept for reference). It returns how many rows
+// it revived; ids that are unknown or not dead are ignored.
+func RetryDead(ctx context.Context, db bun.IDB, eventIDs ...uuid.UUID) (int64, error) {
+	if len(eventIDs) == 0 {
+		return 0, nil
+	}
+	res, err := db.NewRaw(`UPDATE outbox_events SET dead_at = NULL, attempts = 0, next_attempt_at = NULL
+WHERE event_id = ANY(?::uuid[]) AND dead_at IS NOT NULL`, pgdialect.Array(uuidStrings(eventIDs))).Exec(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("bunbox: retry dead events: %w", err)
+	}
+	return res.RowsAffected()
+}
+
+func uuidStrings(ids []uuid.UUID) []string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = id.String()
+	}
+	return s
+}
+
+// Backlog is the state of the outbox table.
+type Backlog struct {
+	// Pending counts the rows not yet published and not dead.
+	Pending int64
+	// Dead counts the rows the relay gave up on.
+	Dead int64
+	// Lag is the age of the oldest pending row; 0 when none is pending.
+	Lag time.Duration
+}
+
+// ReadBacklog reads the number of pending and dead rows and the age of the oldest pending row, using the
+// partial indexes. Counting is proportional to the backlog, not to the table.
+func ReadBacklog(ctx context.Context, db bun.IDB) (Backlog, error) {
+	var b Backlog
+	var lagSeconds float64
+	err := db.NewRaw(`SELECT
+  (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL),
+  (SELECT count(*) FROM outbox_events WHERE dead_at IS NOT NULL),
+  coalesce((SELECT extract(epoch FROM clock_timestamp() - created_at)::float8 FROM outbox_events
+    WHERE published_at IS NULL AND dead_at IS NULL ORDER BY id LIMIT 1), 0)`).Scan(ctx, &b.Pending, &b.Dead, &lagSeconds)
+	if err != nil {
+		return Backlog{}, fmt.Errorf("bunbox: read outbox backlog: %w", err)
+	}
+	b.Lag = time.Duration(max(lagSeconds, 0) * float64(time.Second))
+	return b, nil
+}

@@ -1,0 +1,72 @@
+package relay
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+)
+
+// ConfigFromEnv reads a Config from the OUTBOX_* environment variables; unset variables keep the zero
+// value, so New applies the default. Durations use Go's syntax ("250ms", "24h"). A value that does not
+// parse gives an error naming the variable:
+//
+//	OUTBOX_BATCH_SIZE, OUTBOX_CONCURRENCY, OUTBOX_POLL_INTERVAL, OUTBOX_MIN_POLL_INTERVAL,
+//	OUTBOX_DISABLE_NOTIFY, OUTBOX_TASK_RETENTION, OUTBOX_MAX_ATTEMPTS, OUTBOX_RETRY_BACKOFF,
+//	OUTBOX_RETRY_BACKOFF_MAX, OUTBOX_BACKOFF, OUTBOX_BACKOFF_MAX, OUTBOX_ENQUEUE_TIMEOUT,
+//	OUTBOX_RETENTION, OUTBOX_CLEANUP_INTERVAL, OUTBOX_CLEANUP_BATCH_SIZE
+func ConfigFromEnv() (Config, error) { return configFromLookup(os.LookupEnv) }
+
+func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
+	var c Config
+	ints := []struct {
+		name string
+		dst  *int
+	}{
+		{"OUTBOX_BATCH_SIZE", &c.BatchSize},
+		{"OUTBOX_CONCURRENCY", &c.Concurrency},
+		{"OUTBOX_MAX_ATTEMPTS", &c.MaxAttempts},
+		{"OUTBOX_CLEANUP_BATCH_SIZE", &c.CleanupBatchSize},
+	}
+	for _, v := range ints {
+		if s, ok := lookup(v.name); ok && s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil {
+				return Config{}, fmt.Errorf("%w: %s=%q is not an integer", ErrInvalidConfig, v.name, s)
+			}
+			*v.dst = n
+		}
+	}
+	durations := []struct {
+		name string
+		dst  *time.Duration
+	}{
+		{"OUTBOX_POLL_INTERVAL", &c.PollInterval},
+		{"OUTBOX_MIN_POLL_INTERVAL", &c.MinPollInterval},
+		{"OUTBOX_TASK_RETENTION", &c.TaskRetention},
+		{"OUTBOX_RETRY_BACKOFF", &c.RetryBackoff},
+		{"OUTBOX_RETRY_BACKOFF_MAX", &c.RetryBackoffMax},
+		{"OUTBOX_BACKOFF", &c.Backoff},
+		{"OUTBOX_BACKOFF_MAX", &c.BackoffMax},
+		{"OUTBOX_ENQUEUE_TIMEOUT", &c.EnqueueTimeout},
+		{"OUTBOX_RETENTION", &c.Retention},
+		{"OUTBOX_CLEANUP_INTERVAL", &c.CleanupInterval},
+	}
+	for _, v := range durations {
+		if s, ok := lookup(v.name); ok && s != "" {
+			d, err := time.ParseDuration(s)
+			if err != nil {
+				return Config{}, fmt.Errorf("%w: %s=%q is not a duration like 500ms or 24h", ErrInvalidConfig, v.name, s)
+			}
+			*v.dst = d
+		}
+	}
+	if s, ok := lookup("OUTBOX_DISABLE_NOTIFY"); ok && s != "" {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return Config{}, fmt.Errorf("%w: OUTBOX_DISABLE_NOTIFY=%q is not a boolean", ErrInvalidConfig, s)
+		}
+		c.DisableNotify = b
+	}
+	return c, nil
+}

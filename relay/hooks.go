@@ -1,0 +1,87 @@
+package relay
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// Hooks are optional callbacks; each runs synchronously on the relay's goroutine, so keep them quick.
+// Their event structs may grow fields.
+type Hooks struct {
+	// OnBatch is called after every round that claimed rows or failed.
+	OnBatch func(ctx context.Context, ev BatchEvent)
+	// OnDead is called for every row the relay marks dead.
+	OnDead func(ctx context.Context, ev DeadEvent)
+}
+
+// BatchEvent describes one round: a claim, its enqueues and its marks.
+type BatchEvent struct {
+	// Claimed is the number of rows the round locked.
+	Claimed int
+	// Published is the number of rows that reached Redis (or were already there) and were marked.
+	Published int
+	// Failed is the number of rows whose enqueue failed and that were scheduled for a retry or marked dead.
+	Failed int
+	// Dead is the number of the failed rows that reached MaxAttempts.
+	Dead int
+	// Released is the number of claimed rows left untouched (shutdown, or a Redis outage) for a later round.
+	Released int
+	// Duration is how long the round took.
+	Duration time.Duration
+	// Err is why the round failed, nil when it succeeded. A failed round may still have published rows.
+	Err error
+}
+
+// DeadEvent describes a row the relay gave up on.
+type DeadEvent struct {
+	ID        int64
+	EventID   string
+	EventName string
+	Attempts  int
+	Err       error
+}
+
+// Stats are the relay's counters since New; read them with Relay.Stats.
+type Stats struct {
+	Rounds       int64 // rounds that claimed rows or failed
+	FailedRounds int64 // rounds that failed
+	Published    int64 // rows marked published
+	Failed       int64 // failed enqueues of single rows
+	Dead         int64 // rows marked dead
+	Cleaned      int64 // published rows deleted after Retention
+}
+
+type counters struct {
+	rounds, failedRounds, published, failed, dead, cleaned atomic.Int64
+}
+
+// Stats returns the relay's counters since New. It is safe to call at any time.
+func (r *Relay) Stats() Stats {
+	c := &r.counters
+	return Stats{
+		Rounds:       c.rounds.Load(),
+		FailedRounds: c.failedRounds.Load(),
+		Published:    c.published.Load(),
+		Failed:       c.failed.Load(),
+		Dead:         c.dead.Load(),
+		Cleaned:      c.cleaned.Load(),
+	}
+}
+
+func (r *Relay) record(ctx context.Context, ev BatchEvent) {
+	if ev.Claimed == 0 && ev.Err == nil {
+		return
+	}
+	c := &r.counters
+	c.rounds.Add(1)
+	if ev.Err != nil {
+		c.failedRounds.Add(1)
+	}
+	c.published.Add(int64(ev.Published))
+	c.failed.Add(int64(ev.Failed))
+	c.dead.Add(int64(ev.Dead))
+	if r.cfg.Hooks.OnBatch != nil {
+		r.cfg.Hooks.OnBatch(ctx, ev)
+	}
+}

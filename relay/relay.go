@@ -1,0 +1,172 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/uptrace/bun"
+)
+
+var (
+	// ErrInvalidConfig is wrapped by the errors of a Config that cannot work; the message names the field.
+	ErrInvalidConfig = errors.New("bunbox: invalid relay config")
+	// ErrNoSchema means the outbox table does not exist: apply the schema first.
+	ErrNoSchema = errors.New("bunbox: table outbox_events does not exist: apply the schema with `bunbox migrate up` or migrate.Up")
+	// ErrRunning is returned by Run when the Relay is already running.
+	ErrRunning = errors.New("bunbox: relay is already running")
+)
+
+// Relay moves committed outbox rows into asynq. Build it with New and run it with Run.
+type Relay struct {
+	db      *bun.DB
+	cfg     Config
+	log     *slog.Logger
+	enq     Enqueuer
+	pinger  Pinger
+	client  *asynq.Client // the client New made, closed by Close; nil when Config.Enqueuer is set
+	running atomic.Bool
+
+	counters counters
+}
+
+// New checks that the outbox table exists and that Redis answers, and returns a Relay ready to Run.
+// redis may be nil when cfg.Enqueuer is set. Invalid settings give an error wrapping ErrInvalidConfig that
+// names the field; a missing table gives ErrNoSchema.
+func New(db *bun.DB, redis asynq.RedisConnOpt, cfg Config) (*Relay, error) {
+	if db == nil {
+		return nil, errors.New("bunbox: relay.New: db is nil")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	r := &Relay{db: db, cfg: cfg, log: cfg.Logger, enq: cfg.Enqueuer}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := checkSchema(ctx, db); err != nil {
+		return nil, err
+	}
+	if r.enq == nil {
+		if redis == nil {
+			return nil, errors.New("bunbox: relay.New: give the Redis options or Config.Enqueuer")
+		}
+		client, err := newClient(redis)
+		if err != nil {
+			return nil, err
+		}
+		r.client, r.enq = client, client
+	}
+	r.pinger, _ = r.enq.(Pinger)
+	if r.pinger != nil {
+		if err := r.pinger.Ping(); err != nil {
+			_ = r.Close()
+			return nil, fmt.Errorf("bunbox: relay: Redis does not answer: %w", err)
+		}
+	}
+	return r, nil
+}
+
+// newClient makes an asynq client, turning asynq's panic on an unusable option into an error.
+func newClient(redis asynq.RedisConnOpt) (c *asynq.Client, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("bunbox: relay: unusable Redis options %T: %v", redis, p)
+		}
+	}()
+	return asynq.NewClient(redis), nil
+}
+
+func checkSchema(ctx context.Context, db bun.IDB) error {
+	var exists bool
+	if err := db.NewRaw("SELECT to_regclass('outbox_events') IS NOT NULL").Scan(ctx, &exists); err != nil {
+		return fmt.Errorf("bunbox: relay: PostgreSQL: %w", err)
+	}
+	if !exists {
+		return ErrNoSchema
+	}
+	return nil
+}
+
+// Close releases the Redis connections of the client that New made (none when Config.Enqueuer was
+// given). Call it after Run has returned.
+func (r *Relay) Close() error {
+	if r.client == nil {
+		return nil
+	}
+	return r.client.Close()
+}
+
+// Run relays until ctx is done, then finishes or releases the batch in flight and returns nil. Errors of
+// single rounds (PostgreSQL or Redis unreachable) are logged and retried with backoff, never returned. A
+// second Run while one is running returns ErrRunning.
+func (r *Relay) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer r.running.Store(false)
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	wake := make(chan struct{}, 1)
+	if !r.cfg.DisableNotify {
+		wg.Go(func() { r.listen(ctx, wake) })
+	}
+	if r.cfg.Retention > 0 {
+		wg.Go(func() { r.cleanupLoop(ctx) })
+	}
+	r.log.LogAttrs(ctx, slog.LevelInfo, "bunbox relay started",
+		slog.Int("batch_size", r.cfg.BatchSize), slog.Int("concurrency", r.cfg.Concurrency),
+		slog.Duration("poll_interval", r.cfg.PollInterval))
+	r.loop(ctx, wake)
+	r.log.LogAttrs(context.WithoutCancel(ctx), slog.LevelInfo, "bunbox relay stopped")
+	return nil
+}
+
+// loop is the poll loop: wait for the timer or a wake-up, run one round, decide the next wait.
+func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	failures, empties := 0, 0
+	for {
+		wakeCh := wake
+		if failures > 0 {
+			wakeCh = nil // a wake-up does not cut a backoff short
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case <-wakeCh:
+		}
+		res := r.runOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		var wait time.Duration
+		switch {
+		case res.Err != nil:
+			failures++
+			wait = r.cfg.roundBackoff(failures)
+			r.log.LogAttrs(ctx, slog.LevelWarn, "bunbox relay round failed, backing off",
+				slog.Int("attempt", failures), slog.Duration("delay", wait), slog.Any("err", res.Err))
+		case failures > 0:
+			r.log.LogAttrs(ctx, slog.LevelInfo, "bunbox relay recovered", slog.Int("failed_rounds", failures))
+			failures, empties = 0, 0
+		case res.Claimed > 0:
+			empties = 0 // more may be waiting: look again at once
+		default:
+			empties++
+			wait = r.cfg.idleWait(empties)
+		}
+		timer.Reset(wait)
+	}
+}

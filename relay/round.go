@@ -1,0 +1,139 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+)
+
+// runOnce claims one batch in a transaction, enqueues it, marks the outcome and commits. The transaction
+// holds the row locks while the enqueues run, so no other relay can take the same rows, and a crash
+// releases them: they are claimed again and deduplicated by TaskID.
+//
+// Rows that reached Redis are marked published even when others failed. A failed enqueue counts against
+// its row only while Redis answers a PING; otherwise the round fails and the rows are released untouched.
+func (r *Relay) runOnce(ctx context.Context) (res BatchEvent) {
+	start := r.cfg.now()
+	defer func() {
+		res.Duration = r.cfg.now().Sub(start)
+		r.record(ctx, res)
+	}()
+	if ctx.Err() != nil {
+		return res
+	}
+	// The transaction must outlive ctx: database/sql rolls back a transaction whose context ends, and the
+	// marks of what was enqueued have to be written.
+	bg := context.WithoutCancel(ctx)
+	tx, err := r.db.BeginTx(bg, nil)
+	if err != nil {
+		res.Err = fmt.Errorf("begin: %w", err)
+		return res
+	}
+	defer func() { _ = tx.Rollback() }()
+
+	events, err := claim(ctx, tx, r.cfg.BatchSize)
+	if err != nil {
+		if ctx.Err() == nil {
+			res.Err = fmt.Errorf("claim: %w", err)
+		}
+		return res
+	}
+	res.Claimed = len(events)
+	if len(events) == 0 {
+		return res
+	}
+
+	errs := r.deliver(ctx, events)
+	published := make([]int64, 0, len(events))
+	var failed []int
+	var firstErr error
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			published = append(published, events[i].ID)
+		case errors.Is(err, errReleased):
+			res.Released++
+		default:
+			failed = append(failed, i)
+			firstErr = cmpErr(firstErr, err)
+		}
+	}
+	var fails []failure
+	if len(failed) > 0 {
+		if perr := r.ping(); perr != nil {
+			// Redis is down: not the rows' fault. Keep what arrived, release the rest, back off.
+			res.Released += len(failed)
+			res.Err = fmt.Errorf("enqueue: %w (ping: %w)", firstErr, perr)
+		} else {
+			fails = make([]failure, 0, len(failed))
+			for _, i := range failed {
+				ev := &events[i]
+				n := ev.Attempts + 1
+				f := failure{id: ev.ID, attempts: n, dead: n >= r.cfg.MaxAttempts, err: truncate(errs[i].Error(), 2000)}
+				if !f.dead {
+					f.delay = r.cfg.retryDelay(n)
+				}
+				fails = append(fails, f)
+			}
+		}
+	}
+
+	if err := markPublished(bg, tx, published); err != nil {
+		res.Err = errors.Join(res.Err, fmt.Errorf("mark published: %w", err))
+		return res
+	}
+	if err := markFailed(bg, tx, fails); err != nil {
+		res.Err = errors.Join(res.Err, fmt.Errorf("mark failed: %w", err))
+		return res
+	}
+	if err := tx.Commit(); err != nil {
+		res.Err = errors.Join(res.Err, fmt.Errorf("commit: %w", err))
+		return res
+	}
+	res.Published = len(published)
+	res.Failed = len(fails)
+	for i, f := range fails {
+		ev := &events[failed[i]]
+		if !f.dead {
+			r.log.LogAttrs(bg, slog.LevelDebug, "bunbox relay: enqueue failed, will retry",
+				slog.Int64("outbox_id", ev.ID), slog.String("event_id", ev.EventID.String()),
+				slog.String("task_type", ev.Name), slog.Int("attempt", f.attempts),
+				slog.Duration("delay", f.delay), slog.String("err", f.err))
+			continue
+		}
+		res.Dead++
+		r.log.LogAttrs(bg, slog.LevelError, "bunbox relay: event is dead after its last attempt",
+			slog.Int64("outbox_id", ev.ID), slog.String("event_id", ev.EventID.String()),
+			slog.String("task_type", ev.Name), slog.Int("attempts", f.attempts), slog.String("err", f.err))
+		if r.cfg.Hooks.OnDead != nil {
+			r.cfg.Hooks.OnDead(bg, DeadEvent{ID: ev.ID, EventID: ev.EventID.String(), EventName: ev.Name,
+				Attempts: f.attempts, Err: errs[failed[i]]})
+		}
+	}
+	return res
+}
+
+// ping reports whether Redis answers; without a Pinger it assumes so.
+func (r *Relay) ping() error {
+	if r.pinger == nil {
+		return nil
+	}
+	return r.pinger.Ping()
+}
+
+func cmpErr(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		s = s[:n]
+	}
+	// PostgreSQL text takes neither NUL nor invalid UTF-8 (a cut may split a rune).
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "?"), "\x00", "")
+}
