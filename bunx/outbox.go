@@ -153,8 +153,13 @@ func insertError(err error) error {
 		}
 		return fmt.Errorf("%w: %w", ErrDuplicateEvent, err)
 	}
-	if errors.As(err, &pgErr) && pgErr.Field('C') == "42P01" {
+	if isUndefinedTable(err) {
 		return fmt.Errorf("bunbox: the outbox table is missing: apply the migrations (bunboxmigrate.Up, or `bunbox migrate up`): %w", err)
 	}
 	return fmt.Errorf("bunbox: write outbox events: %w", err)
+}
+
+func isUndefinedTable(err error) bool {
+	var pgErr pgdriver.Error
+	return errors.As(err, &pgErr) && pgErr.Field('C') == "42P01"
 }

@@ -1,0 +1,123 @@
+package bunx
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
+	"github.com/uptrace/bun"
+
+	"github.com/bunbox/bunbox/model"
+)
+
+// Inbox makes asynq handlers exactly-once in effect. asynq delivers at least once: a worker that dies after
+// the work but before the acknowledgement gets the task again. A handler wrapped by the Inbox runs its work
+// in a bun transaction that also records (event id, handler name) in the inbox_events table; a repeated
+// delivery finds the record and is acknowledged without running the work again. Two deliveries racing each
+// other serialise on the record's primary key, and the loser sees the winner's commit.
+//
+// The guarantee covers the work done with the handler's bun.Tx. Side effects outside the database (an
+// e-mail, an HTTP call) can still repeat when the transaction fails after them; give them the event id as
+// their own idempotency key.
+type Inbox struct {
+	db     *bun.DB
+	logger *slog.Logger
+}
+
+// InboxOption configures an Inbox.
+type InboxOption func(*Inbox)
+
+// WithInboxLogger sets the logger for skipped duplicates and rejected tasks. Defaults to a logger that
+// discards everything.
+func WithInboxLogger(l *slog.Logger) InboxOption {
+	return func(in *Inbox) { in.logger = l }
+}
+
+// NewInbox returns an Inbox that records handled events in db's inbox_events table (see the migrate package).
+func NewInbox(db *bun.DB, opts ...InboxOption) *Inbox {
+	if db == nil {
+		panic("bunx.NewInbox: db must not be nil")
+	}
+	in := &Inbox{db: db, logger: slog.New(slog.DiscardHandler)}
+	for _, opt := range opts {
+		opt(in)
+	}
+	return in
+}
+
+// ErrMalformedTask is wrapped (with asynq.SkipRetry, so asynq archives the task instead of retrying it
+// forever) by the error of a task whose bunbox headers or payload cannot be read.
+var ErrMalformedTask = errors.New("bunbox: malformed task")
+
+// Handler wraps fn as an asynq handler that runs at most once per event for the handler name. fn runs in a
+// transaction of the Inbox's database: return an error to roll its work back (and the inbox record with
+// it) and let asynq retry. name identifies the handler in the inbox: keep it stable across deploys, and
+// give every handler of one event a name of its own.
+func (in *Inbox) Handler(name string, fn func(ctx context.Context, tx bun.Tx, t *asynq.Task) error) asynq.Handler {
+	if name == "" {
+		panic("bunx.Inbox.Handler: the handler name must not be empty")
+	}
+	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		id, err := EventID(t)
+		if err != nil {
+			in.logger.LogAttrs(ctx, slog.LevelError, "bunbox inbox: rejecting task",
+				slog.String("handler", name), slog.String("task_type", t.Type()), slog.Any("err", err))
+			return err
+		}
+		var duplicate bool
+		err = in.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+			res, err := tx.NewRaw("INSERT INTO inbox_events (event_id, handler) VALUES (?, ?) ON CONFLICT DO NOTHING", id, name).
+				Exec(ctx)
+			if err != nil {
+				return inboxError(err)
+			}
+			if n, err := res.RowsAffected(); err != nil || n == 0 {
+				duplicate = err == nil
+				return err
+			}
+			return fn(ContextWithTx(ctx, tx), tx, t)
+		})
+		if duplicate {
+			in.logger.LogAttrs(ctx, slog.LevelInfo, "bunbox inbox: duplicate delivery acknowledged",
+				slog.String("handler", name), slog.String("event_id", id.String()))
+		}
+		return err
+	})
+}
+
+// HandleJSON wraps fn like Inbox.Handler, decoding the task's JSON payload into a T first. A payload that
+// does not decode is archived by asynq (ErrMalformedTask with asynq.SkipRetry), not retried forever.
+func HandleJSON[T any](in *Inbox, name string, fn func(ctx context.Context, tx bun.Tx, payload *T) error) asynq.Handler {
+	return in.Handler(name, func(ctx context.Context, tx bun.Tx, t *asynq.Task) error {
+		p := new(T)
+		if err := json.Unmarshal(t.Payload(), p); err != nil {
+			return fmt.Errorf("%w: %s: payload does not decode into %T: %w: %w", ErrMalformedTask, t.Type(), p, err, asynq.SkipRetry)
+		}
+		return fn(ctx, tx, p)
+	})
+}
+
+// EventID reads the event id the relay put in the task's headers. A task without a valid one (not
+// enqueued by the relay, or tampered with) gets an error wrapping ErrMalformedTask and asynq.SkipRetry.
+func EventID(t *asynq.Task) (uuid.UUID, error) {
+	raw, ok := t.Headers()[model.HeaderEventID]
+	if !ok {
+		return uuid.Nil, fmt.Errorf("%w: %s: no %s header: %w", ErrMalformedTask, t.Type(), model.HeaderEventID, asynq.SkipRetry)
+	}
+	id, err := uuid.Parse(raw)
+	if err != nil || id == uuid.Nil {
+		return uuid.Nil, fmt.Errorf("%w: %s: header %s=%q is not an event id: %w", ErrMalformedTask, t.Type(), model.HeaderEventID, raw, asynq.SkipRetry)
+	}
+	return id, nil
+}
+
+func inboxError(err error) error {
+	if isUndefinedTable(err) {
+		return fmt.Errorf("bunbox: the inbox table is missing: apply the migrations (bunboxmigrate.Up, or `bunbox migrate up`): %w", err)
+	}
+	return fmt.Errorf("bunbox inbox: record event: %w", err)
+}
