@@ -1,0 +1,332 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+
+	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/model"
+)
+
+func TestThreeRelaysDeliverBacklogExactlyOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	events := insertEvents(t, b.db, b.queue, 10_000)
+
+	relays := make([]*Relay, 3)
+	for i := range relays {
+		relays[i] = b.newRelay(t, Config{BatchSize: 100, Concurrency: 16})
+	}
+	for _, r := range relays {
+		run(t, r)
+	}
+	outboxtest.WaitFor(t, 2*time.Minute, "all 10000 rows published", func() bool {
+		return published(t, b.db) == 10_000
+	})
+
+	var total int64
+	for i, r := range relays {
+		s := r.Stats()
+		t.Logf("relay %d published %d rows in %d rounds", i, s.Published, s.Rounds)
+		total += s.Published
+	}
+	require.EqualValues(t, 10_000, total, "rows marked published, over the three relays")
+	for _, ev := range events {
+		require.Equal(t, 1, b.enq.count(ev.EventID.String()), "enqueue calls for event %s", ev.EventID)
+	}
+	requireDeliveredOnce(t, b.inspector, b.queue, events)
+}
+
+func TestRolledBackEventsNeverReachRedis(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+
+	var rolledBack []*model.Event
+	for range 10 {
+		ev, err := model.NewEvent("test.rolled_back", map[string]string{"x": "y"}, model.WithQueue(b.queue))
+		require.NoError(t, err)
+		rolledBack = append(rolledBack, ev)
+	}
+	errBoom := errors.New("boom")
+	err := b.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		_, err := tx.NewInsert().Model(&rolledBack).Exec(ctx)
+		require.NoError(t, err)
+		return errBoom
+	})
+	require.ErrorIs(t, err, errBoom)
+	committed := insertEvents(t, b.db, b.queue, 5)
+
+	r := b.newRelay(t, Config{})
+	res := r.runOnce(ctx)
+	require.NoError(t, res.Err)
+	require.Equal(t, 5, res.Claimed)
+	require.Equal(t, 5, res.Published)
+
+	requireDeliveredOnce(t, b.inspector, b.queue, committed)
+	for _, ev := range rolledBack {
+		_, err := b.inspector.GetTaskInfo(b.queue, ev.EventID.String())
+		require.ErrorIs(t, err, asynq.ErrTaskNotFound)
+		require.Zero(t, b.enq.count(ev.EventID.String()))
+	}
+}
+
+func TestTaskCarriesEvent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	events := insertEvents(t, b.db, b.queue, 1)
+	r := b.newRelay(t, Config{TaskRetention: time.Hour})
+	require.NoError(t, r.runOnce(context.Background()).Err)
+
+	ev := events[0]
+	ti, err := b.inspector.GetTaskInfo(b.queue, ev.EventID.String())
+	require.NoError(t, err)
+	require.Equal(t, "test.event", ti.Type)
+	require.JSONEq(t, string(ev.Payload), string(ti.Payload))
+	require.Equal(t, ev.EventID.String(), ti.Headers[model.HeaderEventID])
+	require.Equal(t, "test.event", ti.Headers[model.HeaderEventName])
+	require.Equal(t, "v", ti.Headers["k"])
+	created, err := time.Parse(time.RFC3339Nano, ti.Headers[model.HeaderCreatedAt])
+	require.NoError(t, err)
+	require.WithinDuration(t, time.Now(), created, time.Minute)
+	require.Equal(t, time.Hour, ti.Retention)
+
+	// Enqueued again (a crash between enqueue and commit): the TaskID conflict counts as delivered.
+	_, err = b.db.NewUpdate().Model((*model.Event)(nil)).Set("published_at = NULL").Where("TRUE").Exec(context.Background())
+	require.NoError(t, err)
+	res := r.runOnce(context.Background())
+	require.NoError(t, res.Err)
+	require.Equal(t, 1, res.Published)
+	require.Equal(t, 2, b.enq.count(ev.EventID.String()))
+	requireDeliveredOnce(t, b.inspector, b.queue, events)
+}
+
+func TestFailingRowEndsDeadWithoutBlockingOthers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	poison := insertEvents(t, b.db, b.queue, 1)[0]
+	others := insertEvents(t, b.db, b.queue, 1000)
+	errPoison := errors.New("poison row")
+	b.enq.setFail(func(id string) error {
+		if id == poison.EventID.String() {
+			return errPoison
+		}
+		return nil
+	})
+	var dead []DeadEvent
+	var mu sync.Mutex
+	r := b.newRelay(t, Config{
+		MaxAttempts: 3, RetryBackoff: time.Millisecond, RetryBackoffMax: 5 * time.Millisecond,
+		BatchSize: 100, PollInterval: 10 * time.Millisecond,
+		Hooks: Hooks{OnDead: func(_ context.Context, ev DeadEvent) {
+			mu.Lock()
+			defer mu.Unlock()
+			dead = append(dead, ev)
+		}},
+	})
+	run(t, r)
+	outboxtest.WaitFor(t, time.Minute, "the 1000 others published and the poison row dead", func() bool {
+		return published(t, b.db) == 1000 && outboxtest.Count(t, b.db, "outbox_events", "dead_at IS NOT NULL") == 1
+	})
+	require.Equal(t, 3, b.enq.count(poison.EventID.String()), "attempts on the poison row")
+	requireDeliveredOnce(t, b.inspector, b.queue, others)
+
+	var row model.Event
+	require.NoError(t, b.db.NewSelect().Model(&row).Where("event_id = ?", poison.EventID).Scan(context.Background()))
+	require.Equal(t, 3, row.Attempts)
+	require.Contains(t, row.LastError, "poison row")
+	require.NotNil(t, row.DeadAt)
+	require.Nil(t, row.PublishedAt)
+	mu.Lock()
+	require.Len(t, dead, 1)
+	require.ErrorIs(t, dead[0].Err, errPoison)
+	mu.Unlock()
+	require.Len(t, b.logs.matching("event is dead"), 1)
+	require.EqualValues(t, 1, r.Stats().Dead)
+
+	// The operator lists it and, once the cause is fixed, retries it.
+	listed, err := DeadEvents(context.Background(), b.db, 0)
+	require.NoError(t, err)
+	require.Len(t, listed, 1)
+	require.Equal(t, poison.EventID, listed[0].EventID)
+	b.enq.setFail(nil)
+	n, err := RetryDead(context.Background(), b.db, poison.EventID)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	outboxtest.WaitFor(t, 30*time.Second, "the revived row published", func() bool { return published(t, b.db) == 1001 })
+	requireDeliveredOnce(t, b.inspector, b.queue, append(others, poison))
+}
+
+func TestShutdownUnderLoadLosesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	events := insertEvents(t, b.db, b.queue, 5000)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	b.enq.before = func(n int) {
+		if n == 1234 { // in the middle of a batch
+			cancel()
+		}
+	}
+	r := b.newRelay(t, Config{BatchSize: 500, Concurrency: 8})
+	require.NoError(t, r.Run(ctx))
+
+	// Nothing was marked without reaching Redis, and nothing is left locked.
+	var ids []string
+	require.NoError(t, b.db.NewSelect().Model((*model.Event)(nil)).Column("event_id").
+		Where("published_at IS NOT NULL").Scan(context.Background(), &ids))
+	require.NotEmpty(t, ids)
+	require.Less(t, len(ids), 5000)
+	for _, id := range ids {
+		require.Equal(t, 1, b.enq.count(id))
+	}
+	locked := outboxtest.Count(t, b.db, "outbox_events", "id IN (SELECT id FROM outbox_events FOR UPDATE SKIP LOCKED)")
+	require.EqualValues(t, 5000, locked, "rows lockable after shutdown")
+
+	b.enq.before = nil
+	r2 := b.newRelay(t, Config{})
+	run(t, r2)
+	outboxtest.WaitFor(t, time.Minute, "all rows published", func() bool { return published(t, b.db) == 5000 })
+	requireDeliveredOnce(t, b.inspector, b.queue, events)
+}
+
+func TestRunTwiceAndStartStopStress(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r := b.newRelay(t, Config{})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	outboxtest.WaitFor(t, 10*time.Second, "the relay running", r.running.Load)
+	require.ErrorIs(t, r.Run(context.Background()), ErrRunning)
+	cancel()
+	require.NoError(t, <-done)
+
+	insertEvents(t, b.db, b.queue, 200)
+	var wg sync.WaitGroup
+	var stops atomic.Int64
+	for range 4 {
+		wg.Go(func() {
+			for range 10 {
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() { done <- r.Run(ctx) }()
+				cancel()
+				err := <-done
+				if err == nil {
+					stops.Add(1)
+				} else {
+					require.ErrorIs(t, err, ErrRunning)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Positive(t, stops.Load())
+	run(t, r)
+	outboxtest.WaitFor(t, 30*time.Second, "rows published", func() bool { return published(t, b.db) == 200 })
+}
+
+func TestNewChecksItsDependencies(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+
+	t.Run("MissingTable", func(t *testing.T) {
+		t.Parallel()
+		db := outboxtest.Open(t, map[string]any{"search_path": outboxtest.NewSchema(t)})
+		_, err := New(db, b.redis, Config{})
+		require.ErrorIs(t, err, ErrNoSchema)
+		require.ErrorContains(t, err, "bunbox migrate up")
+	})
+	t.Run("RedisUnreachable", func(t *testing.T) {
+		t.Parallel()
+		_, err := New(b.db, asynq.RedisClientOpt{Addr: "127.0.0.1:1", DialTimeout: time.Second}, Config{})
+		require.ErrorContains(t, err, "Redis does not answer")
+	})
+	t.Run("BadRedisAddress", func(t *testing.T) {
+		t.Parallel()
+		_, err := New(b.db, asynq.RedisClientOpt{Addr: "not an address"}, Config{})
+		require.Error(t, err)
+	})
+	t.Run("NoRedis", func(t *testing.T) {
+		t.Parallel()
+		_, err := New(b.db, nil, Config{})
+		require.ErrorContains(t, err, "Enqueuer")
+	})
+	t.Run("InvalidConfig", func(t *testing.T) {
+		t.Parallel()
+		_, err := New(b.db, b.redis, Config{BatchSize: -1})
+		require.ErrorIs(t, err, ErrInvalidConfig)
+		require.ErrorContains(t, err, "BatchSize")
+	})
+	t.Run("Defaults", func(t *testing.T) {
+		t.Parallel()
+		r, err := New(b.db, b.redis, Config{})
+		require.NoError(t, err)
+		require.NoError(t, r.Close())
+	})
+}
+
+func TestIdleRelayWakesOnNotify(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	require.NoError(t, EnableNotifyTrigger(context.Background(), b.db))
+	// A poll interval far beyond the wait below: only the notification can explain a quick delivery.
+	r := b.newRelay(t, Config{PollInterval: time.Hour, MinPollInterval: time.Hour})
+	run(t, r)
+	outboxtest.WaitFor(t, 10*time.Second, "the first idle round", func() bool { return len(b.logs.matching("relay started")) == 1 })
+	for i := range 3 {
+		insertEvents(t, b.db, b.queue, 1)
+		outboxtest.WaitFor(t, 10*time.Second, "the event relayed after its NOTIFY", func() bool {
+			return published(t, b.db) == int64(i+1)
+		})
+	}
+	require.NoError(t, DisableNotifyTrigger(context.Background(), b.db))
+}
+
+func TestCleanupDeletesExpiredPublishedRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	insertEvents(t, b.db, b.queue, 30)
+	_, err := b.db.ExecContext(ctx, `UPDATE outbox_events SET published_at = now() - interval '2 hours' WHERE id <= (SELECT min(id) + 24 FROM outbox_events)`)
+	require.NoError(t, err)
+	_, err = b.db.ExecContext(ctx, `UPDATE outbox_events SET published_at = now() WHERE id = (SELECT max(id) FROM outbox_events)`)
+	require.NoError(t, err)
+
+	r := b.newRelay(t, Config{Retention: time.Hour, CleanupBatchSize: 10})
+	n, err := r.cleanup(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 25, n)
+	require.EqualValues(t, 5, outboxtest.Count(t, b.db, "outbox_events", ""))
+	require.EqualValues(t, 25, r.Stats().Cleaned)
+}
+
+func TestReadBacklog(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	bl, err := ReadBacklog(ctx, b.db)
+	require.NoError(t, err)
+	require.Equal(t, Backlog{}, bl)
+
+	insertEvents(t, b.db, b.queue, 3)
+	_, err = b.db.ExecContext(ctx, `UPDATE outbox_events SET dead_at = now(), created_at = created_at - interval '1 hour' WHERE id = (SELECT max(id) FROM outbox_events)`)
+	require.NoError(t, err)
+	_, err = b.db.ExecContext(ctx, `UPDATE outbox_events SET created_at = now() - interval '1 minute' WHERE id = (SELECT min(id) FROM outbox_events)`)
+	require.NoError(t, err)
+	bl, err = ReadBacklog(ctx, b.db)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, bl.Pending)
+	require.EqualValues(t, 1, bl.Dead)
+	require.InDelta(t, time.Minute.Seconds(), bl.Lag.Seconds(), 10)
+}
