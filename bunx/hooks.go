@@ -76,6 +76,12 @@ const (
 
 func (o op) String() string { return [...]string{"OnInsert", "OnUpdate", "OnDelete"}[o] }
 
+var hookTypes = [...]reflect.Type{
+	opInsert: reflect.TypeFor[bun.AfterInsertHook](),
+	opUpdate: reflect.TypeFor[bun.AfterUpdateHook](),
+	opDelete: reflect.TypeFor[bun.AfterDeleteHook](),
+}
+
 type handlerFunc func(ctx context.Context, row any) ([]*model.Event, error)
 
 // handlerSet holds the handlers of one model type, by operation.
@@ -90,6 +96,11 @@ func register[T any](o *Outbox, op op, fn func(context.Context, *T) ([]*model.Ev
 		panic(fmt.Sprintf("bunx.%s[%s]: the handler is nil", op, typ))
 	case typ.Kind() != reflect.Struct:
 		panic(fmt.Sprintf("bunx.%s[%s]: the model type must be a struct", op, typ))
+	case !reflect.PointerTo(typ).Implements(hookTypes[op]):
+		// Without the hook method bun never calls bunx, and the events would silently never be written.
+		name := [...]string{"AfterInsert", "AfterUpdate", "AfterDelete"}[op]
+		panic(fmt.Sprintf("bunx.%s[%s]: %s has no %s method: embed bunx.Hooks (with `bun:\"-\"`) or call bunx.%s from its own %s",
+			op, typ, typ, name, name, name))
 	}
 	h := func(ctx context.Context, row any) ([]*model.Event, error) { return fn(ctx, row.(*T)) }
 	r := o.reg

@@ -253,3 +253,16 @@ func TestHookOutsideTransaction(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"order.placed"}, b.eventNames(t), "outside a transaction the event is a statement of its own")
 }
+
+func TestRegisterRefusesAModelWithoutHooks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	require.PanicsWithValue(t,
+		"bunx.OnInsert[bunx_test.PlainOrder]: bunx_test.PlainOrder has no AfterInsert method: embed bunx.Hooks (with `bun:\"-\"`) or call bunx.AfterInsert from its own AfterInsert",
+		func() {
+			bunx.OnInsert(b.ob, func(context.Context, *PlainOrder) ([]*model.Event, error) { return nil, nil })
+		})
+	require.Panics(t, func() {
+		bunx.OnUpdate(b.ob, func(context.Context, *OwnHooks) ([]*model.Event, error) { return nil, nil })
+	}, "OwnHooks has AfterInsert only")
+}
