@@ -1,0 +1,146 @@
+package relay
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
+	c := Config{}.withDefaults()
+	require.NoError(t, c.validate())
+	require.Equal(t, BatchSizeDefault, c.BatchSize)
+	require.Equal(t, ConcurrencyDefault, c.Concurrency)
+	require.Equal(t, PollIntervalDefault, c.PollInterval)
+	require.Equal(t, MinPollIntervalDefault, c.MinPollInterval)
+	require.Equal(t, TaskRetentionDefault, c.TaskRetention)
+	require.Equal(t, MaxAttemptsDefault, c.MaxAttempts)
+	require.Equal(t, RetryBackoffDefault, c.RetryBackoff)
+	require.Equal(t, RetryBackoffMaxDefault, c.RetryBackoffMax)
+	require.Equal(t, BackoffDefault, c.Backoff)
+	require.Equal(t, BackoffMaxDefault, c.BackoffMax)
+	require.Equal(t, EnqueueTimeoutDefault, c.EnqueueTimeout)
+	require.Equal(t, RetentionDefault, c.Retention)
+	require.Equal(t, CleanupIntervalDefault, c.CleanupInterval)
+	require.Equal(t, CleanupBatchSizeDefault, c.CleanupBatchSize)
+	require.NotNil(t, c.Logger)
+	require.False(t, c.DisableNotify)
+
+	// Defaults that depend on other fields stay consistent.
+	c = Config{PollInterval: time.Millisecond, Backoff: time.Minute, RetryBackoff: 2 * time.Hour}.withDefaults()
+	require.NoError(t, c.validate())
+	require.Equal(t, time.Millisecond, c.MinPollInterval)
+	require.Equal(t, time.Minute, c.BackoffMax)
+	require.Equal(t, 2*time.Hour, c.RetryBackoffMax)
+	// A negative Retention disables cleanup and is valid.
+	require.NoError(t, Config{Retention: -1}.withDefaults().validate())
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name  string
+		cfg   Config
+		field string
+	}{
+		{"BatchSizeNegative", Config{BatchSize: -1}, "BatchSize"},
+		{"BatchSizeTooLarge", Config{BatchSize: 10001}, "BatchSize"},
+		{"ConcurrencyNegative", Config{Concurrency: -3}, "Concurrency"},
+		{"ConcurrencyTooLarge", Config{Concurrency: 5000}, "Concurrency"},
+		{"PollIntervalNegative", Config{PollInterval: -time.Second}, "PollInterval"},
+		{"MinPollIntervalAbovePollInterval", Config{PollInterval: time.Second, MinPollInterval: 2 * time.Second}, "MinPollInterval"},
+		{"TaskRetentionTooShort", Config{TaskRetention: time.Millisecond}, "TaskRetention"},
+		{"MaxAttemptsNegative", Config{MaxAttempts: -1}, "MaxAttempts"},
+		{"RetryBackoffNegative", Config{RetryBackoff: -1}, "RetryBackoff"},
+		{"RetryBackoffMaxBelowRetryBackoff", Config{RetryBackoff: time.Hour, RetryBackoffMax: time.Minute}, "RetryBackoffMax"},
+		{"BackoffNegative", Config{Backoff: -1}, "Backoff"},
+		{"BackoffMaxBelowBackoff", Config{Backoff: time.Second, BackoffMax: time.Millisecond}, "BackoffMax"},
+		{"EnqueueTimeoutNegative", Config{EnqueueTimeout: -1}, "EnqueueTimeout"},
+		{"CleanupIntervalNegative", Config{CleanupInterval: -1}, "CleanupInterval"},
+		{"CleanupBatchSizeNegative", Config{CleanupBatchSize: -1}, "CleanupBatchSize"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := tt.cfg.withDefaults().validate()
+			require.ErrorIs(t, err, ErrInvalidConfig)
+			require.ErrorContains(t, err, tt.field+" must")
+		})
+	}
+}
+
+func TestConfigFromEnv(t *testing.T) {
+	t.Parallel()
+	env := func(m map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+	}
+	c, err := configFromLookup(env(nil))
+	require.NoError(t, err)
+	require.Equal(t, Config{}, c)
+
+	c, err = configFromLookup(env(map[string]string{
+		"OUTBOX_BATCH_SIZE":         "250",
+		"OUTBOX_CONCURRENCY":        "8",
+		"OUTBOX_POLL_INTERVAL":      "2s",
+		"OUTBOX_MIN_POLL_INTERVAL":  "1ms",
+		"OUTBOX_TASK_RETENTION":     "48h",
+		"OUTBOX_MAX_ATTEMPTS":       "5",
+		"OUTBOX_RETRY_BACKOFF":      "3s",
+		"OUTBOX_RETRY_BACKOFF_MAX":  "10m",
+		"OUTBOX_BACKOFF":            "50ms",
+		"OUTBOX_BACKOFF_MAX":        "10s",
+		"OUTBOX_ENQUEUE_TIMEOUT":    "1s",
+		"OUTBOX_RETENTION":          "-1s",
+		"OUTBOX_CLEANUP_INTERVAL":   "5m",
+		"OUTBOX_CLEANUP_BATCH_SIZE": "100",
+		"OUTBOX_DISABLE_NOTIFY":     "true",
+	}))
+	require.NoError(t, err)
+	require.Equal(t, Config{
+		BatchSize: 250, Concurrency: 8, PollInterval: 2 * time.Second, MinPollInterval: time.Millisecond,
+		TaskRetention: 48 * time.Hour, MaxAttempts: 5, RetryBackoff: 3 * time.Second, RetryBackoffMax: 10 * time.Minute,
+		Backoff: 50 * time.Millisecond, BackoffMax: 10 * time.Second, EnqueueTimeout: time.Second, Retention: -time.Second,
+		CleanupInterval: 5 * time.Minute, CleanupBatchSize: 100, DisableNotify: true,
+	}, c)
+
+	for _, bad := range []struct{ name, value string }{
+		{"OUTBOX_BATCH_SIZE", "lots"},
+		{"OUTBOX_POLL_INTERVAL", "5"},
+		{"OUTBOX_TASK_RETENTION", "a day"},
+		{"OUTBOX_MAX_ATTEMPTS", "1.5"},
+		{"OUTBOX_DISABLE_NOTIFY", "maybe"},
+	} {
+		_, err := configFromLookup(env(map[string]string{bad.name: bad.value}))
+		require.ErrorIs(t, err, ErrInvalidConfig)
+		require.ErrorContains(t, err, bad.name)
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		base, limit time.Duration
+		n           int
+		want        time.Duration
+	}{
+		{100 * time.Millisecond, 30 * time.Second, -1, 100 * time.Millisecond},
+		{100 * time.Millisecond, 30 * time.Second, 0, 100 * time.Millisecond},
+		{100 * time.Millisecond, 30 * time.Second, 1, 200 * time.Millisecond},
+		{100 * time.Millisecond, 30 * time.Second, 8, 25600 * time.Millisecond},
+		{100 * time.Millisecond, 30 * time.Second, 9, 30 * time.Second},
+		{100 * time.Millisecond, 30 * time.Second, 1000, 30 * time.Second},
+		{time.Second, time.Second, 3, time.Second},
+		{time.Hour, time.Duration(1<<63 - 1), 100, time.Duration(1<<63 - 1)},
+	} {
+		require.Equal(t, tt.want, backoff(tt.base, tt.limit, tt.n), "backoff(%s, %s, %d)", tt.base, tt.limit, tt.n)
+	}
+	c := Config{}.withDefaults()
+	require.Equal(t, BackoffDefault, c.roundBackoff(1))
+	require.Equal(t, BackoffMaxDefault, c.roundBackoff(50))
+	require.Equal(t, RetryBackoffDefault, c.retryDelay(1))
+	require.Equal(t, 2*RetryBackoffDefault, c.retryDelay(2))
+	require.Equal(t, RetryBackoffMaxDefault, c.retryDelay(40))
+	require.Equal(t, MinPollIntervalDefault, c.idleWait(1))
+	require.Equal(t, PollIntervalDefault, c.idleWait(100))
+}
