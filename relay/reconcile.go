@@ -1,0 +1,363 @@
+package relay
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+)
+
+// Defaults applied by NewReconciler to the zero fields of a ReconcilerConfig.
+const (
+	ReconcileWindowDefault      = time.Hour
+	ReconcileIntervalDefault    = time.Minute
+	ReconcileBatchSizeDefault   = 500
+	ReconcileConcurrencyDefault = 16
+)
+
+// reconcileLastError is what a requeued row's last_error says, for the operator who wonders why a
+// published event was enqueued again.
+const reconcileLastError = "bunbox reconciler: the task was missing from Redis (data loss?); requeued"
+
+// TaskInspector is what the Reconciler needs from asynq: *asynq.Inspector implements it. GetTaskInfo must
+// return an error wrapping asynq.ErrTaskNotFound or asynq.ErrQueueNotFound for a task Redis does not have.
+type TaskInspector interface {
+	GetTaskInfo(queue, id string) (*asynq.TaskInfo, error)
+}
+
+var _ TaskInspector = (*asynq.Inspector)(nil)
+
+// ReconcilerConfig tunes a Reconciler. The zero value is ready to use.
+type ReconcilerConfig struct {
+	// Window is how far back the reconciler looks: it checks the rows published within the last Window.
+	// It must be shorter than TaskRetention: a task that was completed is visible in Redis only while
+	// asynq retains it, so past TaskRetention a completed task and a lost one look the same (both are
+	// absent) and the reconciler would re-deliver events that were handled long ago. Keep it also shorter
+	// than the relay's Config.Retention, after which published rows are deleted and cannot be checked.
+	// Defaults to 1h.
+	Window time.Duration
+	// Interval is the pause between two passes of Run. A pass checks every row of the Window, so a task
+	// lost to a Redis failover is re-delivered within about Interval plus the duration of one pass.
+	// Defaults to 1m.
+	Interval time.Duration
+	// BatchSize is how many rows one page of a pass reads (keyset-paginated by id), 1 to 10000.
+	// Defaults to 500.
+	BatchSize int
+	// Concurrency bounds the task look-ups of a page running at once (one Redis round trip each), 1 to
+	// 1024. Defaults to 16.
+	Concurrency int
+	// TaskRetention must be the relay's Config.TaskRetention: how long asynq keeps a completed task.
+	// It bounds Window. Defaults to 24h, the relay's default.
+	TaskRetention time.Duration
+	// Logger receives the reconciler's logs. Defaults to a logger that discards everything below Warn and
+	// writes warnings and errors to stderr.
+	Logger *slog.Logger
+	// Inspector, when set, is used instead of an asynq.Inspector built from the Redis options given to
+	// NewReconciler; the reconciler does not close it. Defaults to nil.
+	Inspector TaskInspector
+
+	now func() time.Time
+}
+
+func (c ReconcilerConfig) withDefaults() ReconcilerConfig {
+	c.Window = cmp.Or(c.Window, ReconcileWindowDefault)
+	c.Interval = cmp.Or(c.Interval, ReconcileIntervalDefault)
+	c.BatchSize = cmp.Or(c.BatchSize, ReconcileBatchSizeDefault)
+	c.Concurrency = cmp.Or(c.Concurrency, ReconcileConcurrencyDefault)
+	c.TaskRetention = cmp.Or(c.TaskRetention, TaskRetentionDefault)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	return c
+}
+
+func (c ReconcilerConfig) validate() error {
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	check(c.Window > 0, "Window must be positive, got %s", c.Window)
+	check(c.TaskRetention >= time.Second, "TaskRetention must be at least 1s, got %s", c.TaskRetention)
+	check(c.Window < c.TaskRetention,
+		"Window must be shorter than TaskRetention (%s): a completed task is only visible while asynq retains it, got %s",
+		c.TaskRetention, c.Window)
+	check(c.Interval > 0, "Interval must be positive, got %s", c.Interval)
+	check(c.BatchSize >= 1 && c.BatchSize <= 10000, "BatchSize must be between 1 and 10000, got %d", c.BatchSize)
+	check(c.Concurrency >= 1 && c.Concurrency <= 1024, "Concurrency must be between 1 and 1024, got %d", c.Concurrency)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+// ReconcileResult describes one pass of a Reconciler.
+type ReconcileResult struct {
+	// Checked is the number of published rows whose task was looked up in Redis.
+	Checked int
+	// Missing is the number of them whose task Redis no longer had.
+	Missing int
+	// Requeued is the number of missing ones put back in line for the relay (a row that changed since it
+	// was read, e.g. requeued by another reconciler, is not counted).
+	Requeued int
+	// Duration is how long the pass took.
+	Duration time.Duration
+}
+
+// Reconciler re-delivers events whose asynq task Redis lost. asynq acknowledges an enqueue once Redis
+// has it in memory; a failover to a replica that lagged, or a restart without persistence, loses such
+// tasks although the relay has marked their rows published. The reconciler looks up, for every row
+// published within Window, the task with the event's id in the event's queue. A task in any state
+// (pending, active, scheduled, retry, archived, completed) is fine; for a task that is gone the row's
+// published_at is cleared, so the relay enqueues it again with the same TaskID (a conflict there means
+// someone was faster, which is fine). Re-delivered events may already have been handled before the loss:
+// consumers must be idempotent, which the bunx Inbox provides.
+//
+// Any number of reconcilers may run (e.g. one next to each relay): requeueing is conditional on the row
+// being unchanged since it was read.
+type Reconciler struct {
+	db      *bun.DB
+	cfg     ReconcilerConfig
+	log     *slog.Logger
+	ins     TaskInspector
+	owned   *asynq.Inspector // the inspector NewReconciler made, closed by Close
+	running atomic.Bool
+}
+
+// NewReconciler checks that the outbox table exists and that Redis answers, and returns a Reconciler.
+// redis may be nil when cfg.Inspector is set. Invalid settings give an error wrapping ErrInvalidConfig
+// that names the field; a missing table gives ErrNoSchema.
+func NewReconciler(db *bun.DB, redis asynq.RedisConnOpt, cfg ReconcilerConfig) (*Reconciler, error) {
+	if db == nil {
+		return nil, errors.New("bunbox: relay.NewReconciler: db is nil")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	r := &Reconciler{db: db, cfg: cfg, log: cfg.Logger, ins: cfg.Inspector}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := checkSchema(ctx, db); err != nil {
+		return nil, err
+	}
+	if r.ins == nil {
+		if redis == nil {
+			return nil, errors.New("bunbox: relay.NewReconciler: give the Redis options or ReconcilerConfig.Inspector")
+		}
+		ins, err := newInspector(redis)
+		if err != nil {
+			return nil, err
+		}
+		r.owned, r.ins = ins, ins
+		// Any call that reaches Redis tells whether it answers; a queue that does not exist is an answer.
+		if _, err := ins.GetQueueInfo("bunbox-reconciler-ping"); err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
+			_ = ins.Close()
+			return nil, fmt.Errorf("bunbox: reconciler: Redis does not answer: %w", err)
+		}
+	}
+	return r, nil
+}
+
+// newInspector makes an asynq inspector, turning asynq's panic on an unusable option into an error.
+func newInspector(redis asynq.RedisConnOpt) (ins *asynq.Inspector, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("bunbox: reconciler: unusable Redis options %T: %v", redis, p)
+		}
+	}()
+	return asynq.NewInspector(redis), nil
+}
+
+// Close releases the Redis connections of the inspector that NewReconciler made (none when
+// ReconcilerConfig.Inspector was given). Call it after Run has returned.
+func (r *Reconciler) Close() error {
+	if r.owned == nil {
+		return nil
+	}
+	return r.owned.Close()
+}
+
+// Run reconciles at once and then every Interval until ctx is done, and returns nil. A failed pass (Redis
+// or PostgreSQL unreachable) is logged and tried again at the next interval, never returned. A second
+// Run while one is running returns ErrRunning.
+func (r *Reconciler) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer r.running.Store(false)
+	r.log.LogAttrs(ctx, slog.LevelInfo, "bunbox reconciler started",
+		slog.Duration("window", r.cfg.Window), slog.Duration("interval", r.cfg.Interval))
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			r.log.LogAttrs(context.WithoutCancel(ctx), slog.LevelInfo, "bunbox reconciler stopped")
+			return nil
+		case <-timer.C:
+		}
+		res, err := r.ReconcileOnce(ctx)
+		switch {
+		case ctx.Err() != nil:
+		case err != nil:
+			r.log.LogAttrs(ctx, slog.LevelWarn, "bunbox reconciler pass failed", slog.Any("err", err),
+				slog.Int("checked", res.Checked), slog.Int("requeued", res.Requeued))
+		case res.Missing > 0:
+			r.log.LogAttrs(ctx, slog.LevelWarn, "bunbox reconciler: tasks missing from Redis were requeued",
+				slog.Int("checked", res.Checked), slog.Int("missing", res.Missing),
+				slog.Int("requeued", res.Requeued), slog.Duration("duration", res.Duration))
+		default:
+			r.log.LogAttrs(ctx, slog.LevelDebug, "bunbox reconciler pass",
+				slog.Int("checked", res.Checked), slog.Duration("duration", res.Duration))
+		}
+		timer.Reset(r.cfg.Interval)
+	}
+}
+
+// reconcileRow is the part of a published row a pass needs.
+type reconcileRow struct {
+	ID          int64     `bun:"id"`
+	EventID     uuid.UUID `bun:"event_id"`
+	Queue       string    `bun:"queue"`
+	PublishedAt time.Time `bun:"published_at"`
+}
+
+const reconcilePageSQL = `SELECT id, event_id, queue, published_at FROM outbox_events
+WHERE published_at >= ? AND published_at <= ? AND id > ?
+ORDER BY id
+LIMIT ?`
+
+// ReconcileOnce makes one pass over the rows published within Window, page by page in id order, and
+// requeues those whose task Redis lost. Rows of a page are requeued before the next page is read, so a
+// pass cut short by an error keeps what it did (see the result). The window is measured on the
+// database's clock, which also stamped published_at.
+func (r *Reconciler) ReconcileOnce(ctx context.Context) (ReconcileResult, error) {
+	start := r.cfg.now()
+	var res ReconcileResult
+	defer func() { res.Duration = r.cfg.now().Sub(start) }()
+
+	var dbNow time.Time
+	if err := r.db.NewRaw("SELECT clock_timestamp()").Scan(ctx, &dbNow); err != nil {
+		return res, fmt.Errorf("bunbox: reconciler: PostgreSQL: %w", err)
+	}
+	from := dbNow.Add(-r.cfg.Window)
+	var after int64
+	for {
+		var rows []reconcileRow
+		if err := r.db.NewRaw(reconcilePageSQL, from, dbNow, after, r.cfg.BatchSize).Scan(ctx, &rows); err != nil {
+			return res, fmt.Errorf("bunbox: reconciler: read published rows: %w", err)
+		}
+		if len(rows) == 0 {
+			return res, nil
+		}
+		after = rows[len(rows)-1].ID
+		missing, err := r.findMissing(ctx, rows)
+		res.Checked += len(rows)
+		res.Missing += len(missing)
+		if len(missing) > 0 {
+			n, rerr := requeue(context.WithoutCancel(ctx), r.db, missing)
+			res.Requeued += n
+			for _, row := range missing {
+				r.log.LogAttrs(ctx, slog.LevelDebug, "bunbox reconciler: task missing, requeued",
+					slog.Int64("outbox_id", row.ID), slog.String("event_id", row.EventID.String()),
+					slog.String("queue", row.Queue))
+			}
+			if rerr != nil {
+				return res, fmt.Errorf("bunbox: reconciler: requeue: %w", rerr)
+			}
+		}
+		if err != nil {
+			return res, err
+		}
+		if len(rows) < r.cfg.BatchSize {
+			return res, nil
+		}
+	}
+}
+
+// findMissing looks the rows' tasks up, at most Concurrency at once, and returns the rows whose task is
+// gone. Any other error (Redis unreachable) aborts: an unanswered look-up must never count as missing.
+func (r *Reconciler) findMissing(ctx context.Context, rows []reconcileRow) ([]reconcileRow, error) {
+	found := make([]bool, len(rows))
+	gone := make([]bool, len(rows))
+	var (
+		mu       sync.Mutex
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	sem := make(chan struct{}, r.cfg.Concurrency)
+	for i := range rows {
+		mu.Lock()
+		stop := firstErr != nil
+		mu.Unlock()
+		if stop {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return nil, ctx.Err()
+		case sem <- struct{}{}:
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			_, err := r.ins.GetTaskInfo(rows[i].Queue, rows[i].EventID.String())
+			switch {
+			case err == nil:
+				found[i] = true
+			case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+				gone[i] = true
+			default:
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = fmt.Errorf("bunbox: reconciler: look up task %s in queue %q: %w",
+						rows[i].EventID, rows[i].Queue, err)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	var missing []reconcileRow
+	for i, row := range rows {
+		if gone[i] {
+			missing = append(missing, row)
+		}
+	}
+	return missing, firstErr
+}
+
+// requeue clears published_at of the rows that are still exactly as read (same published_at), so the
+// relay enqueues them again. It returns how many rows it changed.
+func requeue(ctx context.Context, db bun.IDB, rows []reconcileRow) (int, error) {
+	ids := make([]int64, len(rows))
+	at := make([]time.Time, len(rows))
+	for i, row := range rows {
+		ids[i], at[i] = row.ID, row.PublishedAt
+	}
+	res, err := db.NewRaw(`UPDATE outbox_events AS o
+SET published_at = NULL, next_attempt_at = NULL, last_error = ?
+FROM unnest(?::bigint[], ?::timestamptz[]) AS m(id, published_at)
+WHERE o.id = m.id AND o.published_at = m.published_at`,
+		reconcileLastError, pgdialect.Array(ids), pgdialect.Array(at)).Exec(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}

@@ -1,0 +1,342 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+
+	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/model"
+	"github.com/bunbox/bunbox/relay"
+)
+
+// reconcileBundle: a fresh schema on the shared PostgreSQL, a private Redis without persistence (a
+// restart loses everything, like a failover to an empty replica), a queue, and an inspector.
+type reconcileBundle struct {
+	db        *bun.DB
+	redis     *outboxtest.Redis
+	opt       asynq.RedisClientOpt
+	queue     string
+	inspector *asynq.Inspector
+}
+
+func setupReconcile(t *testing.T) *reconcileBundle {
+	t.Helper()
+	db, _ := outboxtest.Schema(t)
+	rd := outboxtest.StartRedis(t, &outboxtest.RedisOptions{NoPersistence: true})
+	b := &reconcileBundle{db: db, redis: rd, opt: asynq.RedisClientOpt{Addr: rd.Addr()}, queue: "reconcile"}
+	b.inspector = asynq.NewInspector(b.opt)
+	t.Cleanup(func() { _ = b.inspector.Close() })
+	return b
+}
+
+// relayAll runs a relay until every row is published, then stops it.
+func (b *reconcileBundle) relayAll(t *testing.T) {
+	t.Helper()
+	r, err := relay.New(b.db, b.opt, relay.Config{PollInterval: 20 * time.Millisecond, Backoff: 10 * time.Millisecond,
+		DisableNotify: true, Logger: outboxtest.Logger(t)})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, r.Close()) }()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	outboxtest.WaitFor(t, 30*time.Second, "every row published", func() bool {
+		return outboxtest.Count(t, b.db, "outbox_events", "published_at IS NULL") == 0
+	})
+	cancel()
+	require.NoError(t, <-done)
+}
+
+func (b *reconcileBundle) insert(t *testing.T, n int) []*model.Event {
+	t.Helper()
+	events := make([]*model.Event, n)
+	for i := range events {
+		ev, err := model.NewEvent("reconcile.test", map[string]int{"n": i}, model.WithQueue(b.queue))
+		require.NoError(t, err)
+		events[i] = ev
+	}
+	_, err := b.db.NewInsert().Model(&events).Exec(context.Background())
+	require.NoError(t, err)
+	return events
+}
+
+func (b *reconcileBundle) requireTasks(t *testing.T, events []*model.Event) {
+	t.Helper()
+	for _, ev := range events {
+		_, err := b.inspector.GetTaskInfo(b.queue, ev.EventID.String())
+		require.NoError(t, err, "task of event %s", ev.EventID)
+	}
+}
+
+func newReconciler(t *testing.T, b *reconcileBundle, cfg relay.ReconcilerConfig) *relay.Reconciler {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = outboxtest.Logger(t)
+	}
+	rc, err := relay.NewReconciler(b.db, b.opt, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rc.Close() })
+	return rc
+}
+
+func TestReconcilerRedeliversTasksLostWithRedis(t *testing.T) {
+	t.Parallel()
+	b := setupReconcile(t)
+	ctx := context.Background()
+	events := b.insert(t, 120)
+	b.relayAll(t)
+	b.requireTasks(t, events)
+
+	// BatchSize 7: the pass pages through the rows.
+	rc := newReconciler(t, b, relay.ReconcilerConfig{BatchSize: 7})
+	res, err := rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 120, res.Checked)
+	require.Zero(t, res.Missing)
+
+	// Redis restarts empty: every acknowledged task is gone, although the rows say published.
+	b.redis.Stop(t)
+	b.redis.Start(t)
+	_, err = b.inspector.GetTaskInfo(b.queue, events[0].EventID.String())
+	require.ErrorIs(t, err, asynq.ErrQueueNotFound)
+
+	res, err = rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, relay.ReconcileResult{Checked: 120, Missing: 120, Requeued: 120, Duration: res.Duration}, res)
+	require.EqualValues(t, 120, outboxtest.Count(t, b.db, "outbox_events", "published_at IS NULL AND last_error LIKE '%reconciler%'"))
+
+	b.relayAll(t)
+	b.requireTasks(t, events)
+	info, err := b.inspector.GetQueueInfo(b.queue)
+	require.NoError(t, err)
+	require.Equal(t, 120, info.Size)
+
+	res, err = rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 120, res.Checked)
+	require.Zero(t, res.Missing)
+}
+
+func TestReconcilerFindsSingleLostTasks(t *testing.T) {
+	t.Parallel()
+	b := setupReconcile(t)
+	ctx := context.Background()
+	events := b.insert(t, 20)
+	b.relayAll(t)
+
+	// Tasks in other states are not missing: archived, completed (kept for Retention), deleted ones are.
+	require.NoError(t, b.inspector.ArchiveTask(b.queue, events[0].EventID.String()))
+	require.NoError(t, b.inspector.DeleteTask(b.queue, events[1].EventID.String()))
+	require.NoError(t, b.inspector.DeleteTask(b.queue, events[2].EventID.String()))
+	srv := asynq.NewServer(b.opt, asynq.Config{Queues: map[string]int{b.queue: 1}, Concurrency: 2,
+		TaskCheckInterval: 10 * time.Millisecond, LogLevel: asynq.ErrorLevel})
+	require.NoError(t, srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil })))
+	outboxtest.WaitFor(t, 30*time.Second, "the tasks completed", func() bool {
+		info, err := b.inspector.GetQueueInfo(b.queue)
+		return err == nil && info.Completed == 17
+	})
+	srv.Shutdown()
+
+	// A row published before the window is not looked at.
+	old := b.insert(t, 1)
+	_, err := b.db.NewRaw("UPDATE outbox_events SET published_at = now() - interval '2 hours' WHERE event_id = ?",
+		old[0].EventID).Exec(ctx)
+	require.NoError(t, err)
+
+	rc := newReconciler(t, b, relay.ReconcilerConfig{Window: time.Hour})
+	res, err := rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 20, res.Checked)
+	require.Equal(t, 2, res.Missing)
+	require.Equal(t, 2, res.Requeued)
+	var requeued []string
+	require.NoError(t, b.db.NewRaw("SELECT event_id::text FROM outbox_events WHERE published_at IS NULL ORDER BY id").
+		Scan(ctx, &requeued))
+	require.Equal(t, []string{events[1].EventID.String(), events[2].EventID.String()}, requeued)
+
+	b.relayAll(t)
+	res, err = rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, res.Missing)
+}
+
+// inspectorFunc adapts a function to relay.TaskInspector.
+type inspectorFunc func(queue, id string) (*asynq.TaskInfo, error)
+
+func (f inspectorFunc) GetTaskInfo(queue, id string) (*asynq.TaskInfo, error) { return f(queue, id) }
+
+func TestReconcilerRequeuesOnlyUnchangedRows(t *testing.T) {
+	t.Parallel()
+	b := setupReconcile(t)
+	ctx := context.Background()
+	events := b.insert(t, 5)
+	b.relayAll(t)
+
+	// While this pass looks events[0] up, another reconciler requeues it and a relay publishes it again:
+	// its published_at moves, so this pass's stale verdict must not requeue it a second time.
+	ins := inspectorFunc(func(queue, id string) (*asynq.TaskInfo, error) {
+		if id == events[0].EventID.String() {
+			_, err := b.db.NewRaw("UPDATE outbox_events SET published_at = clock_timestamp() WHERE event_id = ?",
+				events[0].EventID).Exec(ctx)
+			require.NoError(t, err)
+		}
+		return nil, fmt.Errorf("asynq: %w", asynq.ErrTaskNotFound)
+	})
+	rc, err := relay.NewReconciler(b.db, nil, relay.ReconcilerConfig{Inspector: ins, Concurrency: 1, Logger: outboxtest.Logger(t)})
+	require.NoError(t, err)
+	res, err := rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 5, res.Checked)
+	require.Equal(t, 5, res.Missing)
+	require.Equal(t, 4, res.Requeued)
+	require.EqualValues(t, 1, outboxtest.Count(t, b.db, "outbox_events", "published_at IS NOT NULL AND event_id = ?", events[0].EventID))
+}
+
+// flakyInspector answers from a real inspector until fail is set.
+type flakyInspector struct {
+	real *asynq.Inspector
+	mu   sync.Mutex
+	fail error
+	seen int
+}
+
+func (f *flakyInspector) GetTaskInfo(queue, id string) (*asynq.TaskInfo, error) {
+	f.mu.Lock()
+	f.seen++
+	err := f.fail
+	f.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return f.real.GetTaskInfo(queue, id)
+}
+
+func TestReconcilerNeverRequeuesOnLookupErrors(t *testing.T) {
+	t.Parallel()
+	b := setupReconcile(t)
+	ctx := context.Background()
+	b.insert(t, 30)
+	b.relayAll(t)
+
+	t.Run("RedisDown", func(t *testing.T) {
+		rc := newReconciler(t, b, relay.ReconcilerConfig{BatchSize: 10})
+		b.redis.Stop(t)
+		defer b.redis.Start(t) // empty again: the next subtest works on an empty Redis, which is fine
+		res, err := rc.ReconcileOnce(ctx)
+		require.Error(t, err)
+		require.ErrorContains(t, err, "look up task")
+		require.Zero(t, res.Requeued)
+		require.Zero(t, outboxtest.Count(t, b.db, "outbox_events", "published_at IS NULL"))
+	})
+	t.Run("InspectorError", func(t *testing.T) {
+		f := &flakyInspector{real: b.inspector, fail: errors.New("i/o timeout")}
+		rc, err := relay.NewReconciler(b.db, nil, relay.ReconcilerConfig{Inspector: f, Logger: outboxtest.Logger(t)})
+		require.NoError(t, err)
+		res, err := rc.ReconcileOnce(ctx)
+		require.ErrorContains(t, err, "i/o timeout")
+		require.Zero(t, res.Missing)
+		require.Zero(t, outboxtest.Count(t, b.db, "outbox_events", "published_at IS NULL"))
+		require.NoError(t, rc.Close())
+	})
+}
+
+func TestReconcilerRun(t *testing.T) {
+	t.Parallel()
+	b := setupReconcile(t)
+	events := b.insert(t, 10)
+	b.relayAll(t)
+	rc := newReconciler(t, b, relay.ReconcilerConfig{Interval: 20 * time.Millisecond})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rc.Run(ctx) }()
+	b.redis.Stop(t)
+	b.redis.Start(t)
+	outboxtest.WaitFor(t, 30*time.Second, "the lost tasks requeued", func() bool {
+		return outboxtest.Count(t, b.db, "outbox_events", "published_at IS NULL") == 10
+	})
+	require.ErrorIs(t, rc.Run(ctx), relay.ErrRunning)
+	cancel()
+	require.NoError(t, <-done)
+
+	b.relayAll(t)
+	b.requireTasks(t, events)
+}
+
+func TestReconcilerConfig(t *testing.T) {
+	t.Parallel()
+	db, _ := outboxtest.Schema(t)
+	opt := asynq.RedisClientOpt{Addr: outboxtest.RedisAddr()}
+
+	for _, tt := range []struct {
+		name  string
+		cfg   relay.ReconcilerConfig
+		field string
+	}{
+		{"WindowNotShorterThanRetention", relay.ReconcilerConfig{Window: 24 * time.Hour}, "Window must be shorter than TaskRetention"},
+		{"WindowVersusCustomRetention", relay.ReconcilerConfig{Window: 2 * time.Hour, TaskRetention: time.Hour}, "Window"},
+		{"NegativeWindow", relay.ReconcilerConfig{Window: -time.Second}, "Window must be positive"},
+		{"NegativeInterval", relay.ReconcilerConfig{Interval: -time.Second}, "Interval"},
+		{"BatchSize", relay.ReconcilerConfig{BatchSize: 10001}, "BatchSize"},
+		{"Concurrency", relay.ReconcilerConfig{Concurrency: -1}, "Concurrency"},
+		{"TaskRetention", relay.ReconcilerConfig{TaskRetention: time.Millisecond}, "TaskRetention"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := relay.NewReconciler(db, opt, tt.cfg)
+			require.ErrorIs(t, err, relay.ErrInvalidConfig)
+			require.ErrorContains(t, err, tt.field)
+		})
+	}
+	t.Run("Defaults", func(t *testing.T) {
+		t.Parallel()
+		rc, err := relay.NewReconciler(db, opt, relay.ReconcilerConfig{})
+		require.NoError(t, err)
+		require.NoError(t, rc.Close())
+	})
+	t.Run("MissingTable", func(t *testing.T) {
+		t.Parallel()
+		empty := outboxtest.Open(t, map[string]any{"search_path": outboxtest.NewSchema(t)})
+		_, err := relay.NewReconciler(empty, opt, relay.ReconcilerConfig{})
+		require.ErrorIs(t, err, relay.ErrNoSchema)
+		require.ErrorContains(t, err, "bunbox migrate up")
+	})
+	t.Run("RedisUnreachable", func(t *testing.T) {
+		t.Parallel()
+		_, err := relay.NewReconciler(db, asynq.RedisClientOpt{Addr: "127.0.0.1:1", DialTimeout: time.Second}, relay.ReconcilerConfig{})
+		require.ErrorContains(t, err, "Redis does not answer")
+	})
+	t.Run("NoRedis", func(t *testing.T) {
+		t.Parallel()
+		_, err := relay.NewReconciler(db, nil, relay.ReconcilerConfig{})
+		require.ErrorContains(t, err, "Inspector")
+	})
+	t.Run("NilDB", func(t *testing.T) {
+		t.Parallel()
+		_, err := relay.NewReconciler(nil, opt, relay.ReconcilerConfig{})
+		require.ErrorContains(t, err, "db is nil")
+	})
+}
+
+func ExampleNewReconciler() {
+	var db *bun.DB // your pool
+	redis := asynq.RedisClientOpt{Addr: "localhost:6379"}
+	rc, err := relay.NewReconciler(db, redis, relay.ReconcilerConfig{
+		Window:   time.Hour, // shorter than the relay's TaskRetention (24h by default)
+		Interval: time.Minute,
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer rc.Close()
+	go func() { _ = rc.Run(context.Background()) }()
+	// Output: bunbox: relay.NewReconciler: db is nil
+}
