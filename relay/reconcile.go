@@ -164,8 +164,8 @@ func NewReconciler(db *bun.DB, redis asynq.RedisConnOpt, cfg ReconcilerConfig) (
 			return nil, err
 		}
 		r.owned, r.ins = ins, ins
-		// Any call that reaches Redis tells whether it answers; a queue that does not exist is an answer.
-		if _, err := ins.GetQueueInfo("bunbox-reconciler-ping"); err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
+		// Listing the queues is a cheap call that fails only when Redis does not answer.
+		if _, err := ins.Queues(); err != nil {
 			_ = ins.Close()
 			return nil, fmt.Errorf("bunbox: reconciler: Redis does not answer: %w", err)
 		}

@@ -226,7 +226,9 @@ func TestReconcilerNeverRequeuesOnLookupErrors(t *testing.T) {
 	b.relayAll(t)
 
 	t.Run("RedisDown", func(t *testing.T) {
-		rc := newReconciler(t, b, relay.ReconcilerConfig{BatchSize: 10})
+		// Concurrency 1: the first failed look-up ends the pass, and go-redis does not start its
+		// background re-dialer (which would outlive the test by a second) for a handful of failed dials.
+		rc := newReconciler(t, b, relay.ReconcilerConfig{BatchSize: 10, Concurrency: 1})
 		b.redis.Stop(t)
 		defer b.redis.Start(t) // empty again: the next subtest works on an empty Redis, which is fine
 		res, err := rc.ReconcileOnce(ctx)
