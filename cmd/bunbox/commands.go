@@ -1,0 +1,249 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+
+	bunboxmigrate "github.com/bunbox/bunbox/migrate"
+	"github.com/bunbox/bunbox/relay"
+)
+
+func (c *cli) migrate(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return usageError(c.stderr, "migrate needs up, down or status")
+	}
+	sub, args := args[0], args[1:]
+	fs := flag.NewFlagSet("bunbox migrate "+sub, flag.ContinueOnError)
+	yes := false
+	if sub == "down" {
+		fs.BoolVar(&yes, "yes", false, "confirm: drop outbox_events and every event in it")
+	}
+	rest, err := c.flags(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := c.noArgs("migrate "+sub, rest); err != nil {
+		return err
+	}
+	switch sub {
+	case "up", "down", "status":
+	default:
+		return usageError(c.stderr, "unknown migrate command %q (want up, down or status)", sub)
+	}
+	if sub == "down" && !yes {
+		return usageError(c.stderr, "migrate down drops outbox_events and every event in it: add -yes to confirm")
+	}
+	db, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	switch sub {
+	case "up":
+		if err := bunboxmigrate.Up(ctx, db); err != nil {
+			return fmt.Errorf("migrate up: %w", err)
+		}
+		fmt.Fprintln(c.stdout, "bunbox schema is up to date")
+	case "down":
+		if err := bunboxmigrate.Down(ctx, db); err != nil {
+			return fmt.Errorf("migrate down: %w", err)
+		}
+		fmt.Fprintln(c.stdout, "bunbox schema rolled back")
+	case "status":
+		ms, err := bunboxmigrate.Status(ctx, db)
+		if err != nil {
+			return fmt.Errorf("migrate status: %w", err)
+		}
+		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "MIGRATION\tAPPLIED")
+		for _, m := range ms {
+			applied := "no"
+			if m.IsApplied() {
+				applied = m.MigratedAt.UTC().Format(time.RFC3339)
+			}
+			name := m.Name
+			if m.Comment != "" {
+				name = m.String()
+			}
+			fmt.Fprintf(tw, "%s\t%s\n", name, applied)
+		}
+		return tw.Flush()
+	}
+	return nil
+}
+
+func (c *cli) schema(args []string) error {
+	rest, err := c.flags(flag.NewFlagSet("bunbox schema", flag.ContinueOnError), args)
+	if err != nil {
+		return err
+	}
+	if err := c.noArgs("schema", rest); err != nil {
+		return err
+	}
+	_, err = fmt.Fprint(c.stdout, bunboxmigrate.SchemaSQL())
+	return err
+}
+
+// statusReport is what `bunbox status` prints.
+type statusReport struct {
+	Pending          int64   `json:"pending"`
+	OldestPendingAge float64 `json:"oldest_pending_age_seconds"`
+	Published        int64   `json:"published"`
+	Dead             int64   `json:"dead"`
+}
+
+func (c *cli) status(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bunbox status", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	rest, err := c.flags(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := c.noArgs("status", rest); err != nil {
+		return err
+	}
+	db, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	b, err := relay.ReadBacklog(ctx, db)
+	if err != nil {
+		return fmt.Errorf("read backlog: %w", err)
+	}
+	published, err := db.NewSelect().Table("outbox_events").Where("published_at IS NOT NULL").Count(ctx)
+	if err != nil {
+		return fmt.Errorf("count published: %w", err)
+	}
+	rep := statusReport{Pending: b.Pending, OldestPendingAge: b.Lag.Seconds(), Published: int64(published), Dead: b.Dead}
+	if *asJSON {
+		enc := json.NewEncoder(c.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "pending\t%d\n", rep.Pending)
+	fmt.Fprintf(tw, "oldest pending\t%s\n", formatAge(b.Lag))
+	fmt.Fprintf(tw, "published\t%d\n", rep.Published)
+	fmt.Fprintf(tw, "dead\t%d\n", rep.Dead)
+	return tw.Flush()
+}
+
+func formatAge(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "-"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	default:
+		return d.Round(time.Second).String()
+	}
+}
+
+func (c *cli) dead(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return usageError(c.stderr, "dead needs list or retry")
+	}
+	sub, args := args[0], args[1:]
+	switch sub {
+	case "list":
+		fs := flag.NewFlagSet("bunbox dead list", flag.ContinueOnError)
+		limit := fs.Int("limit", relay.DeadEventsLimitDefault, "how many dead events to list")
+		rest, err := c.flags(fs, args)
+		if err != nil {
+			return err
+		}
+		if err := c.noArgs("dead list", rest); err != nil {
+			return err
+		}
+		if *limit < 1 {
+			return usageError(c.stderr, "-limit must be positive")
+		}
+		db, err := c.open(ctx)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		events, err := relay.DeadEvents(ctx, db, *limit)
+		if err != nil {
+			return fmt.Errorf("list dead events: %w", err)
+		}
+		if len(events) == 0 {
+			fmt.Fprintln(c.stdout, "no dead events")
+			return nil
+		}
+		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "EVENT ID\tNAME\tQUEUE\tATTEMPTS\tDEAD AT\tLAST ERROR")
+		for _, ev := range events {
+			deadAt := "-"
+			if ev.DeadAt != nil {
+				deadAt = ev.DeadAt.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", ev.EventID, ev.Name, ev.Queue, ev.Attempts, deadAt, oneLine(ev.LastError, 80))
+		}
+		return tw.Flush()
+	case "retry":
+		rest, err := c.flags(flag.NewFlagSet("bunbox dead retry", flag.ContinueOnError), args)
+		if err != nil {
+			return err
+		}
+		ids, err := parseEventIDs(rest)
+		if err != nil {
+			return usageError(c.stderr, "%v", err)
+		}
+		db, err := c.open(ctx)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		n, err := relay.RetryDead(ctx, db, ids...)
+		if err != nil {
+			return fmt.Errorf("retry dead events: %w", err)
+		}
+		fmt.Fprintf(c.stdout, "%d of %d events put back in line\n", n, len(ids))
+		if n < int64(len(ids)) {
+			fmt.Fprintln(c.stderr, "bunbox: the others are unknown or not dead")
+		}
+		return nil
+	default:
+		return usageError(c.stderr, "unknown dead command %q (want list or retry)", sub)
+	}
+}
+
+// parseEventIDs parses the event ids of `dead retry`: at least one, each a UUID.
+func parseEventIDs(args []string) ([]uuid.UUID, error) {
+	if len(args) == 0 {
+		return nil, fmt.Errorf("dead retry needs at least one event id")
+	}
+	ids := make([]uuid.UUID, 0, len(args))
+	for _, a := range args {
+		id, err := uuid.Parse(a)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not an event id (a UUID)", a)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// oneLine shortens s to one line of at most n runes, for a table cell.
+func oneLine(s string, n int) string {
+	out := make([]rune, 0, n)
+	for _, r := range s {
+		if r == '\n' || r == '\r' || r == '\t' {
+			r = ' '
+		}
+		if len(out) == n {
+			out[n-1] = '…'
+			break
+		}
+		out = append(out, r)
+	}
+	return string(out)
+}

@@ -1,0 +1,169 @@
+// Command bunbox is the operator's tool for a bunbox outbox: it applies the schema, reports the backlog,
+// lists and revives dead events, and runs a standalone relay with Prometheus metrics.
+//
+//	bunbox migrate up|down -yes|status   apply, roll back or list bunbox's migrations
+//	bunbox schema                         print the schema as plain SQL (for goose, Atlas, psql)
+//	bunbox status [-json]                 pending rows, age of the oldest, published and dead counts
+//	bunbox dead list [-limit 100]         the events the relay gave up on
+//	bunbox dead retry <event-id>...       put dead events back in line
+//	bunbox relay [-metrics-addr ...]      run a relay until SIGINT/SIGTERM
+//
+// The database is DATABASE_URL (or -database-url), Redis is REDIS_ADDR (or -redis-addr), and the relay
+// reads its settings from OUTBOX_* (see relay.ConfigFromEnv). Exit codes: 0 success, 1 failure, 2 bad
+// usage.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/driver/pgdriver"
+
+	"github.com/bunbox/bunbox/internal/pgopen"
+)
+
+const usage = `usage: bunbox [-database-url URL] [-redis-addr host:port] <command> [arguments]
+
+commands:
+  migrate up              apply bunbox's migrations (creates outbox_events)
+  migrate down -yes       roll them back: drops outbox_events and every event in it
+  migrate status          list the migrations and whether each is applied
+  schema                  print the schema as plain SQL
+  status [-json]          pending rows, age of the oldest pending row, published and dead counts
+  dead list [-limit N]    list dead events, oldest first
+  dead retry <event-id>…  put dead events back in line for the relay
+  relay [-metrics-addr A] run a relay until interrupted, with Prometheus metrics on A/metrics
+
+environment:
+  DATABASE_URL  PostgreSQL URL, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full
+  REDIS_ADDR    Redis host:port for the relay (default 127.0.0.1:6379)
+  OUTBOX_*      relay settings: OUTBOX_BATCH_SIZE, OUTBOX_POLL_INTERVAL, OUTBOX_TASK_RETENTION, ...
+
+exit codes: 0 success, 1 failure, 2 bad usage
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// errUsage marks a command line that is wrong; the message was already printed.
+var errUsage = errors.New("usage")
+
+// usageError prints msg and a pointer to the usage to w and returns errUsage.
+func usageError(w io.Writer, format string, args ...any) error {
+	fmt.Fprintf(w, "bunbox: "+format+"\nRun 'bunbox help' for usage.\n", args...)
+	return errUsage
+}
+
+// cli is one invocation: its settings and where it writes.
+type cli struct {
+	databaseURL string
+	redisAddr   string
+	stdout      io.Writer
+	stderr      io.Writer
+}
+
+// run runs the command line args and returns the exit code.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	c := &cli{stdout: stdout, stderr: stderr}
+	fs := flag.NewFlagSet("bunbox", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	fs.StringVar(&c.databaseURL, "database-url", getenv("DATABASE_URL"), "PostgreSQL URL (default $DATABASE_URL)")
+	fs.StringVar(&c.redisAddr, "redis-addr", or(getenv("REDIS_ADDR"), "127.0.0.1:6379"), "Redis host:port (default $REDIS_ADDR)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	err := c.dispatch(ctx, fs.Args())
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	default:
+		fmt.Fprintf(stderr, "bunbox: %v\n", explain(err))
+		return 1
+	}
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func (c *cli) dispatch(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return usageError(c.stderr, "no command")
+	}
+	cmd, args := args[0], args[1:]
+	switch cmd {
+	case "migrate":
+		return c.migrate(ctx, args)
+	case "schema":
+		return c.schema(args)
+	case "status":
+		return c.status(ctx, args)
+	case "dead":
+		return c.dead(ctx, args)
+	case "relay":
+		return c.relay(ctx, args)
+	case "help":
+		fmt.Fprint(c.stdout, usage)
+		return nil
+	default:
+		return usageError(c.stderr, "unknown command %q", cmd)
+	}
+}
+
+// flags parses a subcommand's flags; positional arguments are returned.
+func (c *cli) flags(fs *flag.FlagSet, args []string) ([]string, error) {
+	fs.SetOutput(c.stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, errUsage
+	}
+	return fs.Args(), nil
+}
+
+func (c *cli) noArgs(cmd string, rest []string) error {
+	if len(rest) > 0 {
+		return usageError(c.stderr, "%s takes no arguments, got %q", cmd, rest)
+	}
+	return nil
+}
+
+// open connects to DATABASE_URL.
+func (c *cli) open(ctx context.Context) (*bun.DB, error) {
+	if c.databaseURL == "" {
+		return nil, errors.New("no database: set DATABASE_URL or pass -database-url")
+	}
+	return pgopen.Open(ctx, c.databaseURL, pgopen.Options{MaxOpenConns: 20})
+}
+
+// explain adds what to do to errors an operator can fix.
+func explain(err error) error {
+	var pgErr pgdriver.Error
+	if errors.As(err, &pgErr) && pgErr.Field('C') == "42P01" {
+		return fmt.Errorf("%w\n(the outbox table does not exist: run `bunbox migrate up`)", err)
+	}
+	return err
+}

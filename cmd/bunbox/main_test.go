@@ -1,0 +1,216 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/model"
+	"github.com/bunbox/bunbox/relay"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// database/sql opens connections in the background for pools the tests close at cleanup.
+		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
+	)
+}
+
+// runCLI runs the command line with the given environment and returns its exit code and output.
+func runCLI(t *testing.T, env map[string]string, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), args, func(k string) string { return env[k] }, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+func TestUsage(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name       string
+		env        map[string]string
+		args       []string
+		wantCode   int
+		wantStdout string
+		wantStderr string
+	}{
+		{"NoCommand", nil, nil, 2, "", "no command"},
+		{"Help", nil, []string{"help"}, 0, "usage: bunbox", ""},
+		{"HelpFlag", nil, []string{"-h"}, 0, "", "usage: bunbox"},
+		{"UnknownCommand", nil, []string{"frobnicate"}, 2, "", `unknown command "frobnicate"`},
+		{"UnknownFlag", nil, []string{"-verbose", "status"}, 2, "", "flag provided but not defined"},
+		{"MigrateNothing", nil, []string{"migrate"}, 2, "", "migrate needs up, down or status"},
+		{"MigrateSideways", nil, []string{"migrate", "sideways"}, 2, "", `unknown migrate command "sideways"`},
+		{"MigrateDownUnconfirmed", nil, []string{"migrate", "down"}, 2, "", "add -yes to confirm"},
+		{"MigrateUpExtra", nil, []string{"migrate", "up", "now"}, 2, "", "takes no arguments"},
+		{"Schema", nil, []string{"schema"}, 0, "CREATE TABLE IF NOT EXISTS outbox_events", ""},
+		{"DeadNothing", nil, []string{"dead"}, 2, "", "dead needs list or retry"},
+		{"DeadRetryNoIDs", nil, []string{"dead", "retry"}, 2, "", "at least one event id"},
+		{"DeadRetryBadID", nil, []string{"dead", "retry", "42"}, 2, "", `"42" is not an event id`},
+		{"DeadListBadLimit", nil, []string{"dead", "list", "-limit", "0"}, 2, "", "-limit must be positive"},
+		{"RelayBadLogLevel", nil, []string{"relay", "-log-level", "loud"}, 2, "", "-log-level"},
+		{"NoDatabaseURL", nil, []string{"status"}, 1, "", "set DATABASE_URL"},
+		{"BrokenDatabaseURL", map[string]string{"DATABASE_URL": "postgres://%zz"}, []string{"status"}, 1, "", "invalid database URL"},
+		{"WrongScheme", map[string]string{"DATABASE_URL": "mysql://root@localhost/db"}, []string{"status"}, 1, "", "the scheme must be postgres://"},
+		{"UnreachableDatabase", map[string]string{"DATABASE_URL": "postgres://u:secret@127.0.0.1:1/db?sslmode=disable"}, []string{"status"}, 1, "", "does not answer"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			code, stdout, stderr := runCLI(t, tt.env, tt.args...)
+			require.Equal(t, tt.wantCode, code, "stdout: %s\nstderr: %s", stdout, stderr)
+			require.Contains(t, stdout, tt.wantStdout)
+			require.Contains(t, stderr, tt.wantStderr)
+			require.NotContains(t, stderr, "secret", "the password is redacted")
+		})
+	}
+}
+
+func TestParseEventIDs(t *testing.T) {
+	t.Parallel()
+
+	id := uuid.Must(uuid.NewV7())
+	ids, err := parseEventIDs([]string{id.String(), strings.ToUpper(id.String())})
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{id, id}, ids)
+
+	_, err = parseEventIDs(nil)
+	require.ErrorContains(t, err, "at least one")
+	_, err = parseEventIDs([]string{id.String(), "nope"})
+	require.ErrorContains(t, err, `"nope" is not an event id`)
+}
+
+func TestOneLine(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct{ in, want string }{
+		{"", ""},
+		{"short", "short"},
+		{"a\nb\tc", "a b c"},
+		{"abcdefghij", "abcdefghij"},
+		{"abcdefghijk", "abcdefghi…"},
+	}
+	for _, tt := range tests {
+		require.Equal(t, tt.want, oneLine(tt.in, 10), "in %q", tt.in)
+	}
+}
+
+func TestFormatAge(t *testing.T) {
+	t.Parallel()
+
+	require.Equal(t, "-", formatAge(0))
+	require.Equal(t, "250ms", formatAge(250*time.Millisecond+300*time.Microsecond))
+	require.Equal(t, "1m30s", formatAge(90*time.Second+400*time.Millisecond))
+}
+
+func TestWriteMetrics(t *testing.T) {
+	t.Parallel()
+
+	var buf bytes.Buffer
+	writeMetrics(&buf, relay.Stats{Rounds: 3, Published: 1200, Dead: 1}, relay.Backlog{Pending: 7, Dead: 2, Lag: 1500 * time.Millisecond}, true)
+	out := buf.String()
+	for _, want := range []string{
+		"# TYPE bunbox_relay_published_total counter\nbunbox_relay_published_total 1200\n",
+		"bunbox_relay_rounds_total 3\n",
+		"# TYPE bunbox_outbox_pending gauge\nbunbox_outbox_pending 7\n",
+		"bunbox_outbox_dead 2\n",
+		"bunbox_outbox_lag_seconds 1.5\n",
+		"bunbox_outbox_up 1\n",
+	} {
+		require.Contains(t, out, want)
+	}
+
+	buf.Reset()
+	writeMetrics(&buf, relay.Stats{}, relay.Backlog{}, false)
+	require.Contains(t, buf.String(), "bunbox_outbox_up 0\n")
+	require.NotContains(t, buf.String(), "bunbox_outbox_pending")
+}
+
+func TestAgainstDatabase(t *testing.T) {
+	t.Parallel()
+	outboxtest.SkipShort(t)
+
+	schema := outboxtest.NewSchema(t)
+	env := map[string]string{"DATABASE_URL": outboxtest.DatabaseURL() + "&search_path=" + schema}
+	if !strings.Contains(outboxtest.DatabaseURL(), "?") {
+		env["DATABASE_URL"] = outboxtest.DatabaseURL() + "?search_path=" + schema
+	}
+
+	code, _, stderr := runCLI(t, env, "status")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "run `bunbox migrate up`")
+
+	code, stdout, stderr := runCLI(t, env, "migrate", "up")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "up to date")
+
+	code, stdout, stderr = runCLI(t, env, "migrate", "status")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "20261129000001")
+	require.NotContains(t, stdout, "\tno\n")
+
+	// Three pending events (one a minute old), two published, one dead.
+	db := outboxtest.Open(t, map[string]any{"search_path": schema})
+	ctx := context.Background()
+	var dead *model.Event
+	for i := range 6 {
+		ev, err := model.NewEvent("order.placed", map[string]int{"order_id": i})
+		require.NoError(t, err)
+		_, err = db.NewInsert().Model(ev).Exec(ctx)
+		require.NoError(t, err)
+		switch i {
+		case 0:
+			_, err = db.NewUpdate().Model(ev).Set("created_at = now() - interval '1 minute'").WherePK().Exec(ctx)
+		case 3, 4:
+			_, err = db.NewUpdate().Model(ev).Set("published_at = now()").WherePK().Exec(ctx)
+		case 5:
+			dead = ev
+			_, err = db.NewUpdate().Model(ev).Set("dead_at = now(), attempts = 10, last_error = 'redis: connection refused'").WherePK().Exec(ctx)
+		}
+		require.NoError(t, err)
+	}
+
+	code, stdout, stderr = runCLI(t, env, "status", "-json")
+	require.Equal(t, 0, code, stderr)
+	var rep statusReport
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rep))
+	require.Equal(t, int64(3), rep.Pending)
+	require.Equal(t, int64(2), rep.Published)
+	require.Equal(t, int64(1), rep.Dead)
+	require.GreaterOrEqual(t, rep.OldestPendingAge, 59.0)
+
+	code, stdout, stderr = runCLI(t, env, "status")
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, `pending\s+3\n`, stdout)
+	require.Regexp(t, `dead\s+1\n`, stdout)
+
+	code, stdout, stderr = runCLI(t, env, "dead", "list")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, dead.EventID.String())
+	require.Contains(t, stdout, "redis: connection refused")
+
+	code, stdout, stderr = runCLI(t, env, "dead", "retry", dead.EventID.String(), uuid.NewString())
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "1 of 2 events put back in line")
+	require.Zero(t, outboxtest.Count(t, db, "outbox_events", "dead_at IS NOT NULL"))
+
+	code, stdout, _ = runCLI(t, env, "dead", "list")
+	require.Equal(t, 0, code)
+	require.Contains(t, stdout, "no dead events")
+
+	code, stdout, stderr = runCLI(t, env, "migrate", "down", "-yes")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "rolled back")
+	var exists bool
+	require.NoError(t, db.NewRaw("SELECT to_regclass('outbox_events') IS NOT NULL").Scan(ctx, &exists))
+	require.False(t, exists)
+}

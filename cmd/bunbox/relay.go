@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/bunbox/bunbox/relay"
+)
+
+func (c *cli) relay(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bunbox relay", flag.ContinueOnError)
+	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9464", "serve Prometheus metrics on this address at /metrics (empty: off)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	enableNotify := fs.Bool("enable-notify", false, "install the outbox NOTIFY trigger first, so the relay wakes within milliseconds of a commit")
+	rest, err := c.flags(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := c.noArgs("relay", rest); err != nil {
+		return err
+	}
+	level, err := parseLevel(*logLevel)
+	if err != nil {
+		return usageError(c.stderr, "%v", err)
+	}
+	cfg, err := relay.ConfigFromEnv()
+	if err != nil {
+		return err
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level}))
+
+	db, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if *enableNotify {
+		if err := relay.EnableNotifyTrigger(ctx, db); err != nil {
+			return fmt.Errorf("install the notify trigger: %w", err)
+		}
+	}
+	r, err := relay.New(db, asynq.RedisClientOpt{Addr: c.redisAddr, DialTimeout: 5 * time.Second}, cfg)
+	if err != nil {
+		return fmt.Errorf("relay (Redis at %s): %w", c.redisAddr, err)
+	}
+	defer r.Close()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	metricsDone := make(chan error, 1)
+	if *metricsAddr != "" {
+		ln, err := net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			return fmt.Errorf("metrics: listen on %s: %w", *metricsAddr, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", metricsHandler(r, db))
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		cfg.Logger.Info("metrics listening", slog.String("addr", "http://"+ln.Addr().String()+"/metrics"))
+		go func() {
+			err := srv.Serve(ln)
+			if !errors.Is(err, http.ErrServerClosed) {
+				cancel() // the relay stops too: a relay without its metrics should not run unnoticed
+				metricsDone <- fmt.Errorf("metrics: %w", err)
+				return
+			}
+			metricsDone <- nil
+		}()
+		defer func() {
+			sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer scancel()
+			_ = srv.Shutdown(sctx)
+		}()
+	} else {
+		metricsDone <- nil
+	}
+	if err := r.Run(ctx); err != nil {
+		return err
+	}
+	select {
+	case err := <-metricsDone:
+		return err
+	default:
+		return nil
+	}
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(strings.ToUpper(s))); err != nil {
+		return 0, fmt.Errorf("-log-level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
