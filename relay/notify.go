@@ -60,22 +60,28 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 		}
 	}
 	failures := 0
-	listening := false
+	listening, confirmed := false, false
 	for ctx.Err() == nil {
 		var err error
 		if !listening {
 			if err = ln.Listen(ctx, NotifyChannel); err == nil {
-				listening = true
-				if failures > 0 {
-					signal() // what was sent while we were away is lost: look now
+				listening, confirmed = true, false
+				// What was committed before LISTEN took effect sent no notification we can see: look
+				// now. Then notify ourselves: receiving it proves the LISTEN is active.
+				signal()
+				if err = pgdriver.Notify(ctx, r.db, NotifyChannel, "listen-check"); err == nil {
+					failures = 0
+					continue
 				}
-				failures = 0
-				continue
 			}
 		} else {
 			_, _, err = ln.ReceiveTimeout(ctx, r.cfg.PollInterval)
 			if err == nil {
-				failures = 0
+				if !confirmed {
+					confirmed = true
+					r.log.LogAttrs(ctx, slog.LevelDebug, "bunbox relay: listening for notifications",
+						slog.String("channel", NotifyChannel))
+				}
 				signal()
 				continue
 			}

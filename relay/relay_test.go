@@ -283,7 +283,9 @@ func TestIdleRelayWakesOnNotify(t *testing.T) {
 	// A poll interval far beyond the wait below: only the notification can explain a quick delivery.
 	r := b.newRelay(t, Config{PollInterval: time.Hour, MinPollInterval: time.Hour})
 	run(t, r)
-	outboxtest.WaitFor(t, 10*time.Second, "the first idle round", func() bool { return len(b.logs.matching("relay started")) == 1 })
+	outboxtest.WaitFor(t, 10*time.Second, "the listener confirmed", func() bool {
+		return len(b.logs.matching("listening for notifications")) == 1
+	})
 	for i := range 3 {
 		insertEvents(t, b.db, b.queue, 1)
 		outboxtest.WaitFor(t, 10*time.Second, "the event relayed after its NOTIFY", func() bool {

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"strings"
+	"syscall"
 )
 
 // runOnce claims one batch in a transaction, enqueues it, marks the outcome and commits. The transaction
@@ -62,8 +65,12 @@ func (r *Relay) runOnce(ctx context.Context) (res BatchEvent) {
 	}
 	var fails []failure
 	if len(failed) > 0 {
-		if perr := r.ping(); perr != nil {
-			// Redis is down: not the rows' fault. Keep what arrived, release the rest, back off.
+		if unavailable(firstErr) {
+			// Redis is unreachable, loading or failing over: not the rows' fault. Keep what arrived,
+			// release the rest, back off.
+			res.Released += len(failed)
+			res.Err = fmt.Errorf("enqueue: %w", firstErr)
+		} else if perr := r.ping(); perr != nil {
 			res.Released += len(failed)
 			res.Err = fmt.Errorf("enqueue: %w (ping: %w)", firstErr, perr)
 		} else {
@@ -113,6 +120,27 @@ func (r *Relay) runOnce(ctx context.Context) (res BatchEvent) {
 		}
 	}
 	return res
+}
+
+// unavailable reports whether err says that Redis could not be reached or could not serve at all, as
+// opposed to refusing this one task. asynq flattens the driver's errors into text, hence the strings.
+func unavailable(err error) bool {
+	if ne := net.Error(nil); errors.As(err, &ne) {
+		return true
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return true
+	}
+	msg := err.Error()
+	for _, s := range []string{"connection refused", "connection reset", "broken pipe", "i/o timeout", "EOF",
+		"use of closed network connection", "LOADING", "READONLY", "MASTERDOWN", "OOM", "pool timeout",
+		"context deadline exceeded", "no such host"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // ping reports whether Redis answers; without a Pinger it assumes so.

@@ -1,0 +1,301 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
+	"github.com/uptrace/bun"
+
+	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/model"
+)
+
+// The benchmarks measure one scenario per run, side by side, and report their figures with
+// b.ReportMetric; run them with -benchtime=1x against the dev servers:
+//
+//	go test -run '^$' -bench . -benchtime 1x ./relay/
+
+const benchQueuePrefix = "bunbox_bench_"
+
+func benchSetup(b *testing.B) (*bun.DB, asynq.RedisClientOpt, string, *asynq.Inspector) {
+	b.Helper()
+	db, _ := outboxtest.Schema(b)
+	redis := asynq.RedisClientOpt{Addr: outboxtest.RedisAddr(), PoolSize: 64}
+	queue := benchQueuePrefix + randHex(6)
+	ins := asynq.NewInspector(redis)
+	b.Cleanup(func() {
+		_ = ins.DeleteQueue(queue, true)
+		_ = ins.Close()
+	})
+	return db, redis, queue, ins
+}
+
+// BenchmarkDrainBacklog drains a backlog of 100,000 rows with one relay and, on the same Redis with the
+// same concurrency, enqueues as many tasks with a bare asynq.Client; it reports both rates, their ratio
+// and the relay's peak heap.
+func BenchmarkDrainBacklog(b *testing.B) {
+	const n = 100_000
+	const concurrency = ConcurrencyDefault
+	db, redis, queue, ins := benchSetup(b)
+	ctx := context.Background()
+	for range b.N {
+		// Raw: n enqueues, concurrency at once, with the relay's options.
+		client := asynq.NewClient(redis)
+		payload := []byte(`{"order_id":12345,"total":"99.90"}`)
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		start := time.Now()
+		for range concurrency {
+			wg.Go(func() {
+				for next.Add(1) <= n {
+					id := uuid.Must(uuid.NewV7()).String()
+					task := asynq.NewTaskWithHeaders("bench.event", payload, map[string]string{model.HeaderEventID: id})
+					if _, err := client.EnqueueContext(ctx, task, asynq.TaskID(id), asynq.Queue(queue),
+						asynq.Retention(TaskRetentionDefault)); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		raw := time.Since(start)
+		_ = client.Close()
+		if err := ins.DeleteQueue(queue, true); err != nil {
+			b.Fatal(err)
+		}
+
+		// Relay: the same number of rows, committed beforehand.
+		if _, err := db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, queue, payload)
+SELECT gen_random_uuid(), 'bench.event', ?, '{"order_id":12345,"total":"99.90"}' FROM generate_series(1, ?)`, queue, n); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, "VACUUM ANALYZE outbox_events"); err != nil {
+			b.Fatal(err)
+		}
+		var done atomic.Int64
+		finished := make(chan struct{})
+		r, err := New(db, redis, Config{Concurrency: concurrency, DisableNotify: true, Retention: -1,
+			Hooks: Hooks{OnBatch: func(_ context.Context, ev BatchEvent) {
+				if done.Add(int64(ev.Published)) == n {
+					close(finished)
+				}
+			}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		baseHeap := ms.HeapInuse
+		var peakHeap atomic.Uint64
+		sampling := make(chan struct{})
+		var sampler sync.WaitGroup
+		sampler.Go(func() {
+			t := time.NewTicker(5 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-sampling:
+					return
+				case <-t.C:
+					var ms runtime.MemStats
+					runtime.ReadMemStats(&ms)
+					if ms.HeapInuse > peakHeap.Load() {
+						peakHeap.Store(ms.HeapInuse)
+					}
+				}
+			}
+		})
+		runCtx, cancel := context.WithCancel(ctx)
+		stopped := make(chan error, 1)
+		start = time.Now()
+		go func() { stopped <- r.Run(runCtx) }()
+		<-finished
+		relayed := time.Since(start)
+		cancel()
+		if err := <-stopped; err != nil {
+			b.Fatal(err)
+		}
+		close(sampling)
+		sampler.Wait()
+		_ = r.Close()
+		if info, err := ins.GetQueueInfo(queue); err != nil || info.Size != n {
+			b.Fatalf("queue holds %v tasks (%v), want %d", info, err, n)
+		}
+
+		rawRate := n / raw.Seconds()
+		relayRate := n / relayed.Seconds()
+		b.ReportMetric(rawRate, "raw_enqueues/s")
+		b.ReportMetric(relayRate, "relay_events/s")
+		b.ReportMetric(relayRate/rawRate, "relay/raw")
+		b.ReportMetric(float64(peakHeap.Load()-min(baseHeap, peakHeap.Load()))/(1<<20), "relay_peak_heap_MB")
+		b.ReportMetric(float64(peakHeap.Load())/(1<<20), "process_peak_heap_MB")
+		if _, err := db.ExecContext(ctx, "TRUNCATE outbox_events"); err != nil {
+			b.Fatal(err)
+		}
+		_ = ins.DeleteQueue(queue, true)
+	}
+}
+
+// BenchmarkIdleLatency commits single-event transactions at 1,000 events/s for a few seconds and reports
+// the commit-to-enqueued latency, woken by NOTIFY (the trigger of EnableNotifyTrigger) and by the
+// adaptive poll alone.
+func BenchmarkIdleLatency(b *testing.B) {
+	for _, mode := range []struct {
+		name   string
+		notify bool
+		cfg    Config
+	}{
+		{"Notify", true, Config{}},
+		{"AdaptivePoll", false, Config{DisableNotify: true}},
+		{"AdaptivePoll1ms", false, Config{DisableNotify: true, MinPollInterval: time.Millisecond}},
+	} {
+		b.Run(mode.name, func(b *testing.B) {
+			for range b.N {
+				p50, p99, pmax := measureLatency(b, mode.notify, mode.cfg, 1000, 3*time.Second)
+				b.ReportMetric(p50, "p50_ms")
+				b.ReportMetric(p99, "p99_ms")
+				b.ReportMetric(pmax, "max_ms")
+			}
+		})
+	}
+}
+
+// latencyEnqueuer notes when each task reached Redis.
+type latencyEnqueuer struct {
+	*asynq.Client
+	done sync.Map // task id -> time.Time
+}
+
+func (e *latencyEnqueuer) EnqueueContext(ctx context.Context, t *asynq.Task, opts ...asynq.Option) (*asynq.TaskInfo, error) {
+	info, err := e.Client.EnqueueContext(ctx, t, opts...)
+	if err == nil {
+		e.done.Store(info.ID, time.Now())
+	}
+	return info, err
+}
+
+func measureLatency(b *testing.B, notify bool, cfg Config, rate int, d time.Duration) (p50, p99, pmax float64) {
+	b.Helper()
+	db, redis, queue, _ := benchSetup(b)
+	ctx := context.Background()
+	if notify {
+		if err := EnableNotifyTrigger(ctx, db); err != nil {
+			b.Fatal(err)
+		}
+	}
+	client := asynq.NewClient(redis)
+	defer client.Close()
+	enq := &latencyEnqueuer{Client: client}
+	cfg.Enqueuer = enq
+	cfg.Retention = -1
+	r, err := New(db, nil, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	stopped := make(chan error, 1)
+	go func() { stopped <- r.Run(runCtx) }()
+	defer func() {
+		cancel()
+		<-stopped
+	}()
+
+	// Two producers, each committing one event per transaction on its own schedule.
+	const producers = 2
+	total := int(d.Seconds() * float64(rate))
+	committed := make([]map[string]time.Time, producers)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for p := range producers {
+		committed[p] = make(map[string]time.Time, total/producers)
+		wg.Go(func() {
+			interval := time.Duration(producers) * time.Second / time.Duration(rate)
+			for i := range total / producers {
+				if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
+					time.Sleep(wait) // pacing the load, not waiting for a result
+				}
+				ev, err := model.NewEvent("bench.latency", map[string]int{"i": i}, model.WithQueue(queue))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if _, err := db.NewInsert().Model(ev).Exec(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+				committed[p][ev.EventID.String()] = time.Now()
+			}
+		})
+	}
+	wg.Wait()
+	outboxtest.WaitFor(b, 30*time.Second, "every event enqueued", func() bool {
+		n := 0
+		enq.done.Range(func(any, any) bool { n++; return true })
+		return n == total/producers*producers
+	})
+	lat := make([]float64, 0, total)
+	for _, m := range committed {
+		for id, c := range m {
+			e, _ := enq.done.Load(id)
+			lat = append(lat, max(e.(time.Time).Sub(c), 0).Seconds()*1000)
+		}
+	}
+	slices.Sort(lat)
+	q := func(p float64) float64 { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
+	b.Logf("%d events at %d/s: p50 %.2f ms, p99 %.2f ms, max %.2f ms", len(lat), rate, q(0.5), q(0.99), lat[len(lat)-1])
+	return q(0.5), q(0.99), lat[len(lat)-1]
+}
+
+// BenchmarkNotifyCommitCost measures what the NOTIFY trigger costs concurrent writers: single-row
+// transactions from 8 writers for 2 s without, then with the trigger, and the ratio.
+func BenchmarkNotifyCommitCost(b *testing.B) {
+	db, _, queue, _ := benchSetup(b)
+	ctx := context.Background()
+	measure := func() float64 {
+		const writers = 8
+		var commits atomic.Int64
+		deadline := time.Now().Add(2 * time.Second)
+		var wg sync.WaitGroup
+		for range writers {
+			wg.Go(func() {
+				for time.Now().Before(deadline) {
+					ev, _ := model.NewEvent("bench.commit", map[string]int{}, model.WithQueue(queue))
+					if err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+						_, err := tx.NewInsert().Model(ev).Exec(ctx)
+						return err
+					}); err != nil {
+						b.Error(err)
+						return
+					}
+					commits.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		return float64(commits.Load()) / 2
+	}
+	for range b.N {
+		without := measure()
+		if err := EnableNotifyTrigger(ctx, db); err != nil {
+			b.Fatal(err)
+		}
+		with := measure()
+		if err := DisableNotifyTrigger(ctx, db); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(without, "commits/s_plain")
+		b.ReportMetric(with, "commits/s_notify")
+		b.ReportMetric(with/without, "notify/plain")
+		b.Log(fmt.Sprintf("8 writers: %.0f commits/s plain, %.0f with the NOTIFY trigger (ratio %.2f)", without, with, with/without))
+	}
+}
