@@ -41,7 +41,7 @@ func parseDemoFlags(args []string, stderr io.Writer) (demoConfig, error) {
 	fs.IntVar(&c.orders, "orders", 3000, "orders to place")
 	fs.IntVar(&c.producers, "producers", 8, "goroutines placing orders concurrently")
 	fs.Float64Var(&c.rollback, "rollback", 0.1, "fraction of the orders inserted in a transaction that then rolls back on purpose")
-	fs.IntVar(&c.rate, "rate", 1000, "orders per second over all producers (0: as fast as they go)")
+	fs.IntVar(&c.rate, "rate", 500, "orders per second over all producers (0: as fast as they go; latency then measures the queue)")
 	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "how long to wait for every committed order to be confirmed")
 	fs.StringVar(&c.schema, "schema", "bunbox_demo", "PostgreSQL schema the demo creates afresh (dropped at the end unless -keep)")
 	fs.StringVar(&c.queue, "queue", "bunbox_demo", "asynq queue the demo uses (deleted at the start and at the end)")
@@ -126,8 +126,12 @@ func demo(ctx context.Context, args []string, e env, stdout, stderr io.Writer) e
 func runDemo(ctx context.Context, cfg demoConfig, e env, stdout, stderr io.Writer) (err error) {
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	redisOpt := asynq.RedisClientOpt{Addr: e.redisAddr}
-	fmt.Fprintf(stdout, "bunbox demo: %d orders from %d producers, %.0f%% of them rolled back on purpose\n",
-		cfg.orders, cfg.producers, cfg.rollback*100)
+	rate := "as fast as they go"
+	if cfg.rate > 0 {
+		rate = fmt.Sprintf("%d/s", cfg.rate)
+	}
+	fmt.Fprintf(stdout, "bunbox demo: %d orders from %d producers at %s, %.0f%% of them rolled back on purpose\n",
+		cfg.orders, cfg.producers, rate, cfg.rollback*100)
 	fmt.Fprintf(stdout, "  PostgreSQL %s (schema %s), Redis %s (queue %s)\n",
 		pgopen.Redact(e.databaseURL), cfg.schema, e.redisAddr, cfg.queue)
 
