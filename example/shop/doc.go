@@ -19,6 +19,10 @@
 //		Lines:    []shop.LineRequest{{SKU: "tea", Quantity: 2, PriceCents: 450}},
 //	})
 //
+// pgopen.Open is the module's internal helper around pgdriver: outside this module, open the database with
+// pgdriver.NewConnector(pgdriver.WithDSN(dsn)) and mind that pgdriver v1.2.18's default TLS does not verify
+// the server's certificate; pgopen turns verification on when the URL says sslmode=require/verify-full.
+//
 // The command example/cmd/shop runs the API, the relay and the worker together or apart, and its demo
 // subcommand (make demo) places a few thousand orders, rolls some back on purpose, and checks that every
 // committed order got exactly one confirmation and no rolled-back one got any.

@@ -233,6 +233,7 @@ wait:
 		select {
 		case <-ctx.Done():
 			_ = stopBackground()
+			producers.Wait()
 			return ctx.Err()
 		case <-deadline.C:
 			timedOut = true
