@@ -1,0 +1,30 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/bunbox/bunbox/model"
+)
+
+// ArchiveUnrouted serves mux, except that a task whose type has no handler in mux fails with
+// asynq.SkipRetry instead of asynq's plain "handler not found" error: asynq then archives it at once
+// (kept, visible in the inspector, retryable by an operator) instead of retrying it MaxRetry times, and
+// it is logged at Error level with its event id. The error wraps asynq.ErrHandlerNotFound.
+//
+// (A candidate for the bunx package: a bunbox event that nobody listens to is a deployment mistake to
+// surface, not a transient failure.)
+func ArchiveUnrouted(mux *asynq.ServeMux, log *slog.Logger) asynq.Handler {
+	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		h, pattern := mux.Handler(t)
+		if pattern == "" {
+			log.LogAttrs(ctx, slog.LevelError, "bunbox: no handler for the task type; archiving it",
+				slog.String("task_type", t.Type()), slog.String("event_id", t.Headers()[model.HeaderEventID]))
+			return fmt.Errorf("%w %q: %w", asynq.ErrHandlerNotFound, t.Type(), asynq.SkipRetry)
+		}
+		return h.ProcessTask(ctx, t)
+	})
+}

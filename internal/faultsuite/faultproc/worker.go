@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/uptrace/bun"
+
+	"github.com/bunbox/bunbox/bunx"
+	"github.com/bunbox/bunbox/model"
+)
+
+var errLostAck = errors.New("fault: acknowledgement lost after the effect committed")
+
+// runWorker serves order.placed and order.audited with one bunx Inbox handler whose effect is a row in
+// fault_effects, written in the inbox's transaction. Outside that transaction every delivery is written
+// to the worker's delivery ledger (d <event id> <task type> <retry count>), so the checker sees asynq
+// redeliver while the effects stay once. With probability -lost-ack the handler fails after its
+// transaction committed, as if the acknowledgement had been lost: asynq retries, the inbox skips.
+func runWorker(ctx context.Context, args []string) error {
+	var c common
+	fs := flag.NewFlagSet("worker", flag.ExitOnError)
+	c.register(fs)
+	lostAck := fs.Float64("lost-ack", 0.03, "probability of failing a handled task after its commit")
+	concurrency := fs.Int("concurrency", 6, "asynq concurrency")
+	kick := fs.Duration("recover-every", 5*time.Second, "how often to start a short-lived asynq server whose start-up recovers tasks of killed workers (0: never)")
+	_ = fs.Parse(args)
+	log := logger(c.id)
+
+	led, err := openLedger(c.dir + "/deliveries-" + c.id + ".log")
+	if err != nil {
+		return err
+	}
+	defer led.close()
+	db := openDB(c.db, *concurrency+2)
+	defer db.Close()
+	var rngMu sync.Mutex
+	rng := rand.New(rand.NewPCG(uint64(c.seed), uint64(time.Now().UnixNano())))
+	chance := func(p float64) bool {
+		rngMu.Lock()
+		defer rngMu.Unlock()
+		return rng.Float64() < p
+	}
+
+	inbox := bunx.NewInbox(db, bunx.WithInboxLogger(log))
+	effect := inbox.Handler("effects", func(ctx context.Context, tx bun.Tx, t *asynq.Task) error {
+		id, err := bunx.EventID(t)
+		if err != nil {
+			return err
+		}
+		_, err = tx.NewRaw("INSERT INTO fault_effects (event_id, event_name, worker) VALUES (?, ?, ?)", id, t.Type(), c.id).Exec(ctx)
+		return err
+	})
+	handle := asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		if err := effect.ProcessTask(ctx, t); err != nil {
+			return err
+		}
+		if chance(*lostAck) {
+			return errLostAck
+		}
+		return nil
+	})
+	mux := asynq.NewServeMux()
+	mux.Handle("order.placed", handle)
+	mux.Handle("order.audited", handle)
+	mux.Use(func(next asynq.Handler) asynq.Handler {
+		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			retried, _ := asynq.GetRetryCount(ctx)
+			led.printf("d %s %s %d", t.Headers()[model.HeaderEventID], t.Type(), retried)
+			return next.ProcessTask(ctx, t)
+		})
+	})
+	root := ArchiveUnrouted(mux, log)
+
+	redisOpt := asynq.RedisClientOpt{Addr: c.redis, DialTimeout: 2 * time.Second}
+	srv := newServer(redisOpt, *concurrency, log)
+	if err := srv.Start(root); err != nil {
+		return err
+	}
+	log.Info("worker started")
+	var tick <-chan time.Time
+	if *kick > 0 {
+		t := time.NewTicker(*kick)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			srv.Shutdown()
+			log.Info("worker stopped")
+			return nil
+		case <-tick:
+			// asynq recovers the tasks a killed worker held only once their lease expired, from a
+			// recoverer that runs at server start and then every minute. A short-lived server makes it
+			// run now; it serves the same handlers while it is up.
+			k := newServer(redisOpt, 1, log)
+			if err := k.Start(root); err == nil {
+				k.Shutdown()
+			}
+		}
+	}
+}
+
+func newServer(redisOpt asynq.RedisClientOpt, concurrency int, log *slog.Logger) *asynq.Server {
+	return asynq.NewServer(redisOpt, asynq.Config{
+		Concurrency:              concurrency,
+		Queues:                   map[string]int{model.DefaultQueue: 2, "critical": 1},
+		TaskCheckInterval:        10 * time.Millisecond,
+		DelayedTaskCheckInterval: 200 * time.Millisecond,
+		ShutdownTimeout:          5 * time.Second,
+		RetryDelayFunc: func(n int, err error, _ *asynq.Task) time.Duration {
+			return min(100*time.Millisecond<<min(n, 10), 2*time.Second)
+		},
+		LogLevel: asynq.WarnLevel,
+		ErrorHandler: asynq.ErrorHandlerFunc(func(ctx context.Context, t *asynq.Task, err error) {
+			if errors.Is(err, errLostAck) {
+				return
+			}
+			log.LogAttrs(ctx, slog.LevelWarn, "task failed", slog.String("task_type", t.Type()),
+				slog.String("event_id", t.Headers()[model.HeaderEventID]), slog.Any("err", err))
+		}),
+	})
+}
