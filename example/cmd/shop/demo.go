@@ -234,7 +234,7 @@ wait:
 		case <-ctx.Done():
 			_ = stopBackground()
 			producers.Wait()
-			return ctx.Err()
+			return errors.New("interrupted; the demo's schema and queue are cleaned up")
 		case <-deadline.C:
 			timedOut = true
 			break wait
@@ -245,6 +245,9 @@ wait:
 		}
 		handled, _, qerr := countConfirmations(ctx, db)
 		if qerr != nil {
+			if ctx.Err() != nil {
+				continue // interrupted: the next select returns
+			}
 			logger.Warn("count confirmations", slog.String("err", qerr.Error()))
 			continue
 		}
