@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -209,6 +210,46 @@ func TestAgainstDatabase(t *testing.T) {
 		require.Contains(t, string(body), "bunbox_outbox_backlog 4\n", "the dead event is pending again")
 		require.Contains(t, string(body), "bunbox_outbox_up 1\n")
 		require.Contains(t, string(body), "bunbox_relay_published_total 0\n")
+	})
+
+	t.Run("Relay", func(t *testing.T) {
+		// The events above are for the "default" queue of the shared Redis: keep them out of it.
+		_, err := db.NewDelete().Table("outbox_events").Where("true").Exec(ctx)
+		require.NoError(t, err)
+		renv := map[string]string{"DATABASE_URL": env["DATABASE_URL"], "REDIS_ADDR": outboxtest.RedisAddr()}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := ln.Addr().String()
+		require.NoError(t, ln.Close())
+
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var stdout, stderr bytes.Buffer
+		done := make(chan int, 1)
+		go func() {
+			done <- run(ctx, []string{"relay", "-metrics-addr", addr}, func(k string) string { return renv[k] }, &stdout, &stderr)
+		}()
+		var body string
+		outboxtest.WaitFor(t, 10*time.Second, "the relay's /metrics", func() bool {
+			resp, err := http.Get("http://" + addr + "/metrics")
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			body = string(b)
+			return resp.StatusCode == http.StatusOK
+		})
+		require.Contains(t, body, "bunbox_outbox_up 1\n")
+		require.Contains(t, body, "bunbox_outbox_backlog 0\n")
+		cancel() // what SIGINT does
+		require.Equal(t, 0, <-done, stderr.String())
+		require.Contains(t, stderr.String(), "bunbox relay stopped")
+
+		renv["REDIS_ADDR"] = "127.0.0.1:1"
+		code, _, errOut := runCLI(t, renv, "relay", "-metrics-addr", "")
+		require.Equal(t, 1, code)
+		require.Contains(t, errOut, "Redis at 127.0.0.1:1")
 	})
 
 	code, stdout, stderr = runCLI(t, env, "migrate", "down", "-yes")
