@@ -123,8 +123,10 @@ down() {
     as_pg "$bin/pg_ctl" -D "$pgdata" -m fast -w stop >/dev/null 2>&1 || true
   fi
   if [ -f "$redisdir/redis.pid" ]; then
-    kill "$(cat "$redisdir/redis.pid")" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$(cat "$redisdir/redis.pid")" 2>/dev/null || break; sleep 0.1; done
+    local pid
+    pid=$(cat "$redisdir/redis.pid")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   fi
   rm -rf "$dir"
   log "stopped"
