@@ -16,6 +16,7 @@ import (
 const (
 	BatchSizeDefault        = 500
 	ConcurrencyDefault      = 32
+	WorkersDefault          = 2
 	PollIntervalDefault     = 500 * time.Millisecond
 	MinPollIntervalDefault  = 5 * time.Millisecond
 	TaskRetentionDefault    = 24 * time.Hour
@@ -54,6 +55,10 @@ type Config struct {
 	// Concurrency bounds the enqueues of a batch running at once (asynq has one Redis round trip per
 	// enqueue), 1 to 1024. Defaults to 32.
 	Concurrency int
+	// Workers is how many rounds one relay runs at once, each claiming its own batch (SKIP LOCKED keeps
+	// them apart) and all sharing the Concurrency bound: while one batch is marked and committed, the
+	// enqueues of the other keep Redis busy. 1 to 64. Defaults to 2.
+	Workers int
 	// PollInterval is the longest an idle relay waits before it looks for rows again: the safety net
 	// behind notifications and the adaptive poll. Defaults to 500ms.
 	PollInterval time.Duration
@@ -103,6 +108,7 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
 	c.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
+	c.Workers = cmp.Or(c.Workers, WorkersDefault)
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	c.MinPollInterval = cmp.Or(c.MinPollInterval, min(MinPollIntervalDefault, c.PollInterval))
 	c.TaskRetention = cmp.Or(c.TaskRetention, TaskRetentionDefault)
@@ -133,6 +139,7 @@ func (c Config) validate() error {
 	}
 	check(c.BatchSize >= 1 && c.BatchSize <= 10000, "BatchSize must be between 1 and 10000, got %d", c.BatchSize)
 	check(c.Concurrency >= 1 && c.Concurrency <= 1024, "Concurrency must be between 1 and 1024, got %d", c.Concurrency)
+	check(c.Workers >= 1 && c.Workers <= 64, "Workers must be between 1 and 64, got %d", c.Workers)
 	check(c.PollInterval > 0, "PollInterval must be positive, got %s", c.PollInterval)
 	check(c.MinPollInterval > 0 && c.MinPollInterval <= c.PollInterval,
 		"MinPollInterval must be positive and at most PollInterval (%s), got %s", c.PollInterval, c.MinPollInterval)

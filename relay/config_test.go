@@ -13,6 +13,7 @@ func TestConfigDefaults(t *testing.T) {
 	require.NoError(t, c.validate())
 	require.Equal(t, BatchSizeDefault, c.BatchSize)
 	require.Equal(t, ConcurrencyDefault, c.Concurrency)
+	require.Equal(t, WorkersDefault, c.Workers)
 	require.Equal(t, PollIntervalDefault, c.PollInterval)
 	require.Equal(t, MinPollIntervalDefault, c.MinPollInterval)
 	require.Equal(t, TaskRetentionDefault, c.TaskRetention)
@@ -49,6 +50,8 @@ func TestConfigValidate(t *testing.T) {
 		{"BatchSizeTooLarge", Config{BatchSize: 10001}, "BatchSize"},
 		{"ConcurrencyNegative", Config{Concurrency: -3}, "Concurrency"},
 		{"ConcurrencyTooLarge", Config{Concurrency: 5000}, "Concurrency"},
+		{"WorkersNegative", Config{Workers: -1}, "Workers"},
+		{"WorkersTooMany", Config{Workers: 65}, "Workers"},
 		{"PollIntervalNegative", Config{PollInterval: -time.Second}, "PollInterval"},
 		{"MinPollIntervalAbovePollInterval", Config{PollInterval: time.Second, MinPollInterval: 2 * time.Second}, "MinPollInterval"},
 		{"TaskRetentionTooShort", Config{TaskRetention: time.Millisecond}, "TaskRetention"},

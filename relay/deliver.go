@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -33,23 +34,31 @@ func Task(ev *model.Event, taskRetention time.Duration) (*asynq.Task, []asynq.Op
 	return asynq.NewTaskWithHeaders(ev.Name, ev.Payload, headers), opts
 }
 
-// deliver enqueues the events, at most Concurrency at once, and returns one error per event: nil when it
-// reached Redis (a TaskID conflict means it already had), errReleased when ctx ended before it was tried.
-// Enqueues already started finish even when ctx ends, bounded by EnqueueTimeout.
+// deliver enqueues the events, at most Concurrency at once over all workers, and returns one error per
+// event: nil when it reached Redis (a TaskID conflict means it already had), errReleased when ctx ended
+// before it was tried. Enqueues already started finish even when ctx ends, bounded by EnqueueTimeout.
+// A few long-lived goroutines take the events in order, rather than one goroutine per event: their stacks
+// stay grown for go-redis's deep call chains.
 func (r *Relay) deliver(ctx context.Context, events []model.Event) []error {
 	errs := make([]error, len(events))
-	sem := make(chan struct{}, r.cfg.Concurrency)
+	var next atomic.Int64
 	var wg sync.WaitGroup
-	for i := range events {
-		select {
-		case <-ctx.Done():
-			errs[i] = errReleased
-			continue
-		case sem <- struct{}{}:
-		}
+	for range min(r.cfg.Concurrency, len(events)) {
 		wg.Go(func() {
-			defer func() { <-sem }()
-			errs[i] = r.enqueue(ctx, &events[i])
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(events) {
+					return
+				}
+				select {
+				case <-ctx.Done():
+					errs[i] = errReleased
+					continue
+				case r.sem <- struct{}{}:
+				}
+				errs[i] = r.enqueue(ctx, &events[i])
+				<-r.sem
+			}
 		})
 	}
 	wg.Wait()

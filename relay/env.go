@@ -11,7 +11,7 @@ import (
 // value, so New applies the default. Durations use Go's syntax ("250ms", "24h"). A value that does not
 // parse gives an error naming the variable:
 //
-//	OUTBOX_BATCH_SIZE, OUTBOX_CONCURRENCY, OUTBOX_POLL_INTERVAL, OUTBOX_MIN_POLL_INTERVAL,
+//	OUTBOX_BATCH_SIZE, OUTBOX_CONCURRENCY, OUTBOX_WORKERS, OUTBOX_POLL_INTERVAL, OUTBOX_MIN_POLL_INTERVAL,
 //	OUTBOX_DISABLE_NOTIFY, OUTBOX_TASK_RETENTION, OUTBOX_MAX_ATTEMPTS, OUTBOX_RETRY_BACKOFF,
 //	OUTBOX_RETRY_BACKOFF_MAX, OUTBOX_BACKOFF, OUTBOX_BACKOFF_MAX, OUTBOX_ENQUEUE_TIMEOUT,
 //	OUTBOX_RETENTION, OUTBOX_CLEANUP_INTERVAL, OUTBOX_CLEANUP_BATCH_SIZE
@@ -25,6 +25,7 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	}{
 		{"OUTBOX_BATCH_SIZE", &c.BatchSize},
 		{"OUTBOX_CONCURRENCY", &c.Concurrency},
+		{"OUTBOX_WORKERS", &c.Workers},
 		{"OUTBOX_MAX_ATTEMPTS", &c.MaxAttempts},
 		{"OUTBOX_CLEANUP_BATCH_SIZE", &c.CleanupBatchSize},
 	}

@@ -31,6 +31,7 @@ type Relay struct {
 	pinger  Pinger
 	client  *asynq.Client // the client New made, closed by Close; nil when Config.Enqueuer is set
 	running atomic.Bool
+	sem     chan struct{} // bounds the enqueues in flight, over all workers
 
 	counters counters
 }
@@ -46,7 +47,7 @@ func New(db *bun.DB, redis asynq.RedisConnOpt, cfg Config) (*Relay, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	r := &Relay{db: db, cfg: cfg, log: cfg.Logger, enq: cfg.Enqueuer}
+	r := &Relay{db: db, cfg: cfg, log: cfg.Logger, enq: cfg.Enqueuer, sem: make(chan struct{}, cfg.Concurrency)}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if err := checkSchema(ctx, db); err != nil {
@@ -124,14 +125,18 @@ func (r *Relay) Run(ctx context.Context) error {
 		wg.Go(func() { r.cleanupLoop(ctx) })
 	}
 	r.log.LogAttrs(ctx, slog.LevelInfo, "bunbox relay started",
-		slog.Int("batch_size", r.cfg.BatchSize), slog.Int("concurrency", r.cfg.Concurrency),
+		slog.Int("batch_size", r.cfg.BatchSize), slog.Int("concurrency", r.cfg.Concurrency), slog.Int("workers", r.cfg.Workers),
 		slog.Duration("poll_interval", r.cfg.PollInterval))
-	r.loop(ctx, wake)
+	var workers sync.WaitGroup
+	for range r.cfg.Workers {
+		workers.Go(func() { r.loop(ctx, wake) })
+	}
+	workers.Wait()
 	r.log.LogAttrs(context.WithoutCancel(ctx), slog.LevelInfo, "bunbox relay stopped")
 	return nil
 }
 
-// loop is the poll loop: wait for the timer or a wake-up, run one round, decide the next wait.
+// loop is the poll loop of one worker: wait for the timer or a wake-up, run one round, decide the next wait.
 func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
