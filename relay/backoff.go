@@ -22,5 +22,15 @@ func (c Config) retryDelay(attempts int) time.Duration {
 	return backoff(c.RetryBackoff, c.RetryBackoffMax, attempts-1)
 }
 
+// hotWindow is how long a relay that just saw rows keeps polling at MinPollInterval before its idle
+// wait starts doubling towards PollInterval: traffic has gaps, and a gap must not cost a long wait.
+const hotWindow = time.Second
+
 // idleWait is the wait after the n-th empty round in a row (n >= 1).
-func (c Config) idleWait(n int) time.Duration { return backoff(c.MinPollInterval, c.PollInterval, n-1) }
+func (c Config) idleWait(n int) time.Duration {
+	hot := int(hotWindow / c.MinPollInterval)
+	if n <= hot {
+		return c.MinPollInterval
+	}
+	return backoff(c.MinPollInterval, c.PollInterval, n-hot)
+}

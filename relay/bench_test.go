@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"slices"
 	"sync"
@@ -219,6 +220,8 @@ func measureLatency(b *testing.B, notify bool, cfg Config, rate int, d time.Dura
 	enq := &latencyEnqueuer{Client: client}
 	cfg.Enqueuer = enq
 	cfg.Retention = -1
+	var listening atomic.Bool
+	cfg.Logger = slog.New(flagHandler{msg: "listening for notifications", flag: &listening})
 	r, err := New(db, nil, cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -230,6 +233,10 @@ func measureLatency(b *testing.B, notify bool, cfg Config, rate int, d time.Dura
 		cancel()
 		<-stopped
 	}()
+	if notify { // the trigger's notifications reach the relay once its LISTEN is confirmed
+		outboxtest.WaitFor(b, 10*time.Second, "the listener", func() bool { return listening.Load() })
+	}
+	time.Sleep(1500 * time.Millisecond) // let the poll settle to idle: the scenario is an idle relay
 
 	// Two producers, each committing one event per transaction on its own schedule.
 	const producers = 2
@@ -260,9 +267,14 @@ func measureLatency(b *testing.B, notify bool, cfg Config, rate int, d time.Dura
 	}
 	wg.Wait()
 	outboxtest.WaitFor(b, 30*time.Second, "every event enqueued", func() bool {
-		n := 0
-		enq.done.Range(func(any, any) bool { n++; return true })
-		return n == total/producers*producers
+		for _, m := range committed {
+			for id := range m {
+				if _, ok := enq.done.Load(id); !ok {
+					return false
+				}
+			}
+		}
+		return true
 	})
 	lat := make([]float64, 0, total)
 	for _, m := range committed {
@@ -320,3 +332,19 @@ func BenchmarkNotifyCommitCost(b *testing.B) {
 		b.Log(fmt.Sprintf("8 writers: %.0f commits/s plain, %.0f with the NOTIFY trigger (ratio %.2f)", without, with, with/without))
 	}
 }
+
+// flagHandler sets flag when a log record with message msg goes by.
+type flagHandler struct {
+	msg  string
+	flag *atomic.Bool
+}
+
+func (h flagHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h flagHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "bunbox relay: "+h.msg {
+		h.flag.Store(true)
+	}
+	return nil
+}
+func (h flagHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h flagHandler) WithGroup(string) slog.Handler      { return h }

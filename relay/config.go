@@ -62,8 +62,9 @@ type Config struct {
 	// PollInterval is the longest an idle relay waits before it looks for rows again: the safety net
 	// behind notifications and the adaptive poll. Defaults to 500ms.
 	PollInterval time.Duration
-	// MinPollInterval is the first wait after a round that found nothing; it doubles with every empty
-	// round up to PollInterval, so a relay that was just busy looks again soon. Defaults to 5ms.
+	// MinPollInterval is the wait after a round that found nothing, for the first second after the
+	// relay last saw rows; then the wait doubles with every empty round up to PollInterval. It is the idle
+	// latency under traffic when no NOTIFY trigger is installed. Defaults to 5ms.
 	MinPollInterval time.Duration
 	// DisableNotify turns off listening on NotifyChannel (which needs the pgdriver driver and the trigger
 	// of EnableNotify to be useful). Defaults to false: the relay listens when the driver is pgdriver.

@@ -145,5 +145,8 @@ func TestBackoff(t *testing.T) {
 	require.Equal(t, 2*RetryBackoffDefault, c.retryDelay(2))
 	require.Equal(t, RetryBackoffMaxDefault, c.retryDelay(40))
 	require.Equal(t, MinPollIntervalDefault, c.idleWait(1))
-	require.Equal(t, PollIntervalDefault, c.idleWait(100))
+	hot := int(hotWindow / MinPollIntervalDefault)
+	require.Equal(t, MinPollIntervalDefault, c.idleWait(hot))
+	require.Equal(t, 2*MinPollIntervalDefault, c.idleWait(hot+1))
+	require.Equal(t, PollIntervalDefault, c.idleWait(hot+100))
 }

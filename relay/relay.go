@@ -128,16 +128,19 @@ func (r *Relay) Run(ctx context.Context) error {
 		slog.Int("batch_size", r.cfg.BatchSize), slog.Int("concurrency", r.cfg.Concurrency), slog.Int("workers", r.cfg.Workers),
 		slog.Duration("poll_interval", r.cfg.PollInterval))
 	var workers sync.WaitGroup
-	for range r.cfg.Workers {
-		workers.Go(func() { r.loop(ctx, wake) })
+	busy := make(chan struct{}, r.cfg.Workers)
+	workers.Go(func() { r.loop(ctx, wake, busy) })
+	for range r.cfg.Workers - 1 {
+		workers.Go(func() { r.helper(ctx, busy) })
 	}
 	workers.Wait()
 	r.log.LogAttrs(context.WithoutCancel(ctx), slog.LevelInfo, "bunbox relay stopped")
 	return nil
 }
 
-// loop is the poll loop of one worker: wait for the timer or a wake-up, run one round, decide the next wait.
-func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) {
+// loop is the poll loop: wait for the timer or a wake-up, run one round, decide the next wait. It is the
+// only worker that polls an idle table; a full batch calls the helpers in (busy).
+func (r *Relay) loop(ctx context.Context, wake <-chan struct{}, busy chan<- struct{}) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	failures, empties := 0, 0
@@ -168,10 +171,38 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) {
 			failures, empties = 0, 0
 		case res.Claimed > 0:
 			empties = 0 // more may be waiting: look again at once
+			if res.Claimed == r.cfg.BatchSize {
+				select {
+				case busy <- struct{}{}:
+				default:
+				}
+			}
 		default:
 			empties++
 			wait = r.cfg.idleWait(empties)
 		}
 		timer.Reset(wait)
+	}
+}
+
+// helper is an extra worker: called in by a full batch, it runs rounds while they come back full, so
+// that one batch's enqueues overlap another's claim and marks. Errors leave the backoff to loop.
+func (r *Relay) helper(ctx context.Context, busy chan struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-busy:
+		}
+		for ctx.Err() == nil {
+			res := r.runOnce(ctx)
+			if res.Err != nil || res.Claimed < r.cfg.BatchSize {
+				break
+			}
+			select {
+			case busy <- struct{}{}: // call in the next helper, if any is idle
+			default:
+			}
+		}
 	}
 }

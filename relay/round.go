@@ -35,14 +35,6 @@ func (r *Relay) runOnce(ctx context.Context) (res BatchEvent) {
 		return res
 	}
 	defer func() { _ = tx.Rollback() }()
-	// The marks need not wait for the WAL flush: a mark lost in a database crash only means the row is
-	// enqueued again, which its TaskID absorbs. This takes the fsync off the relay's critical path.
-	if _, err := tx.ExecContext(ctx, "SET LOCAL synchronous_commit = off"); err != nil {
-		if ctx.Err() == nil {
-			res.Err = fmt.Errorf("begin: %w", err)
-		}
-		return res
-	}
 
 	events, err := claim(ctx, tx, r.cfg.BatchSize)
 	if err != nil {
@@ -95,6 +87,12 @@ func (r *Relay) runOnce(ctx context.Context) (res BatchEvent) {
 		}
 	}
 
+	// The marks need not wait for the WAL flush: a mark lost in a database crash only means the row is
+	// enqueued again, which its TaskID absorbs. This takes the fsync off the relay's critical path.
+	if _, err := tx.ExecContext(bg, "SET LOCAL synchronous_commit = off"); err != nil {
+		res.Err = errors.Join(res.Err, fmt.Errorf("mark: %w", err))
+		return res
+	}
 	if err := markPublished(bg, tx, published); err != nil {
 		res.Err = errors.Join(res.Err, fmt.Errorf("mark published: %w", err))
 		return res
