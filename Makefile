@@ -8,7 +8,7 @@ DEV := scripts/devservices.sh
 # with_services runs $(1) with the dev services up and their settings in the environment, and always stops them.
 with_services = $(DEV) up && { eval "$$($(DEV) env)" && $(1); rc=$$?; $(DEV) down; exit $$rc; }
 
-.PHONY: help test test/short test/race lint demo services/up services/down bench
+.PHONY: help test test/short test/race test/fault lint demo services/up services/down bench
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -17,6 +17,12 @@ test: ## start the services, run every test with -race, stop the services
 	@$(call with_services,$(GO) test -race -count=1 -timeout 30m ./...)
 
 test/race: test ## alias of test: the race detector is always on
+
+# The suite starts private PostgreSQL and Redis servers it can kill; with_services only makes sure the binaries are
+# installed, in a directory of its own so that the shared dev services are left alone.
+test/fault: export BUNBOX_DEV_DIR := $(CURDIR)/.dev/fault
+test/fault: ## the fault-injection suite (~3 min): real processes SIGKILLed, Redis and PostgreSQL restarted; FAULT_SEED=n replays a run
+	@$(call with_services,FAULT_RACE=$${FAULT_RACE:-1} $(GO) test -race -count=1 -tags fault -timeout 15m -v -run TestFault ./internal/faultsuite/)
 
 test/short: ## the tests that need no server
 	$(GO) test -short -race -count=1 ./...

@@ -1,15 +1,27 @@
 // Package faultsuite proves the outbox's promise under the faults that happen in production: it drives
-// real processes (a producer placing orders through bunx, three relays with reconcilers, asynq workers
-// using the bunx Inbox) against private PostgreSQL and Redis servers, kills relays and workers with
-// SIGKILL at random points, restarts Redis without persistence (losing every task) and crashes
-// PostgreSQL, then checks the ledger: every event of every committed transaction handled once, none of a
-// rolled-back one, no task enqueued twice inside the dedupe window, nothing left pending or locked.
+// real processes (a producer placing orders through bunx, three relays each running a reconciler, asynq
+// workers whose handlers use the bunx Inbox) against private PostgreSQL and Redis servers, SIGKILLs
+// relays and workers at random points, restarts Redis without persistence (losing every task, while the
+// workers are down so that a backlog is lost) and crashes PostgreSQL (pg_ctl stop -m immediate), then
+// lets everything drain and checks the ledger: every event of every committed transaction handled, and
+// once; none of a rolled-back one; no task enqueued twice inside the dedupe window; nothing left pending,
+// dead or locked; malformed and unroutable tasks archived at their first delivery.
 //
-// The suite is behind the build tag "fault" and takes a few minutes:
+// The suite is behind the build tag "fault" and takes about three minutes:
 //
-//	make test/fault                                   # or:
+//	make test/fault
 //	go test -race -count=1 -tags fault -v ./internal/faultsuite/
-//	FAULT_SEED=1234 go test -tags fault -v ./internal/faultsuite/   # replay a schedule
+//
+// Knobs (environment, or the -fault.* test flags):
+//
+//	FAULT_SEED=n      replay the schedule of a run (its seed is printed first); default time-based
+//	FAULT_FLOW=60s    how long events flow while faults are injected
+//	FAULT_KILLS=24    SIGKILLs of relays and workers, besides the two workers killed around the Redis loss
+//	FAULT_RACE=1      build the helper processes with the race detector (make test/fault does)
+//	FAULT_BREAK=x     sabotage one safety mechanism to prove the ledger notices; the run must FAIL:
+//	                  reconciler (relays run none), inbox (effects written without it), taskid (enqueue
+//	                  without the TaskID)
 //
 // The processes are one binary, faultproc, with a subcommand per role; the test builds it with go build.
+// Each process writes a ledger (producer outcomes, enqueues, deliveries) to files that survive SIGKILL.
 package faultsuite

@@ -92,14 +92,20 @@ func TestFault(t *testing.T) {
 
 	base := []string{"-db", pg.URL(), "-redis", rd.Addr(), "-dir", dir}
 	var relayProcs, workerProcs []*proc
+	// FAULT_BREAK sabotages one safety mechanism, to prove that the ledger notices its absence: with
+	// reconciler, inbox or taskid the suite must fail (lost events, duplicate effects, duplicate enqueues).
+	sabotage := os.Getenv("FAULT_BREAK")
+	if sabotage != "" {
+		t.Logf("FAULT_BREAK=%s: this run is expected to FAIL", sabotage)
+	}
 	for i := range relays {
 		id := fmt.Sprintf("r%d", i)
-		relayProcs = append(relayProcs, newProc(t, dir, bin, id, append([]string{"relay", "-id", id}, base...)...))
+		relayProcs = append(relayProcs, newProc(t, dir, bin, id, append([]string{"relay", "-id", id, "-break", sabotage}, base...)...))
 	}
 	for i := range workers {
 		id := fmt.Sprintf("w%d", i)
 		workerProcs = append(workerProcs, newProc(t, dir, bin, id,
-			append([]string{"worker", "-id", id, "-seed", strconv.FormatInt(seed+int64(i), 10)}, base...)...))
+			append([]string{"worker", "-id", id, "-break", sabotage, "-seed", strconv.FormatInt(seed+int64(i), 10)}, base...)...))
 	}
 	producer := newProc(t, dir, bin, "producer", append([]string{"producer", "-id", "producer",
 		"-seed", strconv.FormatInt(seed, 10), "-duration", flow.String(), "-rate", "40"}, base...)...)
@@ -150,12 +156,23 @@ func TestFault(t *testing.T) {
 				st.workerKills++
 			}
 		case "redis":
-			rd.Stop(t) // no persistence: every task, pending or completed, is gone
+			// The workers go down first, so that Redis holds a backlog of pending tasks when it loses
+			// everything: without the reconciler these events would never be handled.
+			for _, w := range workerProcs {
+				w.kill(t)
+				st.kills++
+				st.workerKills++
+			}
+			time.Sleep(2 * time.Second) // the backlog builds up while the relays keep enqueueing
+			rd.Stop(t)                  // no persistence: every task, pending or completed, is gone
 			st.redisStopEnd = time.Now()
 			time.Sleep(500*time.Millisecond + pause)
 			st.redisStartBegin = time.Now()
 			rd.Start(t)
-			t.Logf("%s: Redis restarted empty", time.Since(flowStart).Round(time.Millisecond))
+			for _, w := range workerProcs {
+				w.start(t)
+			}
+			t.Logf("%s: workers killed, Redis restarted empty, workers restarted", time.Since(flowStart).Round(time.Millisecond))
 		case "postgres":
 			pg.Crash(t) // pg_ctl stop -m immediate: like a power cut, WAL recovery at start
 			time.Sleep(500*time.Millisecond + pause)
@@ -172,6 +189,7 @@ func TestFault(t *testing.T) {
 	ins := asynq.NewInspector(asynq.RedisClientOpt{Addr: rd.Addr()})
 	defer ins.Close()
 	led := readLedger(t, dir, check)
+	bad := enqueueBadTasks(t, rd.Addr())
 
 	// Drain: wait until nothing is pending, every routed event has its effect and every event's task is
 	// in Redis (completed, or archived for the unrouted ones).
@@ -179,6 +197,8 @@ func TestFault(t *testing.T) {
 	var progress drainState
 	for {
 		progress = drain(ctx, check, ins, led)
+		progress.badArchived = archivedUnretried(ins, bad)
+		progress.bad = len(bad)
 		if progress.done() {
 			break
 		}
@@ -312,16 +332,18 @@ type drainState struct {
 	routed, effected    int
 	tasks, tasksInRedis int
 	unrouted, archived  int
+	bad, badArchived    int
+	inFlight            int // tasks pending, active, scheduled or in retry
 	err                 error
 }
 
 func (d drainState) done() bool {
-	return d.err == nil && d.pending == 0 && d.effected == d.routed && d.tasksInRedis == d.tasks && d.archived == d.unrouted
+	return d.err == nil && d.pending == 0 && d.effected == d.routed && d.tasksInRedis == d.tasks && d.archived == d.unrouted && d.badArchived == d.bad
 }
 
 func (d drainState) String() string {
-	return fmt.Sprintf("pending %d, dead %d, effects %d/%d, tasks in Redis %d/%d, unrouted archived %d/%d, err %v",
-		d.pending, d.dead, d.effected, d.routed, d.tasksInRedis, d.tasks, d.archived, d.unrouted, d.err)
+	return fmt.Sprintf("pending %d, dead %d, effects %d/%d, tasks in Redis %d/%d, unrouted archived %d/%d, malformed archived %d/%d, tasks in flight %d, err %v",
+		d.pending, d.dead, d.effected, d.routed, d.tasksInRedis, d.tasks, d.archived, d.unrouted, d.badArchived, d.bad, d.inFlight, d.err)
 }
 
 func drain(ctx context.Context, db *bun.DB, ins *asynq.Inspector, l *ledger) drainState {
@@ -354,6 +376,16 @@ func drain(ctx context.Context, db *bun.DB, ins *asynq.Inspector, l *ledger) dra
 	if d.pending > 0 || d.effected < d.routed {
 		return d // look at Redis only once the database is done
 	}
+	// Tasks a killed worker held stay active until asynq's recoverer hands them out again (lease
+	// expired + 30 s); their redelivery must find the inbox record, so the suite waits for them.
+	for _, q := range []string{"default", "critical"} {
+		qi, err := ins.GetQueueInfo(q)
+		if err != nil {
+			d.err = err
+			return d
+		}
+		d.inFlight += qi.Pending + qi.Active + qi.Scheduled + qi.Retry + qi.Aggregating
+	}
 	for id, name := range l.expected {
 		info, err := ins.GetTaskInfo(queueOf(name), id)
 		switch {
@@ -369,6 +401,40 @@ func drain(ctx context.Context, db *bun.DB, ins *asynq.Inspector, l *ledger) dra
 		}
 	}
 	return d
+}
+
+// enqueueBadTasks puts tasks into Redis that no relay would write, as a buggy or hostile producer might:
+// the workers must archive each at its first delivery (asynq.SkipRetry), with no effect. It returns
+// their task ids.
+func enqueueBadTasks(t *testing.T, addr string) []string {
+	t.Helper()
+	c := asynq.NewClient(asynq.RedisClientOpt{Addr: addr})
+	defer c.Close()
+	tasks := map[string]*asynq.Task{
+		"bad-no-header":   asynq.NewTask("order.placed", []byte(`{}`)),
+		"bad-header":      asynq.NewTaskWithHeaders("order.placed", []byte(`{}`), map[string]string{"bunbox-event-id": "not-a-uuid"}),
+		"bad-nil-id":      asynq.NewTaskWithHeaders("order.audited", []byte(`{}`), map[string]string{"bunbox-event-id": "00000000-0000-0000-0000-000000000000"}),
+		"bad-no-listener": asynq.NewTask("order.nobody-listens", []byte(`not json`)),
+	}
+	var ids []string
+	for id, task := range tasks {
+		if _, err := c.Enqueue(task, asynq.TaskID(id), asynq.Queue("default"), asynq.MaxRetry(5)); err != nil {
+			t.Fatalf("enqueue %s: %v", id, err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// archivedUnretried counts the tasks that are archived without a single retry.
+func archivedUnretried(ins *asynq.Inspector, ids []string) int {
+	n := 0
+	for _, id := range ids {
+		if info, err := ins.GetTaskInfo("default", id); err == nil && info.State == asynq.TaskStateArchived && info.Retried == 0 {
+			n++
+		}
+	}
+	return n
 }
 
 func queueOf(name string) string {
@@ -398,6 +464,7 @@ func lockedRows(t *testing.T, db *bun.DB) int {
 }
 
 type result struct {
+	st                      *stats
 	l                       *ledger
 	routed, unrouted        int
 	byName                  map[string]int
@@ -423,7 +490,7 @@ type result struct {
 func verify(t *testing.T, db *bun.DB, ins *asynq.Inspector, dir string, l *ledger, st *stats, locked int) *result {
 	t.Helper()
 	ctx := context.Background()
-	r := &result{l: l, byName: map[string]int{}, locked: locked}
+	r := &result{l: l, st: st, byName: map[string]int{}, locked: locked}
 	for _, name := range l.expected {
 		r.byName[name]++
 		if name == "order.unrouted" {
@@ -598,6 +665,9 @@ func (r *result) assert(t *testing.T) {
 	if r.inboxRows != r.delivered {
 		t.Errorf("inbox rows %d, handled events %d", r.inboxRows, r.delivered)
 	}
+	if st := r.st; st.progress.badArchived != st.progress.bad {
+		t.Errorf("malformed tasks archived without retry: %d of %d", st.progress.badArchived, st.progress.bad)
+	}
 }
 
 func (r *result) table(seed int64, st *stats) string {
@@ -615,6 +685,7 @@ func (r *result) table(seed int64, st *stats) string {
 	row("events rolled back", "%d (in outbox %d, enqueued %d, delivered %d)", len(r.l.forbidden),
 		r.outboxForbidden, r.enqueuedForbidden, r.deliveredForbidden)
 	row("delivered", "%d of %d routed (effects); %d of %d unrouted archived", r.delivered, r.routed, r.archived, r.unrouted)
+	row("malformed tasks", "%d of %d archived at the first delivery, no retry, no effect", st.progress.badArchived, st.progress.bad)
 	row("raw deliveries", "%d (%d redeliveries absorbed by the inbox)", r.rawDeliveries, r.rawDeliveries-r.distinctDelivered)
 	row("enqueues", "%d created, %d conflicts (deduplicated)", r.okEnqueues, r.conflicts)
 	row("re-enqueued after Redis loss", "%d events (reconciler)", r.reenqueuedAfterLoss)

@@ -20,8 +20,9 @@ import (
 //
 // The span places the enqueue in a Redis incarnation (see the suite's definition of a duplicate).
 type ledgerEnqueuer struct {
-	client *asynq.Client
-	led    *ledger
+	client   *asynq.Client
+	led      *ledger
+	noTaskID bool // sabotage: enqueue without the TaskID, so asynq cannot deduplicate
 }
 
 func (e *ledgerEnqueuer) EnqueueContext(ctx context.Context, t *asynq.Task, opts ...asynq.Option) (*asynq.TaskInfo, error) {
@@ -30,6 +31,15 @@ func (e *ledgerEnqueuer) EnqueueContext(ctx context.Context, t *asynq.Task, opts
 		if o.Type() == asynq.TaskIDOpt {
 			id = o.Value().(string)
 		}
+	}
+	if e.noTaskID {
+		kept := opts[:0:0]
+		for _, o := range opts {
+			if o.Type() != asynq.TaskIDOpt {
+				kept = append(kept, o)
+			}
+		}
+		opts = kept
 	}
 	start := time.Now()
 	info, err := e.client.EnqueueContext(ctx, t, opts...)
@@ -53,6 +63,7 @@ func runRelay(ctx context.Context, args []string) error {
 	c.register(fs)
 	window := fs.Duration("reconcile-window", 2*time.Minute, "reconciler window")
 	interval := fs.Duration("reconcile-interval", 3*time.Second, "reconciler interval")
+	sabotage := fs.String("break", "", "sabotage, to prove the suite notices: reconciler (run none) or taskid (enqueue without TaskID)")
 	_ = fs.Parse(args)
 	log := logger(c.id)
 
@@ -79,13 +90,16 @@ func runRelay(ctx context.Context, args []string) error {
 			BackoffMax:      time.Second,
 			EnqueueTimeout:  2 * time.Second,
 			Logger:          log,
-			Enqueuer:        &ledgerEnqueuer{client: client, led: led},
+			Enqueuer:        &ledgerEnqueuer{client: client, led: led, noTaskID: *sabotage == "taskid"},
 		})
 	})
 	if err != nil {
 		return nil // stopped before it could start
 	}
 	defer r.Close()
+	if *sabotage == "reconciler" {
+		return r.Run(ctx)
+	}
 	rc, err := retry(ctx, log, "relay.NewReconciler", func() (*relay.Reconciler, error) {
 		return relay.NewReconciler(db, redisOpt, relay.ReconcilerConfig{
 			Window:        *window,

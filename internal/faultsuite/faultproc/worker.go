@@ -29,6 +29,8 @@ func runWorker(ctx context.Context, args []string) error {
 	c.register(fs)
 	lostAck := fs.Float64("lost-ack", 0.03, "probability of failing a handled task after its commit")
 	concurrency := fs.Int("concurrency", 6, "asynq concurrency")
+	work := fs.Duration("work", 10*time.Millisecond, "longest time a handler works inside its transaction (random up to this), so that kills land mid-transaction")
+	sabotage := fs.String("break", "", "sabotage, to prove the suite notices: inbox (write the effect without the inbox)")
 	kick := fs.Duration("recover-every", 5*time.Second, "how often to start a short-lived asynq server whose start-up recovers tasks of killed workers (0: never)")
 	_ = fs.Parse(args)
 	log := logger(c.id)
@@ -47,6 +49,11 @@ func runWorker(ctx context.Context, args []string) error {
 		defer rngMu.Unlock()
 		return rng.Float64() < p
 	}
+	randDuration := func(d time.Duration) time.Duration {
+		rngMu.Lock()
+		defer rngMu.Unlock()
+		return time.Duration(rng.Int64N(int64(d)))
+	}
 
 	inbox := bunx.NewInbox(db, bunx.WithInboxLogger(log))
 	effect := inbox.Handler("effects", func(ctx context.Context, tx bun.Tx, t *asynq.Task) error {
@@ -55,8 +62,21 @@ func runWorker(ctx context.Context, args []string) error {
 			return err
 		}
 		_, err = tx.NewRaw("INSERT INTO fault_effects (event_id, event_name, worker) VALUES (?, ?, ?)", id, t.Type(), c.id).Exec(ctx)
+		if err == nil && *work > 0 {
+			time.Sleep(randDuration(*work)) // the handler's work, with the transaction open
+		}
 		return err
 	})
+	if *sabotage == "inbox" {
+		effect = asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			id, err := bunx.EventID(t)
+			if err != nil {
+				return err
+			}
+			_, err = db.NewRaw("INSERT INTO fault_effects (event_id, event_name, worker) VALUES (?, ?, ?)", id, t.Type(), c.id).Exec(ctx)
+			return err
+		})
+	}
 	handle := asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		if err := effect.ProcessTask(ctx, t); err != nil {
 			return err
