@@ -24,10 +24,24 @@
 //		}
 //	}()
 //
-// An idle relay wakes within milliseconds of a commit when the database notifies it: [EnableNotify]
-// installs a statement-level trigger that sends a NOTIFY on [NotifyChannel] for every insert into the
-// outbox. Without it the relay polls adaptively, [Config.MinPollInterval] right after activity, slowing
-// to [Config.PollInterval] when idle. A notification is only a hint: polling always remains the safety net.
+// # Wake-up
+//
+// A full batch is followed by the next round at once. After an empty round the relay polls again after
+// [Config.MinPollInterval] (5ms) for a second, then doubles its wait up to [Config.PollInterval] (500ms),
+// so under traffic the commit-to-enqueued latency is a few milliseconds, and after a long quiet spell it is
+// at most PollInterval. [EnableNotifyTrigger] adds a statement-level trigger that sends a NOTIFY on
+// [NotifyChannel] for every insert into the outbox: a relay then wakes within a millisecond or two of
+// the commit however long it was idle. A notification is only a hint (one sent while the listener
+// reconnects is lost); polling remains the safety net. The trigger is opt-in because a NOTIFY takes a
+// database-wide lock at commit that serializes committing writers: BenchmarkNotifyCommitCost measured
+// 8 concurrent writers at 0.59 to 0.71 of their plain commit rate, and 0.09 on a heavily loaded machine.
+//
+// # Throughput
+//
+// Rounds run in up to [Config.Workers] workers that share the [Config.Concurrency] bound on enqueues, so
+// that one batch's claim and marks overlap another's enqueues. The marks are committed with
+// synchronous_commit off: a mark lost in a database crash only means a second enqueue, which the TaskID
+// absorbs.
 //
 // Rows that fail to enqueue are retried with their own exponential backoff and marked dead after
 // [Config.MaxAttempts]; [DeadEvents] lists them and [RetryDead] puts them back in line. Published rows are
