@@ -20,6 +20,15 @@ ORDER BY id
 LIMIT ?
 FOR UPDATE SKIP LOCKED`
 
+// due reports whether a row may be waiting to be claimed; an error says yes, so that the round that
+// follows meets it and backs off.
+func (r *Relay) due(ctx context.Context) bool {
+	var due bool
+	err := r.db.NewRaw(`SELECT EXISTS (SELECT 1 FROM outbox_events
+WHERE published_at IS NULL AND dead_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= now()))`).Scan(ctx, &due)
+	return err != nil || due
+}
+
 func claim(ctx context.Context, tx bun.Tx, n int) ([]model.Event, error) {
 	events := make([]model.Event, 0, n)
 	if err := tx.NewRaw(claimSQL, n).Scan(ctx, &events); err != nil {

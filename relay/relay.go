@@ -155,6 +155,12 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}, busy chan<- stru
 		case <-timer.C:
 		case <-wakeCh:
 		}
+		if empties > 0 && failures == 0 && !r.due(ctx) {
+			// Still idle, found with one cheap statement rather than a transaction.
+			empties++
+			timer.Reset(r.cfg.idleWait(empties))
+			continue
+		}
 		res := r.runOnce(ctx)
 		if ctx.Err() != nil {
 			return
