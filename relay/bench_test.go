@@ -1,13 +1,19 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -124,9 +130,13 @@ SELECT gen_random_uuid(), 'bench.event', ?, ? FROM generate_series(1, ?)`, queue
 		})
 
 		var rawTime, relayTime time.Duration
+		var rawCPU, relayCPU cpuTimes
 		var relayed int64
 		for seg := range segments {
+			c0 := readCPU()
 			rawTime += enqueueRaw(n / segments)
+			c1 := readCPU()
+			rawCPU = rawCPU.add(c1.sub(c0))
 			segCtx, cancel := context.WithCancel(ctx)
 			stopSegment.Store(cancel)
 			segmentDone.Store(0)
@@ -139,6 +149,7 @@ SELECT gen_random_uuid(), 'bench.event', ?, ? FROM generate_series(1, ?)`, queue
 				b.Fatal(err)
 			}
 			relayTime += time.Since(start)
+			relayCPU = relayCPU.add(readCPU().sub(c1))
 			relayed += segmentDone.Load()
 			cancel()
 			if relayed >= n {
@@ -160,6 +171,10 @@ SELECT gen_random_uuid(), 'bench.event', ?, ? FROM generate_series(1, ?)`, queue
 		b.ReportMetric(relayRate/rawRate, "relay/raw")
 		b.ReportMetric(float64(peakHeap.Load()-min(baseHeap, peakHeap.Load()))/(1<<20), "relay_peak_heap_MB")
 		b.ReportMetric(float64(peakHeap.Load())/(1<<20), "process_peak_heap_MB")
+		b.Logf("CPU µs per event, raw: go %.1f, redis %.1f, postgres %.1f; relay: go %.1f, redis %.1f, postgres %.1f",
+			rawCPU.self.Seconds()*1e6/n, rawCPU.redis.Seconds()*1e6/n, rawCPU.pg.Seconds()*1e6/n,
+			relayCPU.self.Seconds()*1e6/float64(relayed), relayCPU.redis.Seconds()*1e6/float64(relayed),
+			relayCPU.pg.Seconds()*1e6/float64(relayed))
 		if _, err := db.ExecContext(ctx, "TRUNCATE outbox_events"); err != nil {
 			b.Fatal(err)
 		}
@@ -348,3 +363,47 @@ func (h flagHandler) Handle(_ context.Context, r slog.Record) error {
 }
 func (h flagHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h flagHandler) WithGroup(string) slog.Handler      { return h }
+
+// cpuTimes is CPU time used by this process and by all redis-server and postgres processes on the
+// machine (an approximation when other servers run too).
+type cpuTimes struct{ self, redis, pg time.Duration }
+
+func (a cpuTimes) add(b cpuTimes) cpuTimes {
+	return cpuTimes{a.self + b.self, a.redis + b.redis, a.pg + b.pg}
+}
+func (a cpuTimes) sub(b cpuTimes) cpuTimes {
+	return cpuTimes{a.self - b.self, a.redis - b.redis, a.pg - b.pg}
+}
+
+func readCPU() cpuTimes {
+	var c cpuTimes
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	c.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		open, close := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+		if open < 0 || close < open {
+			continue
+		}
+		comm := string(b[open+1 : close])
+		fields := strings.Fields(string(b[close+2:]))
+		if len(fields) < 13 {
+			continue
+		}
+		ut, _ := strconv.ParseInt(fields[11], 10, 64)
+		st, _ := strconv.ParseInt(fields[12], 10, 64)
+		d := time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ = 100
+		switch {
+		case strings.HasPrefix(comm, "redis-server"):
+			c.redis += d
+		case strings.HasPrefix(comm, "postgres"):
+			c.pg += d
+		}
+	}
+	return c
+}

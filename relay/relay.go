@@ -103,7 +103,9 @@ func (r *Relay) Close() error {
 	return r.client.Close()
 }
 
-// Run relays until ctx is done, then finishes or releases the batch in flight and returns nil. Errors of
+// Run relays until ctx is done, then finishes or releases the batch in flight and returns nil: enqueues
+// already started finish (each bounded by EnqueueTimeout) and are marked, the rest of the batch is
+// released unlocked for the next relay. Errors of
 // single rounds (PostgreSQL or Redis unreachable) are logged and retried with backoff, never returned. A
 // second Run while one is running returns ErrRunning.
 func (r *Relay) Run(ctx context.Context) error {
