@@ -15,8 +15,8 @@
 // Knobs (environment, or the -fault.* test flags):
 //
 //	FAULT_SEED=n      replay the schedule of a run (its seed is printed first); default time-based
-//	FAULT_FLOW=60s    how long events flow while faults are injected
-//	FAULT_KILLS=24    SIGKILLs of relays and workers, besides the two workers killed around the Redis loss
+//	FAULT_FLOW=90s    how long events flow while faults are injected
+//	FAULT_KILLS=30    SIGKILLs of relays and workers, besides the two workers killed around the Redis loss
 //	FAULT_RACE=1      build the helper processes with the race detector (make test/fault does)
 //	FAULT_BREAK=x     sabotage one safety mechanism to prove the ledger notices; the run must FAIL:
 //	                  reconciler (relays run none), inbox (effects written without it), taskid (enqueue

@@ -26,8 +26,8 @@ import (
 
 var (
 	seedFlag  = flag.Int64("fault.seed", 0, "seed of the fault schedule (also FAULT_SEED); 0 means time-based")
-	flowFlag  = flag.Duration("fault.flow", 0, "how long events flow while faults are injected (also FAULT_FLOW); default 60s")
-	killsFlag = flag.Int("fault.kills", 0, "SIGKILLs of relays and workers (also FAULT_KILLS); default 24")
+	flowFlag  = flag.Duration("fault.flow", 0, "how long events flow while faults are injected (also FAULT_FLOW); default 90s")
+	killsFlag = flag.Int("fault.kills", 0, "SIGKILLs of relays and workers (also FAULT_KILLS); default 30")
 )
 
 const (
@@ -70,8 +70,8 @@ func TestFault(t *testing.T) {
 	outboxtest.SkipShort(t)
 	began := time.Now()
 	seed := cmp.Or(*seedFlag, envInt64(t, "FAULT_SEED"), time.Now().UnixNano()%1_000_000_000)
-	flow := cmp.Or(*flowFlag, envDuration(t, "FAULT_FLOW"), 60*time.Second)
-	kills := int(cmp.Or(int64(*killsFlag), envInt64(t, "FAULT_KILLS"), 24))
+	flow := cmp.Or(*flowFlag, envDuration(t, "FAULT_FLOW"), 90*time.Second)
+	kills := int(cmp.Or(int64(*killsFlag), envInt64(t, "FAULT_KILLS"), 30))
 	fmt.Printf("fault suite: FAULT_SEED=%d FAULT_FLOW=%s FAULT_KILLS=%d\n", seed, flow, kills)
 	t.Logf("FAULT_SEED=%d (replay with FAULT_SEED=%d)", seed, seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
@@ -472,6 +472,7 @@ type result struct {
 	archived                int // unrouted events archived in Redis
 	rawDeliveries           int
 	distinctDelivered       int // event ids delivered at least once
+	cutHandlers             int // handlers a SIGKILL interrupted
 	deliveredForbidden      int
 	effectRows, dupEffects  int
 	unexpectedEffects       int
@@ -556,7 +557,13 @@ func verify(t *testing.T, db *bun.DB, ins *asynq.Inspector, dir string, l *ledge
 
 	// Raw deliveries, counted outside the handlers' transactions.
 	seen := map[string]bool{}
+	open := map[string]int{} // event id + pid -> handlers started and not returned
 	readLines(t, filepath.Join(dir, "deliveries-*.log"), func(_ string, f []string) {
+		if f[0] == "e" {
+			open[f[1]+"/"+f[4]]--
+			return
+		}
+		open[f[1]+"/"+f[4]]++
 		r.rawDeliveries++
 		if !seen[f[1]] {
 			seen[f[1]] = true
@@ -566,6 +573,10 @@ func verify(t *testing.T, db *bun.DB, ins *asynq.Inspector, dir string, l *ledge
 			r.deliveredForbidden++
 		}
 	})
+
+	for _, n := range open {
+		r.cutHandlers += max(n, 0)
+	}
 
 	// Enqueues.
 	enq := map[string][]span{}
@@ -687,6 +698,7 @@ func (r *result) table(seed int64, st *stats) string {
 	row("delivered", "%d of %d routed (effects); %d of %d unrouted archived", r.delivered, r.routed, r.archived, r.unrouted)
 	row("malformed tasks", "%d of %d archived at the first delivery, no retry, no effect", st.progress.badArchived, st.progress.bad)
 	row("raw deliveries", "%d (%d redeliveries absorbed by the inbox)", r.rawDeliveries, r.rawDeliveries-r.distinctDelivered)
+	row("handlers cut by SIGKILL", "%d (redelivered after the lease expired, or by the reconciler)", r.cutHandlers)
 	row("enqueues", "%d created, %d conflicts (deduplicated)", r.okEnqueues, r.conflicts)
 	row("re-enqueued after Redis loss", "%d events (reconciler)", r.reenqueuedAfterLoss)
 	row("duplicate enqueues", "%d (ambiguous spans %d)", r.dupEnqueues, r.ambiguous)

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"time"
 
@@ -20,8 +22,9 @@ var errLostAck = errors.New("fault: acknowledgement lost after the effect commit
 
 // runWorker serves order.placed and order.audited with one bunx Inbox handler whose effect is a row in
 // fault_effects, written in the inbox's transaction. Outside that transaction every delivery is written
-// to the worker's delivery ledger (d <event id> <task type> <retry count>), so the checker sees asynq
-// redeliver while the effects stay once. With probability -lost-ack the handler fails after its
+// to the worker's delivery ledger (d <event id> <task type> <retry count> <pid> when it starts,
+// e <event id> <task type> <ok> <pid> when it returns), so the checker sees asynq redeliver while the
+// effects stay once, and sees the handlers that a SIGKILL cut. With probability -lost-ack the handler fails after its
 // transaction committed, as if the acknowledgement had been lost: asynq retries, the inbox skips.
 func runWorker(ctx context.Context, args []string) error {
 	var c common
@@ -29,7 +32,7 @@ func runWorker(ctx context.Context, args []string) error {
 	c.register(fs)
 	lostAck := fs.Float64("lost-ack", 0.03, "probability of failing a handled task after its commit")
 	concurrency := fs.Int("concurrency", 6, "asynq concurrency")
-	work := fs.Duration("work", 10*time.Millisecond, "longest time a handler works inside its transaction (random up to this), so that kills land mid-transaction")
+	work := fs.Duration("work", 50*time.Millisecond, "longest time a handler works inside its transaction (random up to this), so that kills land mid-transaction")
 	sabotage := fs.String("break", "", "sabotage, to prove the suite notices: inbox (write the effect without the inbox)")
 	kick := fs.Duration("recover-every", 5*time.Second, "how often to start a short-lived asynq server whose start-up recovers tasks of killed workers (0: never)")
 	_ = fs.Parse(args)
@@ -89,14 +92,18 @@ func runWorker(ctx context.Context, args []string) error {
 	mux := asynq.NewServeMux()
 	mux.Handle("order.placed", handle)
 	mux.Handle("order.audited", handle)
-	mux.Use(func(next asynq.Handler) asynq.Handler {
-		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-			retried, _ := asynq.GetRetryCount(ctx)
-			led.printf("d %s %s %d", t.Headers()[model.HeaderEventID], t.Type(), retried)
-			return next.ProcessTask(ctx, t)
-		})
+	routed := ArchiveUnrouted(mux, log)
+	// Every delivery, routed or not, is written before the handler runs and again when it returns; a
+	// start without an end is a handler cut by a SIGKILL.
+	pid := os.Getpid()
+	root := asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		id := cmp.Or(t.Headers()[model.HeaderEventID], "-")
+		retried, _ := asynq.GetRetryCount(ctx)
+		led.printf("d %s %s %d %d", id, t.Type(), retried, pid)
+		err := routed.ProcessTask(ctx, t)
+		led.printf("e %s %s %t %d", id, t.Type(), err == nil, pid)
+		return err
 	})
-	root := ArchiveUnrouted(mux, log)
 
 	redisOpt := asynq.RedisClientOpt{Addr: c.redis, DialTimeout: 2 * time.Second}
 	srv := newServer(redisOpt, *concurrency, log)
