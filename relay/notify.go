@@ -39,6 +39,9 @@ func DisableNotifyTrigger(ctx context.Context, db bun.IDB) error {
 	return err
 }
 
+// listenCheckInterval is how often an unconfirmed listener notifies itself again.
+const listenCheckInterval = 100 * time.Millisecond
+
 // listen forwards notifications on NotifyChannel to wake as hints, until ctx ends. A notification sent
 // while the listener reconnects is lost: the poll interval covers that, and a reconnect wakes the loop.
 func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
@@ -75,7 +78,11 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 				}
 			}
 		} else {
-			_, _, err = ln.ReceiveTimeout(ctx, r.cfg.PollInterval)
+			timeout := r.cfg.PollInterval
+			if !confirmed {
+				timeout = min(timeout, listenCheckInterval)
+			}
+			_, _, err = ln.ReceiveTimeout(ctx, timeout)
 			if err == nil {
 				if !confirmed {
 					confirmed = true
@@ -86,7 +93,13 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 				continue
 			}
 			if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
-				continue
+				if confirmed {
+					continue
+				}
+				// The check may have raced the LISTEN (pgdriver does not wait for its reply): again.
+				if err = pgdriver.Notify(ctx, r.db, NotifyChannel, "listen-check"); err == nil {
+					continue
+				}
 			}
 		}
 		if ctx.Err() != nil {
