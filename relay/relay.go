@@ -151,13 +151,15 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}, busy chan<- stru
 		if failures > 0 {
 			wakeCh = nil // a wake-up does not cut a backoff short
 		}
+		woken := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-timer.C:
 		case <-wakeCh:
+			woken = true
 		}
-		if empties > 0 && failures == 0 && !r.due(ctx) {
+		if empties > 0 && failures == 0 && !woken && !r.due(ctx) {
 			// Still idle, found with one cheap statement rather than a transaction.
 			empties++
 			timer.Reset(r.cfg.idleWait(empties))
