@@ -292,11 +292,19 @@ func measureLatency(b *testing.B, notify bool, cfg Config, rate int, d time.Dura
 		return true
 	})
 	lat := make([]float64, 0, total)
+	slowAt := map[int]int{} // second of the run -> events over 10 ms, to tell a stall from a steady tail
 	for _, m := range committed {
 		for id, c := range m {
 			e, _ := enq.done.Load(id)
-			lat = append(lat, max(e.(time.Time).Sub(c), 0).Seconds()*1000)
+			l := max(e.(time.Time).Sub(c), 0).Seconds() * 1000
+			lat = append(lat, l)
+			if l > 10 {
+				slowAt[int(c.Sub(start)/(100*time.Millisecond))]++
+			}
 		}
+	}
+	if len(slowAt) > 0 {
+		b.Logf("events over 10 ms, by 100 ms slice of the run: %v", slowAt)
 	}
 	slices.Sort(lat)
 	q := func(p float64) float64 { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
