@@ -327,18 +327,25 @@ func TestReconcilerConfig(t *testing.T) {
 	})
 }
 
+// The reconciler runs next to the relays (one per relay, or one per deployment): every Interval it looks
+// up the tasks of the rows published within Window and puts back in line those Redis lost.
 func ExampleNewReconciler() {
-	var db *bun.DB // your pool
+	ctx := context.Background()
+	db := yourDB() // your *bun.DB, with bunbox's schema applied
 	redis := asynq.RedisClientOpt{Addr: "localhost:6379"}
 	rc, err := relay.NewReconciler(db, redis, relay.ReconcilerConfig{
-		Window:   time.Hour, // shorter than the relay's TaskRetention (24h by default)
-		Interval: time.Minute,
+		Window:        time.Hour,      // must be shorter than TaskRetention
+		Interval:      time.Minute,    // a lost task is re-delivered within about a minute
+		TaskRetention: 24 * time.Hour, // the relay's Config.TaskRetention
 	})
 	if err != nil {
-		fmt.Println(err)
-		return
+		panic(err) // Redis or PostgreSQL unreachable, the schema missing, or an invalid setting
 	}
 	defer rc.Close()
-	go func() { _ = rc.Run(context.Background()) }()
-	// Output: bunbox: relay.NewReconciler: db is nil
+	go func() { _ = rc.Run(ctx) }() // returns nil when ctx is done
+
+	res, err := rc.ReconcileOnce(ctx) // or one pass on demand, e.g. right after a Redis failover
+	fmt.Println(res.Checked, res.Missing, res.Requeued, err)
 }
+
+func yourDB() *bun.DB { return nil }

@@ -60,7 +60,7 @@ CREATE TABLE fault_effects (
 // fault is one entry of the schedule.
 type fault struct {
 	at   time.Duration
-	kind string // "kill", "redis", "postgres"
+	kind string // "kill", "term", "redis", "postgres"
 	proc *proc
 }
 
@@ -135,6 +135,13 @@ func TestFault(t *testing.T) {
 		}
 		schedule = append(schedule, fault{at: at, kind: "kill", proc: target})
 	}
+	// Graceful restarts (SIGTERM, as in a deploy) of relays and workers, on top of the kills: a stopping
+	// relay finishes or releases its batch, a stopping worker hands its tasks back.
+	for range kills / 4 {
+		at := time.Duration(1_500+rng.Int64N(flow.Milliseconds()-2_500)) * time.Millisecond
+		target := all[rng.IntN(len(all))]
+		schedule = append(schedule, fault{at: at, kind: "term", proc: target})
+	}
 	redisAt := time.Duration(float64(flow) * (0.25 + 0.1*rng.Float64()))
 	pgAt := time.Duration(float64(flow) * (0.55 + 0.1*rng.Float64()))
 	schedule = append(schedule, fault{at: redisAt, kind: "redis"}, fault{at: pgAt, kind: "postgres"})
@@ -155,6 +162,10 @@ func TestFault(t *testing.T) {
 			if strings.HasPrefix(f.proc.name, "w") {
 				st.workerKills++
 			}
+		case "term":
+			f.proc.stop(t, 15*time.Second)
+			f.proc.start(t)
+			st.terms++
 		case "redis":
 			// The workers go down first, so that Redis holds a backlog of pending tasks when it loses
 			// everything: without the reconciler these events would never be handled.
@@ -223,7 +234,7 @@ func TestFault(t *testing.T) {
 }
 
 type stats struct {
-	kills, workerKills            int
+	kills, workerKills, terms     int
 	redisStopEnd, redisStartBegin time.Time
 	wall                          time.Duration
 	progress                      drainState
@@ -706,6 +717,7 @@ func (r *result) table(seed int64, st *stats) string {
 	row("lost", "%d (tasks missing from Redis at the end: %d)", len(r.lost), r.tasksMissing)
 	row("left pending / dead / locked", "%d / %d / %d", r.pending, r.dead, r.locked)
 	row("kills (SIGKILL)", "%d (relays %d, workers %d)", st.kills, st.kills-st.workerKills, st.workerKills)
+	row("graceful restarts (SIGTERM)", "%d", st.terms)
 	row("restarts", "Redis 1 (no persistence, all data lost), PostgreSQL 1 (immediate)")
 	row("wall time", "%s", st.wall.Round(time.Second))
 	return b.String()
