@@ -15,3 +15,6 @@ const (
 	// HeaderTraceState carries the W3C tracestate that goes with HeaderTraceParent.
 	HeaderTraceState = "tracestate"
 )
+
+// HeaderListener carries the listener a fanned-out task is for (see relay.Routes); absent otherwise.
+const HeaderListener = "bunbox-listener"

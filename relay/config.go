@@ -94,6 +94,9 @@ type Config struct {
 	CleanupInterval time.Duration
 	// CleanupBatchSize is how many rows one cleanup statement deletes, 1 to 100000. Defaults to 1000.
 	CleanupBatchSize int
+	// Routes fans events out to several listeners, each its own asynq task that retries alone; see Routes.
+	// Defaults to none: one task per event.
+	Routes Routes
 	// Logger receives the relay's logs. Defaults to a logger that discards everything below Warn and
 	// writes warnings and errors to stderr.
 	Logger *slog.Logger
@@ -153,6 +156,9 @@ func (c Config) validate() error {
 	check(c.EnqueueTimeout > 0, "EnqueueTimeout must be positive, got %s", c.EnqueueTimeout)
 	check(c.CleanupInterval > 0, "CleanupInterval must be positive, got %s", c.CleanupInterval)
 	check(c.CleanupBatchSize >= 1 && c.CleanupBatchSize <= 100000, "CleanupBatchSize must be between 1 and 100000, got %d", c.CleanupBatchSize)
+	if err := c.Routes.validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}

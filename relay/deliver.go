@@ -3,6 +3,9 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,10 +68,29 @@ func (r *Relay) deliver(ctx context.Context, events []model.Event) []error {
 	return errs
 }
 
+// enqueue puts ev's task into Redis, or with Routes one task per listener; the row counts as delivered
+// once all of them are there. A retry after a partial failure finds the listeners already enqueued as
+// TaskID conflicts.
 func (r *Relay) enqueue(ctx context.Context, ev *model.Event) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.EnqueueTimeout)
 	defer cancel()
 	task, opts := Task(ev, r.cfg.TaskRetention)
+	listeners := r.cfg.Routes[ev.Name]
+	if len(listeners) == 0 {
+		return r.enqueueTask(ctx, task, opts)
+	}
+	for _, l := range listeners {
+		headers := maps.Clone(task.Headers())
+		headers[model.HeaderListener] = l
+		lopts := append(slices.Clip(opts), asynq.TaskID(ev.EventID.String()+":"+l))
+		if err := r.enqueueTask(ctx, asynq.NewTaskWithHeaders(ListenerTaskType(ev.Name, l), ev.Payload, headers), lopts); err != nil {
+			return fmt.Errorf("listener %s: %w", l, err)
+		}
+	}
+	return nil
+}
+
+func (r *Relay) enqueueTask(ctx context.Context, task *asynq.Task, opts []asynq.Option) error {
 	_, err := r.enq.EnqueueContext(ctx, task, opts...)
 	if errors.Is(err, asynq.ErrTaskIDConflict) {
 		return nil // already delivered
