@@ -98,6 +98,7 @@ func TestConfigFromEnv(t *testing.T) {
 		"OUTBOX_CLEANUP_INTERVAL":   "5m",
 		"OUTBOX_CLEANUP_BATCH_SIZE": "100",
 		"OUTBOX_DISABLE_NOTIFY":     "true",
+		"OUTBOX_ROUTES":             "order.placed=email, stock; order.paid=ledger;",
 	}))
 	require.NoError(t, err)
 	require.Equal(t, Config{
@@ -105,6 +106,7 @@ func TestConfigFromEnv(t *testing.T) {
 		TaskRetention: 48 * time.Hour, MaxAttempts: 5, RetryBackoff: 3 * time.Second, RetryBackoffMax: 10 * time.Minute,
 		Backoff: 50 * time.Millisecond, BackoffMax: 10 * time.Second, EnqueueTimeout: time.Second, Retention: -time.Second,
 		CleanupInterval: 5 * time.Minute, CleanupBatchSize: 100, DisableNotify: true,
+		Routes: Routes{"order.placed": {"email", "stock"}, "order.paid": {"ledger"}},
 	}, c)
 
 	for _, bad := range []struct{ name, value string }{
@@ -113,6 +115,8 @@ func TestConfigFromEnv(t *testing.T) {
 		{"OUTBOX_TASK_RETENTION", "a day"},
 		{"OUTBOX_MAX_ATTEMPTS", "1.5"},
 		{"OUTBOX_DISABLE_NOTIFY", "maybe"},
+		{"OUTBOX_ROUTES", "order.placed"},
+		{"OUTBOX_ROUTES", "=email"},
 	} {
 		_, err := configFromLookup(env(map[string]string{bad.name: bad.value}))
 		require.ErrorIs(t, err, ErrInvalidConfig)

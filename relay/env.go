@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -15,6 +16,9 @@ import (
 //	OUTBOX_DISABLE_NOTIFY, OUTBOX_TASK_RETENTION, OUTBOX_MAX_ATTEMPTS, OUTBOX_RETRY_BACKOFF,
 //	OUTBOX_RETRY_BACKOFF_MAX, OUTBOX_BACKOFF, OUTBOX_BACKOFF_MAX, OUTBOX_ENQUEUE_TIMEOUT,
 //	OUTBOX_RETENTION, OUTBOX_CLEANUP_INTERVAL, OUTBOX_CLEANUP_BATCH_SIZE
+//
+// and OUTBOX_ROUTES for Config.Routes, as "event=listener,listener;event=listener"
+// (e.g. "order.placed=send-confirmation,reserve-stock").
 func ConfigFromEnv() (Config, error) { return configFromLookup(os.LookupEnv) }
 
 func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
@@ -69,5 +73,30 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 		}
 		c.DisableNotify = b
 	}
+	if s, ok := lookup("OUTBOX_ROUTES"); ok && s != "" {
+		routes, err := parseRoutes(s)
+		if err != nil {
+			return Config{}, fmt.Errorf("%w: OUTBOX_ROUTES=%q: %w", ErrInvalidConfig, s, err)
+		}
+		c.Routes = routes
+	}
 	return c, nil
+}
+
+func parseRoutes(s string) (Routes, error) {
+	routes := Routes{}
+	for _, route := range strings.Split(s, ";") {
+		if strings.TrimSpace(route) == "" {
+			continue
+		}
+		event, listeners, ok := strings.Cut(route, "=")
+		event = strings.TrimSpace(event)
+		if !ok || event == "" || strings.TrimSpace(listeners) == "" {
+			return nil, fmt.Errorf("route %q is not event=listener[,listener]", route)
+		}
+		for _, l := range strings.Split(listeners, ",") {
+			routes[event] = append(routes[event], strings.TrimSpace(l))
+		}
+	}
+	return routes, nil
 }
