@@ -128,7 +128,12 @@ type ReconcileResult struct {
 // consumers must be idempotent, which the bunx Inbox provides.
 //
 // Any number of reconcilers may run (e.g. one next to each relay): requeueing is conditional on the row
-// being unchanged since it was read.
+// being unchanged since it was read. A requeued row keeps its attempts; its last_error says why it was
+// requeued.
+//
+// Limits: a task deleted on purpose (Inspector.DeleteTask) or trimmed from a full archive (asynq keeps
+// at most 10,000 archived tasks per queue, for 90 days) looks lost too and is delivered again. Rows
+// deleted by the relay's cleanup (Config.Retention) are no longer checked.
 type Reconciler struct {
 	db      *bun.DB
 	cfg     ReconcilerConfig
