@@ -59,6 +59,12 @@ type ReconcilerConfig struct {
 	// TaskRetention must be the relay's Config.TaskRetention: how long asynq keeps a completed task.
 	// It bounds Window. Defaults to 24h, the relay's default.
 	TaskRetention time.Duration
+	// Routes must be the relay's Config.Routes: an event with listeners is a task per listener (TaskID
+	// "<event id>:<listener>"), and its row is requeued when any of them is gone (the relay then
+	// re-enqueues all, and the ones still there count as conflicts). A listener added to Routes thus
+	// receives, at the next pass, the events of its event name published within Window. Defaults to
+	// none: one task per event, TaskID the event id.
+	Routes Routes
 	// Logger receives the reconciler's logs. Defaults to a logger that discards everything below Warn and
 	// writes warnings and errors to stderr.
 	Logger *slog.Logger
@@ -99,6 +105,9 @@ func (c ReconcilerConfig) validate() error {
 	check(c.Interval > 0, "Interval must be positive, got %s", c.Interval)
 	check(c.BatchSize >= 1 && c.BatchSize <= 10000, "BatchSize must be between 1 and 10000, got %d", c.BatchSize)
 	check(c.Concurrency >= 1 && c.Concurrency <= 1024, "Concurrency must be between 1 and 1024, got %d", c.Concurrency)
+	if err := c.Routes.validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -107,9 +116,9 @@ func (c ReconcilerConfig) validate() error {
 
 // ReconcileResult describes one pass of a Reconciler.
 type ReconcileResult struct {
-	// Checked is the number of published rows whose task was looked up in Redis.
+	// Checked is the number of published rows whose task (or tasks, with Routes) was looked up in Redis.
 	Checked int
-	// Missing is the number of them whose task Redis no longer had.
+	// Missing is the number of them of which Redis no longer had the task (or one of the tasks).
 	Missing int
 	// Requeued is the number of missing ones put back in line for the relay (a row that changed since it
 	// was read, e.g. requeued by another reconciler, is not counted).
@@ -238,11 +247,12 @@ func (r *Reconciler) Run(ctx context.Context) error {
 type reconcileRow struct {
 	ID          int64     `bun:"id"`
 	EventID     uuid.UUID `bun:"event_id"`
+	Name        string    `bun:"event_name"`
 	Queue       string    `bun:"queue"`
 	PublishedAt time.Time `bun:"published_at"`
 }
 
-const reconcilePageSQL = `SELECT id, event_id, queue, published_at FROM outbox_events
+const reconcilePageSQL = `SELECT id, event_id, event_name, queue, published_at FROM outbox_events
 WHERE published_at >= ? AND published_at <= ? AND id > ?
 ORDER BY id
 LIMIT ?`
@@ -295,22 +305,40 @@ func (r *Reconciler) ReconcileOnce(ctx context.Context) (ReconcileResult, error)
 	}
 }
 
-// findMissing looks the rows' tasks up, at most Concurrency at once, and returns the rows whose task is
-// gone. Any other error (Redis unreachable) aborts: an unanswered look-up must never count as missing.
+// findMissing looks the rows' tasks up, at most Concurrency at once, and returns the rows of which a
+// task is gone. Any other error (Redis unreachable) aborts: an unanswered look-up must never count as
+// missing.
 func (r *Reconciler) findMissing(ctx context.Context, rows []reconcileRow) ([]reconcileRow, error) {
-	found := make([]bool, len(rows))
-	gone := make([]bool, len(rows))
+	type lookup struct {
+		row    int
+		taskID string
+	}
+	lookups := make([]lookup, 0, len(rows))
+	for i, row := range rows {
+		id := row.EventID.String()
+		listeners := r.cfg.Routes[row.Name]
+		if len(listeners) == 0 {
+			lookups = append(lookups, lookup{i, id})
+			continue
+		}
+		for _, l := range listeners {
+			lookups = append(lookups, lookup{i, id + ":" + l})
+		}
+	}
+	gone := make([]atomic.Bool, len(rows))
 	var (
 		mu       sync.Mutex
 		firstErr error
 		wg       sync.WaitGroup
 	)
-	sem := make(chan struct{}, r.cfg.Concurrency)
-	for i := range rows {
+	failed := func() bool {
 		mu.Lock()
-		stop := firstErr != nil
-		mu.Unlock()
-		if stop {
+		defer mu.Unlock()
+		return firstErr != nil
+	}
+	sem := make(chan struct{}, r.cfg.Concurrency)
+	for _, lk := range lookups {
+		if failed() {
 			break
 		}
 		select {
@@ -321,17 +349,16 @@ func (r *Reconciler) findMissing(ctx context.Context, rows []reconcileRow) ([]re
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			_, err := r.ins.GetTaskInfo(rows[i].Queue, rows[i].EventID.String())
+			row := &rows[lk.row]
+			_, err := r.ins.GetTaskInfo(row.Queue, lk.taskID)
 			switch {
 			case err == nil:
-				found[i] = true
 			case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
-				gone[i] = true
+				gone[lk.row].Store(true)
 			default:
 				mu.Lock()
 				if firstErr == nil {
-					firstErr = fmt.Errorf("bunbox: reconciler: look up task %s in queue %q: %w",
-						rows[i].EventID, rows[i].Queue, err)
+					firstErr = fmt.Errorf("bunbox: reconciler: look up task %s in queue %q: %w", lk.taskID, row.Queue, err)
 				}
 				mu.Unlock()
 			}
@@ -340,7 +367,7 @@ func (r *Reconciler) findMissing(ctx context.Context, rows []reconcileRow) ([]re
 	wg.Wait()
 	var missing []reconcileRow
 	for i, row := range rows {
-		if gone[i] {
+		if gone[i].Load() {
 			missing = append(missing, row)
 		}
 	}

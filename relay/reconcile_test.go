@@ -38,10 +38,12 @@ func setupReconcile(t *testing.T) *reconcileBundle {
 }
 
 // relayAll runs a relay until every row is published, then stops it.
-func (b *reconcileBundle) relayAll(t *testing.T) {
+func (b *reconcileBundle) relayAll(t *testing.T) { t.Helper(); b.relayAllRoutes(t, nil) }
+
+func (b *reconcileBundle) relayAllRoutes(t *testing.T, routes relay.Routes) {
 	t.Helper()
 	r, err := relay.New(b.db, b.opt, relay.Config{PollInterval: 20 * time.Millisecond, Backoff: 10 * time.Millisecond,
-		DisableNotify: true, Logger: outboxtest.Logger(t)})
+		DisableNotify: true, Logger: outboxtest.Logger(t), Routes: routes})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, r.Close()) }()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -165,6 +167,63 @@ func TestReconcilerFindsSingleLostTasks(t *testing.T) {
 	res, err = rc.ReconcileOnce(ctx)
 	require.NoError(t, err)
 	require.Zero(t, res.Missing)
+}
+
+func TestReconcilerChecksEveryListenerOfAFanOut(t *testing.T) {
+	t.Parallel()
+	b := setupReconcile(t)
+	ctx := context.Background()
+	routes := relay.Routes{"reconcile.test": {"mail", "stock"}}
+	events := b.insert(t, 10)
+	b.relayAllRoutes(t, routes)
+	requireListenerTasks := func() {
+		t.Helper()
+		for _, ev := range events {
+			for _, l := range routes["reconcile.test"] {
+				_, err := b.inspector.GetTaskInfo(b.queue, ev.EventID.String()+":"+l)
+				require.NoError(t, err, "task of event %s for %s", ev.EventID, l)
+			}
+		}
+	}
+	requireListenerTasks()
+
+	rc := newReconciler(t, b, relay.ReconcilerConfig{Routes: routes, BatchSize: 3})
+	res, err := rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 10, res.Checked)
+	require.Zero(t, res.Missing)
+
+	// One listener's task of one event is gone: the row is requeued, the relay re-enqueues both
+	// listeners, and the one still there is a conflict.
+	require.NoError(t, b.inspector.DeleteTask(b.queue, events[3].EventID.String()+":stock"))
+	res, err = rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Missing)
+	require.Equal(t, 1, res.Requeued)
+	b.relayAllRoutes(t, routes)
+	requireListenerTasks()
+
+	// Everything lost with Redis.
+	b.redis.Stop(t)
+	b.redis.Start(t)
+	res, err = rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 10, res.Requeued)
+	b.relayAllRoutes(t, routes)
+	requireListenerTasks()
+	info, err := b.inspector.GetQueueInfo(b.queue)
+	require.NoError(t, err)
+	require.Equal(t, 20, info.Size)
+
+	// A reconciler that does not know the Routes looks for tasks the relay never made.
+	blind := newReconciler(t, b, relay.ReconcilerConfig{})
+	res, err = blind.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 10, res.Missing)
+
+	_, err = relay.NewReconciler(b.db, b.opt, relay.ReconcilerConfig{Routes: relay.Routes{"x": {"a", "a"}}})
+	require.ErrorIs(t, err, relay.ErrInvalidConfig)
+	require.ErrorContains(t, err, "Routes")
 }
 
 // inspectorFunc adapts a function to relay.TaskInspector.

@@ -51,6 +51,7 @@ CREATE INDEX orders_tx_no_idx ON orders (tx_no);
 -- a second effect of one event must show up as a duplicate row, not as an error.
 CREATE TABLE fault_effects (
     id         bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    effect_key text        NOT NULL, -- the task id: event id, or event id:listener for a fanned-out event
     event_id   uuid        NOT NULL,
     event_name text        NOT NULL,
     worker     text        NOT NULL,
@@ -376,7 +377,7 @@ func drain(ctx context.Context, db *bun.DB, ins *asynq.Inspector, l *ledger) dra
 		return d
 	}
 	var effected []string
-	if d.err = db.NewRaw("SELECT DISTINCT event_id::text FROM fault_effects").Scan(ctx, &effected); d.err != nil {
+	if d.err = db.NewRaw("SELECT DISTINCT effect_key FROM fault_effects").Scan(ctx, &effected); d.err != nil {
 		return d
 	}
 	have := make(map[string]bool, len(effected))
@@ -384,12 +385,15 @@ func drain(ctx context.Context, db *bun.DB, ins *asynq.Inspector, l *ledger) dra
 		have[id] = true
 	}
 	for id, name := range l.expected {
-		d.tasks++
 		if name == "order.unrouted" {
 			d.unrouted++
-		} else {
+			d.tasks++
+			continue
+		}
+		for _, key := range taskIDs(id, name) {
+			d.tasks++
 			d.routed++
-			if have[id] {
+			if have[key] {
 				d.effected++
 			}
 		}
@@ -408,17 +412,19 @@ func drain(ctx context.Context, db *bun.DB, ins *asynq.Inspector, l *ledger) dra
 		d.inFlight += qi.Pending + qi.Active + qi.Scheduled + qi.Retry + qi.Aggregating
 	}
 	for id, name := range l.expected {
-		info, err := ins.GetTaskInfo(queueOf(name), id)
-		switch {
-		case err == nil:
-			d.tasksInRedis++
-			if name == "order.unrouted" && info.State == asynq.TaskStateArchived {
-				d.archived++
+		for _, key := range taskIDs(id, name) {
+			info, err := ins.GetTaskInfo(queueOf(name), key)
+			switch {
+			case err == nil:
+				d.tasksInRedis++
+				if name == "order.unrouted" && info.State == asynq.TaskStateArchived {
+					d.archived++
+				}
+			case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+			default:
+				d.err = err
+				return d
 			}
-		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
-		default:
-			d.err = err
-			return d
 		}
 	}
 	return d
@@ -458,6 +464,29 @@ func archivedUnretried(ins *asynq.Inspector, ids []string) int {
 	return n
 }
 
+// listeners mirrors faultproc.Routes: order.audited fans out to two listeners, each its own task
+// ("<event id>:<listener>") and its own inbox record.
+var listeners = map[string][]string{"order.audited": {"ledger", "notify"}}
+
+// taskIDs are the ids of the tasks the relay makes for an event, which are also its effect keys.
+func taskIDs(id, name string) []string {
+	ls := listeners[name]
+	if len(ls) == 0 {
+		return []string{id}
+	}
+	ids := make([]string, len(ls))
+	for i, l := range ls {
+		ids[i] = id + ":" + l
+	}
+	return ids
+}
+
+// eventOf is the event id of a task id.
+func eventOf(taskID string) string {
+	id, _, _ := strings.Cut(taskID, ":")
+	return id
+}
+
 func queueOf(name string) string {
 	if name == "order.audited" {
 		return "critical"
@@ -492,7 +521,7 @@ type result struct {
 	delivered               int // routed events with an effect
 	archived                int // unrouted events archived in Redis
 	rawDeliveries           int
-	distinctDelivered       int // event ids delivered at least once
+	distinctDelivered       int // task ids delivered at least once
 	cutHandlers             int // handlers a SIGKILL interrupted
 	deliveredForbidden      int
 	effectRows, dupEffects  int
@@ -513,28 +542,33 @@ func verify(t *testing.T, db *bun.DB, ins *asynq.Inspector, dir string, l *ledge
 	t.Helper()
 	ctx := context.Background()
 	r := &result{l: l, st: st, byName: map[string]int{}, locked: locked}
-	for _, name := range l.expected {
+	routedKeys := map[string]bool{}
+	for id, name := range l.expected {
 		r.byName[name]++
 		if name == "order.unrouted" {
 			r.unrouted++
-		} else {
+			continue
+		}
+		for _, key := range taskIDs(id, name) {
+			routedKeys[key] = true
 			r.routed++
 		}
 	}
 
-	// Effects: once per routed committed event, never for anything else.
+	// Effects: once per task of a routed committed event (per listener when it fans out), never for
+	// anything else.
 	type effectRow struct {
-		EventID string `bun:"event_id"`
-		N       int    `bun:"n"`
+		Key string `bun:"effect_key"`
+		N   int    `bun:"n"`
 	}
 	var effects []effectRow
-	must(t, db.NewRaw("SELECT event_id::text, count(*) AS n FROM fault_effects GROUP BY event_id").Scan(ctx, &effects))
+	must(t, db.NewRaw("SELECT effect_key, count(*) AS n FROM fault_effects GROUP BY effect_key").Scan(ctx, &effects))
 	effectCount := map[string]int{}
 	for _, e := range effects {
-		effectCount[e.EventID] = e.N
+		effectCount[e.Key] = e.N
 		r.effectRows += e.N
 		r.dupEffects += e.N - 1
-		if name, ok := l.expected[e.EventID]; !ok || name == "order.unrouted" {
+		if !routedKeys[e.Key] {
 			r.unexpectedEffects++
 		}
 	}
@@ -549,13 +583,15 @@ func verify(t *testing.T, db *bun.DB, ins *asynq.Inspector, dir string, l *ledge
 			}
 			continue
 		}
-		if effectCount[id] > 0 {
-			r.delivered++
-		} else {
-			r.lost = append(r.lost, id)
-		}
-		if _, err := ins.GetTaskInfo(queueOf(name), id); err != nil {
-			r.tasksMissing++
+		for _, key := range taskIDs(id, name) {
+			if effectCount[key] > 0 {
+				r.delivered++
+			} else {
+				r.lost = append(r.lost, key)
+			}
+			if _, err := ins.GetTaskInfo(queueOf(name), key); err != nil {
+				r.tasksMissing++
+			}
 		}
 	}
 	sort.Strings(r.lost)
@@ -590,7 +626,7 @@ func verify(t *testing.T, db *bun.DB, ins *asynq.Inspector, dir string, l *ledge
 			seen[f[1]] = true
 			r.distinctDelivered++
 		}
-		if _, ok := l.forbidden[f[1]]; ok {
+		if _, ok := l.forbidden[eventOf(f[1])]; ok {
 			r.deliveredForbidden++
 		}
 	})
@@ -602,7 +638,7 @@ func verify(t *testing.T, db *bun.DB, ins *asynq.Inspector, dir string, l *ledge
 	// Enqueues.
 	enq := map[string][]span{}
 	readLines(t, filepath.Join(dir, "enqueue-*.log"), func(_ string, f []string) {
-		if _, ok := l.forbidden[f[1]]; ok {
+		if _, ok := l.forbidden[eventOf(f[1])]; ok {
 			r.enqueuedForbidden++
 		}
 		if f[0] == "conflict" {
@@ -678,7 +714,7 @@ func (r *result) assert(t *testing.T) {
 	}
 	if len(r.lost) > 0 {
 		show := r.lost[:min(10, len(r.lost))]
-		t.Errorf("lost %d events of committed transactions, e.g. %v", len(r.lost), show)
+		t.Errorf("lost %d tasks of events of committed transactions, e.g. %v", len(r.lost), show)
 	}
 	fail(r.dupEffects, "duplicate effects")
 	fail(r.unexpectedEffects, "effects of events that were rolled back or have no handler")
@@ -690,12 +726,12 @@ func (r *result) assert(t *testing.T) {
 	fail(r.pending, "rows left pending")
 	fail(r.dead, "dead rows")
 	fail(r.locked, "rows left locked")
-	fail(r.tasksMissing, "committed events whose task is missing from Redis at the end")
+	fail(r.tasksMissing, "tasks of committed events missing from Redis at the end")
 	if r.outboxRows != len(r.l.expected) {
 		t.Errorf("outbox rows %d, events of committed transactions %d", r.outboxRows, len(r.l.expected))
 	}
 	if r.inboxRows != r.delivered {
-		t.Errorf("inbox rows %d, handled events %d", r.inboxRows, r.delivered)
+		t.Errorf("inbox rows %d, handled tasks %d", r.inboxRows, r.delivered)
 	}
 	if st := r.st; st.progress.badArchived != st.progress.bad {
 		t.Errorf("malformed tasks archived without retry: %d of %d", st.progress.badArchived, st.progress.bad)
@@ -716,15 +752,16 @@ func (r *result) table(seed int64, st *stats) string {
 		r.byName["order.placed"], r.byName["order.audited"], r.byName["order.unrouted"])
 	row("events rolled back", "%d (in outbox %d, enqueued %d, delivered %d)", len(r.l.forbidden),
 		r.outboxForbidden, r.enqueuedForbidden, r.deliveredForbidden)
-	row("delivered", "%d of %d routed (effects); %d of %d unrouted archived", r.delivered, r.routed, r.archived, r.unrouted)
+	row("delivered", "%d of %d routed tasks handled (audited: 2 listeners); %d of %d unrouted archived",
+		r.delivered, r.routed, r.archived, r.unrouted)
 	row("malformed tasks", "%d of %d archived at the first delivery, no retry, no effect", st.progress.badArchived, st.progress.bad)
 	row("raw deliveries", "%d (%d redeliveries absorbed by the inbox)", r.rawDeliveries, r.rawDeliveries-r.distinctDelivered)
 	row("handlers cut by SIGKILL", "%d (redelivered after the lease expired, or by the reconciler)", r.cutHandlers)
 	row("enqueues", "%d created, %d conflicts (deduplicated)", r.okEnqueues, r.conflicts)
-	row("re-enqueued after Redis loss", "%d events (reconciler)", r.reenqueuedAfterLoss)
+	row("re-enqueued after Redis loss", "%d tasks (reconciler)", r.reenqueuedAfterLoss)
 	row("duplicate enqueues", "%d (ambiguous spans %d)", r.dupEnqueues, r.ambiguous)
 	row("duplicate effects", "%d", r.dupEffects)
-	row("lost", "%d (tasks missing from Redis at the end: %d)", len(r.lost), r.tasksMissing)
+	row("lost", "%d tasks (missing from Redis at the end: %d)", len(r.lost), r.tasksMissing)
 	row("left pending / dead / locked", "%d / %d / %d", r.pending, r.dead, r.locked)
 	row("kills (SIGKILL)", "%d (relays %d, workers %d)", st.kills, st.kills-st.workerKills, st.workerKills)
 	row("graceful restarts (SIGTERM)", "%d", st.terms)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/model"
+	"github.com/bunbox/bunbox/relay"
 )
 
 // Order is the producer's business row. Inserting one records its order.placed event through the
@@ -33,6 +34,9 @@ type Order struct {
 	// before the transaction commits.
 	PlacedID uuid.UUID `bun:"-"`
 }
+
+// Routes fans order.audited out to two listeners, for the relays, their reconcilers and the workers.
+var Routes = relay.Routes{EventAudited: {"ledger", "notify"}}
 
 // Event names of the suite. order.unrouted has no handler: the workers archive it.
 const (

@@ -90,6 +90,7 @@ func runRelay(ctx context.Context, args []string) error {
 			BackoffMax:      time.Second,
 			EnqueueTimeout:  2 * time.Second,
 			Logger:          log,
+			Routes:          Routes,
 			Enqueuer:        &ledgerEnqueuer{client: client, led: led, noTaskID: *sabotage == "taskid"},
 		})
 	})
@@ -105,6 +106,7 @@ func runRelay(ctx context.Context, args []string) error {
 			Window:        *window,
 			Interval:      *interval,
 			TaskRetention: taskRetention,
+			Routes:        Routes,
 			Logger:        log,
 		})
 	})

@@ -20,10 +20,10 @@ import (
 
 var errLostAck = errors.New("fault: acknowledgement lost after the effect committed")
 
-// runWorker serves order.placed and order.audited with one bunx Inbox handler whose effect is a row in
-// fault_effects, written in the inbox's transaction. Outside that transaction every delivery is written
-// to the worker's delivery ledger (d <event id> <task type> <retry count> <pid> when it starts,
-// e <event id> <task type> <ok> <pid> when it returns), so the checker sees asynq redeliver while the
+// runWorker serves order.placed, and order.audited fanned out to its two listeners (Routes), with bunx
+// Inbox handlers whose effect is a row in fault_effects, written in the inbox's transaction. Outside that transaction every delivery is written
+// to the worker's delivery ledger (d <task id> <task type> <retry count> <pid> when it starts,
+// e <task id> <task type> <ok> <pid> when it returns), so the checker sees asynq redeliver while the
 // effects stay once, and sees the handlers that a SIGKILL cut. With probability -lost-ack the handler fails after its
 // transaction committed, as if the acknowledgement had been lost: asynq retries, the inbox skips.
 func runWorker(ctx context.Context, args []string) error {
@@ -58,46 +58,55 @@ func runWorker(ctx context.Context, args []string) error {
 		return time.Duration(rng.Int64N(int64(d)))
 	}
 
-	inbox := bunx.NewInbox(db, bunx.WithInboxLogger(log))
-	effect := inbox.Handler("effects", func(ctx context.Context, tx bun.Tx, t *asynq.Task) error {
+	// The effect of a task: a row keyed by the task's id (the event id, or "<event id>:<listener>" for
+	// a fanned-out event), written with the handler's transaction.
+	writeEffect := func(ctx context.Context, db bun.IDB, t *asynq.Task) error {
 		id, err := bunx.EventID(t)
 		if err != nil {
 			return err
 		}
-		_, err = tx.NewRaw("INSERT INTO fault_effects (event_id, event_name, worker) VALUES (?, ?, ?)", id, t.Type(), c.id).Exec(ctx)
-		if err == nil && *work > 0 {
-			time.Sleep(randDuration(*work)) // the handler's work, with the transaction open
+		key := id.String()
+		if l := t.Headers()[model.HeaderListener]; l != "" {
+			key += ":" + l
 		}
+		_, err = db.NewRaw("INSERT INTO fault_effects (effect_key, event_id, event_name, worker) VALUES (?, ?, ?, ?)",
+			key, id, t.Type(), c.id).Exec(ctx)
 		return err
-	})
-	if *sabotage == "inbox" {
-		effect = asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-			id, err := bunx.EventID(t)
-			if err != nil {
-				return err
+	}
+	inbox := bunx.NewInbox(db, bunx.WithInboxLogger(log))
+	handler := func(name string) asynq.Handler {
+		effect := inbox.Handler(name, func(ctx context.Context, tx bun.Tx, t *asynq.Task) error {
+			err := writeEffect(ctx, tx, t)
+			if err == nil && *work > 0 {
+				time.Sleep(randDuration(*work)) // the handler's work, with the transaction open
 			}
-			_, err = db.NewRaw("INSERT INTO fault_effects (event_id, event_name, worker) VALUES (?, ?, ?)", id, t.Type(), c.id).Exec(ctx)
 			return err
 		})
+		if *sabotage == "inbox" {
+			effect = asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error { return writeEffect(ctx, db, t) })
+		}
+		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			if err := effect.ProcessTask(ctx, t); err != nil {
+				return err
+			}
+			if chance(*lostAck) {
+				return errLostAck
+			}
+			return nil
+		})
 	}
-	handle := asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-		if err := effect.ProcessTask(ctx, t); err != nil {
-			return err
-		}
-		if chance(*lostAck) {
-			return errLostAck
-		}
-		return nil
-	})
 	mux := asynq.NewServeMux()
-	mux.Handle("order.placed", handle)
-	mux.Handle("order.audited", handle)
+	mux.Handle(EventPlaced, handler("placed"))
+	for _, l := range Routes.Listeners(EventAudited) {
+		Routes.Handle(mux, EventAudited, l, handler(l)) // each listener its own task and inbox record
+	}
 	routed := ArchiveUnrouted(mux, log)
 	// Every delivery, routed or not, is written before the handler runs and again when it returns; a
 	// start without an end is a handler cut by a SIGKILL.
 	pid := os.Getpid()
 	root := asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-		id := cmp.Or(t.Headers()[model.HeaderEventID], "-")
+		id, _ := asynq.GetTaskID(ctx)
+		id = cmp.Or(id, "-")
 		retried, _ := asynq.GetRetryCount(ctx)
 		led.printf("d %s %s %d %d", id, t.Type(), retried, pid)
 		err := routed.ProcessTask(ctx, t)
