@@ -261,9 +261,8 @@ LIMIT ?`
 // requeues those whose task Redis lost. Rows of a page are requeued before the next page is read, so a
 // pass cut short by an error keeps what it did (see the result). The window is measured on the
 // database's clock, which also stamped published_at.
-func (r *Reconciler) ReconcileOnce(ctx context.Context) (ReconcileResult, error) {
+func (r *Reconciler) ReconcileOnce(ctx context.Context) (res ReconcileResult, _ error) {
 	start := r.cfg.now()
-	var res ReconcileResult
 	defer func() { res.Duration = r.cfg.now().Sub(start) }()
 
 	var dbNow time.Time

@@ -102,6 +102,7 @@ func TestReconcilerRedeliversTasksLostWithRedis(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 120, res.Checked)
 	require.Zero(t, res.Missing)
+	require.Positive(t, res.Duration)
 
 	// Redis restarts empty: every acknowledged task is gone, although the rows say published.
 	b.redis.Stop(t)
