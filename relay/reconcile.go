@@ -148,6 +148,7 @@ type Reconciler struct {
 	cfg     ReconcilerConfig
 	log     *slog.Logger
 	ins     TaskInspector
+	redis   asynq.RedisConnOpt
 	owned   *asynq.Inspector // the inspector NewReconciler made, closed by Close
 	running atomic.Bool
 }
@@ -177,7 +178,7 @@ func NewReconciler(db *bun.DB, redis asynq.RedisConnOpt, cfg ReconcilerConfig) (
 		if err != nil {
 			return nil, err
 		}
-		r.owned, r.ins = ins, ins
+		r.owned, r.ins, r.redis = ins, ins, redis
 		// Listing the queues is a cheap call that fails only when Redis does not answer.
 		if _, err := ins.Queues(); err != nil {
 			_ = ins.Close()
@@ -304,30 +305,72 @@ func (r *Reconciler) ReconcileOnce(ctx context.Context) (res ReconcileResult, _ 
 	}
 }
 
+// taskLookup is one task of a row to look up.
+type taskLookup struct {
+	row    int
+	taskID string
+}
+
 // findMissing looks the rows' tasks up, at most Concurrency at once, and returns the rows of which a
 // task is gone. Any other error (Redis unreachable) aborts: an unanswered look-up must never count as
 // missing.
+//
+// asynq's Inspector finds a task only in a queue registered in Redis, and an asynq Client registers a
+// queue at its first enqueue into it, once per Client: after Redis lost its data, a relay that kept
+// running re-creates tasks in a queue nobody registers again, and every look-up says the queue does not
+// exist although its tasks do. So a queue that is not found is registered again (see registerQueue) and
+// its look-ups are made once more; only then does "queue not found" mean the task is gone.
 func (r *Reconciler) findMissing(ctx context.Context, rows []reconcileRow) ([]reconcileRow, error) {
-	type lookup struct {
-		row    int
-		taskID string
-	}
-	lookups := make([]lookup, 0, len(rows))
+	lookups := make([]taskLookup, 0, len(rows))
 	for i, row := range rows {
 		id := row.EventID.String()
 		listeners := r.cfg.Routes[row.Name]
 		if len(listeners) == 0 {
-			lookups = append(lookups, lookup{i, id})
+			lookups = append(lookups, taskLookup{i, id})
 			continue
 		}
 		for _, l := range listeners {
-			lookups = append(lookups, lookup{i, id + ":" + l})
+			lookups = append(lookups, taskLookup{i, id + ":" + l})
 		}
 	}
-	gone := make([]atomic.Bool, len(rows))
+	gone := make([]bool, len(rows))
+	noQueue, err := r.lookUp(ctx, rows, lookups, gone)
+	if err != nil || len(noQueue) == 0 {
+		return missingRows(rows, gone), err
+	}
+	queues := map[string]bool{}
+	for _, lk := range noQueue {
+		queues[rows[lk.row].Queue] = true
+	}
+	for q := range queues {
+		if err := r.registerQueue(q); err != nil {
+			return missingRows(rows, gone), fmt.Errorf("bunbox: reconciler: register queue %q again: %w", q, err)
+		}
+	}
+	noQueue, err = r.lookUp(ctx, rows, noQueue, gone)
+	for _, lk := range noQueue {
+		gone[lk.row] = true // registered a moment ago and still not found: Redis has nothing of it
+	}
+	return missingRows(rows, gone), err
+}
+
+func missingRows(rows []reconcileRow, gone []bool) []reconcileRow {
+	var missing []reconcileRow
+	for i, row := range rows {
+		if gone[i] {
+			missing = append(missing, row)
+		}
+	}
+	return missing
+}
+
+// lookUp makes the look-ups, at most Concurrency at once, sets gone for the rows with a task Redis does
+// not have, and returns the look-ups whose queue is not registered.
+func (r *Reconciler) lookUp(ctx context.Context, rows []reconcileRow, lookups []taskLookup, gone []bool) ([]taskLookup, error) {
 	var (
 		mu       sync.Mutex
 		firstErr error
+		noQueue  []taskLookup
 		wg       sync.WaitGroup
 	)
 	failed := func() bool {
@@ -350,27 +393,51 @@ func (r *Reconciler) findMissing(ctx context.Context, rows []reconcileRow) ([]re
 			defer func() { <-sem }()
 			row := &rows[lk.row]
 			_, err := r.ins.GetTaskInfo(row.Queue, lk.taskID)
+			mu.Lock()
+			defer mu.Unlock()
 			switch {
 			case err == nil:
-			case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
-				gone[lk.row].Store(true)
-			default:
-				mu.Lock()
-				if firstErr == nil {
-					firstErr = fmt.Errorf("bunbox: reconciler: look up task %s in queue %q: %w", lk.taskID, row.Queue, err)
-				}
-				mu.Unlock()
+			case errors.Is(err, asynq.ErrTaskNotFound):
+				gone[lk.row] = true
+			case errors.Is(err, asynq.ErrQueueNotFound):
+				noQueue = append(noQueue, lk)
+			case firstErr == nil:
+				firstErr = fmt.Errorf("bunbox: reconciler: look up task %s in queue %q: %w", lk.taskID, row.Queue, err)
 			}
 		})
 	}
 	wg.Wait()
-	var missing []reconcileRow
-	for i, row := range rows {
-		if gone[i].Load() {
-			missing = append(missing, row)
-		}
+	return noQueue, firstErr
+}
+
+// registerQueueProbe is the id of the task registerQueue enqueues, far in the future, and deletes.
+const registerQueueProbe = "bunbox-reconciler-queue-probe"
+
+// registerQueue adds queue to the queues asynq's Inspector knows. asynq has no call for that but an
+// enqueue from a Client that has not enqueued into the queue yet: a fresh Client enqueues a probe task
+// scheduled a century ahead (no worker can take it) and the probe is deleted at once; the registration
+// stays. With ReconcilerConfig.Inspector (no Redis options) it cannot, and a queue that is not found
+// counts as lost.
+func (r *Reconciler) registerQueue(queue string) error {
+	if r.redis == nil || r.owned == nil {
+		return nil
 	}
-	return missing, firstErr
+	c, err := newClient(r.redis)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_, err = c.Enqueue(asynq.NewTask("bunbox:reconciler-probe", nil), asynq.Queue(queue), asynq.TaskID(registerQueueProbe),
+		asynq.ProcessAt(time.Now().AddDate(100, 0, 0)), asynq.MaxRetry(0))
+	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+		return err
+	}
+	if err := r.owned.DeleteTask(queue, registerQueueProbe); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
+		return err
+	}
+	r.log.LogAttrs(context.Background(), slog.LevelInfo, "bunbox reconciler: registered an asynq queue again (Redis lost its data?)",
+		slog.String("queue", queue))
+	return nil
 }
 
 // requeue clears published_at of the rows that are still exactly as read (same published_at), so the

@@ -127,6 +127,51 @@ func TestReconcilerRedeliversTasksLostWithRedis(t *testing.T) {
 	require.Zero(t, res.Missing)
 }
 
+// asynq's Client registers a queue in Redis (the set the Inspector looks queues up in) only at its first
+// enqueue into it, and remembers that it did. After Redis lost its data, a relay that kept running
+// re-creates the tasks without registering the queue again, so the Inspector answers ErrQueueNotFound
+// for tasks that exist. The reconciler must not take them for lost (and requeue them at every pass).
+func TestReconcilerAfterRedisLossWithALongLivedRelay(t *testing.T) {
+	t.Parallel()
+	b := setupReconcile(t)
+	ctx := context.Background()
+	r, err := relay.New(b.db, b.opt, relay.Config{PollInterval: 20 * time.Millisecond, Backoff: 10 * time.Millisecond,
+		BackoffMax: 50 * time.Millisecond, DisableNotify: true, Logger: outboxtest.Logger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Close() })
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(runCtx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	pending := func() int64 { return outboxtest.Count(t, b.db, "outbox_events", "published_at IS NULL") }
+
+	lost := b.insert(t, 30)
+	outboxtest.WaitFor(t, 30*time.Second, "every row published", func() bool { return pending() == 0 })
+	b.redis.Stop(t)
+	b.redis.Start(t)
+	fresh := b.insert(t, 10)
+	outboxtest.WaitFor(t, 30*time.Second, "the new rows published", func() bool { return pending() == 0 })
+	_, err = b.inspector.GetTaskInfo(b.queue, fresh[0].EventID.String())
+	require.ErrorIs(t, err, asynq.ErrQueueNotFound, "asynq's behaviour this test is about: the task exists, the queue is unknown")
+
+	rc := newReconciler(t, b, relay.ReconcilerConfig{})
+	res, err := rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 40, res.Checked)
+	require.Equal(t, 30, res.Missing, "only the tasks lost with Redis")
+	require.Equal(t, 30, res.Requeued)
+	outboxtest.WaitFor(t, 30*time.Second, "every row published again", func() bool { return pending() == 0 })
+
+	res, err = rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 40, res.Checked)
+	require.Zero(t, res.Missing)
+	b.requireTasks(t, append(lost, fresh...)) // the queue is registered again
+	info, err := b.inspector.GetQueueInfo(b.queue)
+	require.NoError(t, err)
+	require.Equal(t, 40, info.Size, "no probe task left behind")
+}
+
 func TestReconcilerFindsSingleLostTasks(t *testing.T) {
 	t.Parallel()
 	b := setupReconcile(t)

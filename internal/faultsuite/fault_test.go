@@ -78,6 +78,12 @@ func TestFault(t *testing.T) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
 
 	dir := t.TempDir()
+	if keep := os.Getenv("FAULT_DIR"); keep != "" { // ledgers and process logs kept for a post-mortem
+		dir = keep
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	bin := buildHelper(t, dir)
 	pg := outboxtest.StartPostgres(t)
 	rd := outboxtest.StartRedis(t, &outboxtest.RedisOptions{NoPersistence: true})
@@ -530,6 +536,8 @@ type result struct {
 	okEnqueues, conflicts   int
 	dupEnqueues, ambiguous  int
 	reenqueuedAfterLoss     int
+	reconcilerRequeued      int // rows the reconcilers requeued
+	rowsLostWithRedis       int // rows with a task created before the Redis restart
 	enqueuedForbidden       int
 	outboxRows, outboxExtra int
 	outboxForbidden         int
@@ -637,9 +645,13 @@ func verify(t *testing.T, db *bun.DB, ins *asynq.Inspector, dir string, l *ledge
 
 	// Enqueues.
 	enq := map[string][]span{}
+	lostRows := map[string]bool{}
 	readLines(t, filepath.Join(dir, "enqueue-*.log"), func(_ string, f []string) {
 		if _, ok := l.forbidden[eventOf(f[1])]; ok {
 			r.enqueuedForbidden++
+		}
+		if start, _ := strconv.ParseInt(f[2], 10, 64); !st.redisStopEnd.IsZero() && !time.Unix(0, start).After(st.redisStopEnd) {
+			lostRows[eventOf(f[1])] = true // a task existed before the restart: Redis could lose it
 		}
 		if f[0] == "conflict" {
 			r.conflicts++
@@ -651,6 +663,22 @@ func verify(t *testing.T, db *bun.DB, ins *asynq.Inspector, dir string, l *ledge
 		enq[f[1]] = append(enq[f[1]], span{time.Unix(0, s), time.Unix(0, e)})
 	})
 	r.dupEnqueues, r.ambiguous, r.reenqueuedAfterLoss = countDuplicateEnqueues(enq, st.redisStopEnd, st.redisStartBegin)
+
+	// Rows the reconcilers requeued, from their logs, against the rows Redis could have lost: those with
+	// a task created before the restart. A reconciler that takes existing tasks for lost requeues more.
+	r.rowsLostWithRedis = len(lostRows)
+	readLines(t, filepath.Join(dir, "r*.out"), func(_ string, f []string) {
+		line := strings.Join(f, " ")
+		if !strings.Contains(line, "bunbox reconciler") {
+			return
+		}
+		for _, field := range f {
+			if v, ok := strings.CutPrefix(field, "requeued="); ok {
+				n, _ := strconv.Atoi(v)
+				r.reconcilerRequeued += n
+			}
+		}
+	})
 	return r
 }
 
@@ -717,6 +745,10 @@ func (r *result) assert(t *testing.T) {
 		t.Errorf("lost %d tasks of events of committed transactions, e.g. %v", len(r.lost), show)
 	}
 	fail(r.dupEffects, "duplicate effects")
+	if r.reconcilerRequeued > r.rowsLostWithRedis {
+		t.Errorf("the reconcilers requeued %d rows, but only %d rows had a task Redis could have lost: they took existing tasks for lost",
+			r.reconcilerRequeued, r.rowsLostWithRedis)
+	}
 	fail(r.unexpectedEffects, "effects of events that were rolled back or have no handler")
 	fail(r.dupEnqueues, "tasks enqueued twice inside the dedupe window")
 	fail(r.outboxForbidden, "outbox rows of rolled-back transactions")
@@ -758,7 +790,8 @@ func (r *result) table(seed int64, st *stats) string {
 	row("raw deliveries", "%d (%d redeliveries absorbed by the inbox)", r.rawDeliveries, r.rawDeliveries-r.distinctDelivered)
 	row("handlers cut by SIGKILL", "%d (redelivered after the lease expired, or by the reconciler)", r.cutHandlers)
 	row("enqueues", "%d created, %d conflicts (deduplicated)", r.okEnqueues, r.conflicts)
-	row("re-enqueued after Redis loss", "%d tasks (reconciler)", r.reenqueuedAfterLoss)
+	row("re-enqueued after Redis loss", "%d tasks; reconcilers requeued %d rows of %d that had a task before",
+		r.reenqueuedAfterLoss, r.reconcilerRequeued, r.rowsLostWithRedis)
 	row("duplicate enqueues", "%d (ambiguous spans %d)", r.dupEnqueues, r.ambiguous)
 	row("duplicate effects", "%d", r.dupEffects)
 	row("lost", "%d tasks (missing from Redis at the end: %d)", len(r.lost), r.tasksMissing)
