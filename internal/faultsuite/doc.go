@@ -1,13 +1,13 @@
 // Package faultsuite proves the outbox's promise under the faults that happen in production: it drives
 // real processes (a producer placing orders through bunx, three relays each running a reconciler, asynq
-// workers whose handlers use the bunx Inbox) against private PostgreSQL and Redis servers, SIGKILLs
+// workers whose handlers use the bunx Inbox; order.audited fans out to two listeners) against private PostgreSQL and Redis servers, SIGKILLs
 // relays and workers at random points, restarts Redis without persistence (losing every task, while the
 // workers are down so that a backlog is lost) and crashes PostgreSQL (pg_ctl stop -m immediate), then
 // lets everything drain and checks the ledger: every event of every committed transaction handled, and
 // once; none of a rolled-back one; no task enqueued twice inside the dedupe window; nothing left pending,
 // dead or locked; malformed and unroutable tasks archived at their first delivery.
 //
-// The suite is behind the build tag "fault" and takes about three minutes:
+// The suite is behind the build tag "fault" and takes about two and a half minutes:
 //
 //	make test/fault
 //	go test -race -count=1 -tags fault -v ./internal/faultsuite/
