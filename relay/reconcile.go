@@ -69,7 +69,9 @@ type ReconcilerConfig struct {
 	// writes warnings and errors to stderr.
 	Logger *slog.Logger
 	// Inspector, when set, is used instead of an asynq.Inspector built from the Redis options given to
-	// NewReconciler; the reconciler does not close it. Defaults to nil.
+	// NewReconciler; the reconciler does not close it. Without the Redis options the reconciler cannot
+	// register again a queue that asynq forgot after a data loss (see Reconciler), so a task whose queue
+	// is not found counts as lost. Defaults to nil.
 	Inspector TaskInspector
 
 	now func() time.Time
