@@ -5,15 +5,20 @@
 SHELL := /bin/bash
 GO ?= go
 DEV := scripts/devservices.sh
-# with_services runs $(1) with the dev services up and their settings in the environment, and always stops them.
-with_services = $(DEV) up && { eval "$$($(DEV) env)" && $(1); rc=$$?; $(DEV) down; exit $$rc; }
+# with_services runs $(1) with the dev services up and their settings in the environment, and always stops them,
+# also when they came up only in part.
+with_services = $(DEV) up && eval "$$($(DEV) env)" && $(1); rc=$$?; $(DEV) down; exit $$rc
 
-.PHONY: help test test/short test/race test/fault lint demo services/up services/down bench
+.PHONY: help test test/unit test/short test/race test/fault lint demo services/up services/down
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-test: ## start the services, run every test with -race, stop the services
+test: ## every test with -race: test/unit, then test/fault
+	@$(MAKE) --no-print-directory test/unit
+	@$(MAKE) --no-print-directory test/fault
+
+test/unit: ## start the services, run the unit and integration tests with -race, stop the services
 	@$(call with_services,$(GO) test -race -count=1 -timeout 30m ./...)
 
 test/race: test ## alias of test: the race detector is always on

@@ -80,11 +80,15 @@ pg_up() {
     as_pg "$bin/initdb" -D "$pgdata" -U postgres --auth=trust -E UTF8 --no-instructions >"$dir/initdb.log" 2>&1 ||
       die "initdb failed: $(tail -5 "$dir/initdb.log")"
   fi
-  port=$(free_port "${BUNBOX_PG_PORT:-55432}")
-  # fsync stays on: the fault tests restart this server and count on what it acknowledged.
-  as_pg "$bin/pg_ctl" -D "$pgdata" -l "$pgdata/server.log" -w -t 60 start \
-    -o "-c listen_addresses=127.0.0.1 -p $port -k $pgdata -c max_connections=300 -c shared_buffers=256MB" >/dev/null ||
-    die "PostgreSQL did not start: $(tail -5 "$pgdata/server.log")"
+  # A free port can be taken by another process before the server binds it: then try the next one.
+  port=${BUNBOX_PG_PORT:-55432}
+  for attempt in 1 2 3 4 5; do
+    port=$(free_port "$port")
+    as_pg "$bin/pg_ctl" -D "$pgdata" -l "$pgdata/server.log" -w -t 60 start \
+      -o "-c listen_addresses=127.0.0.1 -p $port -k $pgdata -c max_connections=300 -c shared_buffers=256MB" >/dev/null && break
+    [ "$attempt" = 5 ] && die "PostgreSQL did not start: $(tail -5 "$pgdata/server.log")"
+    port=$((port + 1))
+  done
   echo "$port" >"$dir/pg.port"
   wait_for PostgreSQL 30 "$bin/pg_isready" -h 127.0.0.1 -p "$port"
 }
@@ -96,12 +100,20 @@ redis_up() {
     return
   fi
   mkdir -p "$redisdir"
-  port=$(free_port "${BUNBOX_REDIS_PORT:-56379}")
-  redis-server --bind 127.0.0.1 --port "$port" --dir "$redisdir" --daemonize yes \
-    --pidfile "$redisdir/redis.pid" --logfile "$redisdir/redis.log" \
-    --appendonly yes --appendfsync everysec --save "" >/dev/null
+  port=${BUNBOX_REDIS_PORT:-56379}
+  for attempt in 1 2 3 4 5; do
+    port=$(free_port "$port")
+    rm -f "$redisdir/redis.pid"
+    redis-server --bind 127.0.0.1 --port "$port" --dir "$redisdir" --daemonize yes \
+      --pidfile "$redisdir/redis.pid" --logfile "$redisdir/redis.log" \
+      --appendonly yes --appendfsync everysec --save "" >/dev/null
+    if (wait_for Redis 10 redis-cli -h 127.0.0.1 -p "$port" ping) 2>/dev/null; then
+      break
+    fi
+    [ "$attempt" = 5 ] && die "Redis did not start: $(tail -5 "$redisdir/redis.log")"
+    port=$((port + 1))
+  done
   echo "$port" >"$dir/redis.port"
-  wait_for Redis 30 redis-cli -h 127.0.0.1 -p "$port" ping
 }
 
 write_env() {
