@@ -11,6 +11,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/uptrace/bun"
 
+	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -68,10 +69,7 @@ type WorkerConfig struct {
 
 // NewServer returns the asynq server of the shop's worker and its mux, with order.placed registered.
 func NewServer(redis asynq.RedisConnOpt, db bun.IDB, cfg WorkerConfig) (*asynq.Server, *asynq.ServeMux) {
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
+	logger := loggerOrDefault(cfg.Logger)
 	concurrency := cfg.Concurrency
 	if concurrency <= 0 {
 		concurrency = 20
@@ -101,10 +99,18 @@ func NewServer(redis asynq.RedisConnOpt, db bun.IDB, cfg WorkerConfig) (*asynq.S
 // signal.NotifyContext).
 func RunWorker(ctx context.Context, redis asynq.RedisConnOpt, db bun.IDB, cfg WorkerConfig) error {
 	srv, mux := NewServer(redis, db, cfg)
-	if err := srv.Start(mux); err != nil {
+	// A task type nobody handles is archived and logged at once instead of retried MaxRetry times.
+	if err := srv.Start(bunx.ArchiveUnrouted(mux, loggerOrDefault(cfg.Logger))); err != nil {
 		return fmt.Errorf("start worker: %w", err)
 	}
 	<-ctx.Done()
 	srv.Shutdown()
 	return nil
+}
+
+func loggerOrDefault(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.Default()
+	}
+	return l
 }

@@ -100,7 +100,7 @@ func runWorker(ctx context.Context, args []string) error {
 	for _, l := range Routes.Listeners(EventAudited) {
 		Routes.Handle(mux, EventAudited, l, handler(l)) // each listener its own task and inbox record
 	}
-	routed := ArchiveUnrouted(mux, log)
+	routed := bunx.ArchiveUnrouted(mux, log)
 	// Every delivery, routed or not, is written before the handler runs and again when it returns; a
 	// start without an end is a handler cut by a SIGKILL.
 	pid := os.Getpid()

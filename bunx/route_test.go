@@ -1,4 +1,4 @@
-package main
+package bunx_test
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -22,7 +23,7 @@ func TestArchiveUnrouted(t *testing.T) {
 	mux.HandleFunc("order.placed", func(context.Context, *asynq.Task) error { handled++; return nil })
 	boom := errors.New("boom")
 	mux.HandleFunc("order.failing", func(context.Context, *asynq.Task) error { return boom })
-	h := ArchiveUnrouted(mux, log)
+	h := bunx.ArchiveUnrouted(mux, log)
 	ctx := context.Background()
 
 	t.Run("Routed", func(t *testing.T) {

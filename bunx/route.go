@@ -1,4 +1,4 @@
-package main
+package bunx
 
 import (
 	"context"
@@ -14,9 +14,9 @@ import (
 // asynq.SkipRetry instead of asynq's plain "handler not found" error: asynq then archives it at once
 // (kept, visible in the inspector, retryable by an operator) instead of retrying it MaxRetry times, and
 // it is logged at Error level with its event id. The error wraps asynq.ErrHandlerNotFound.
+// A bunbox event that nobody listens to is a deployment mistake to surface, not a transient failure:
 //
-// (A candidate for the bunx package: a bunbox event that nobody listens to is a deployment mistake to
-// surface, not a transient failure.)
+//	srv.Start(bunx.ArchiveUnrouted(mux, logger))
 func ArchiveUnrouted(mux *asynq.ServeMux, log *slog.Logger) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		h, pattern := mux.Handler(t)
