@@ -227,7 +227,7 @@ func TestAgainstDatabase(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		done := make(chan int, 1)
 		go func() {
-			done <- run(ctx, []string{"relay", "-metrics-addr", addr}, func(k string) string { return renv[k] }, &stdout, &stderr)
+			done <- run(ctx, []string{"relay", "-metrics-addr", addr, "-reconcile-window", "10m"}, func(k string) string { return renv[k] }, &stdout, &stderr)
 		}()
 		var body string
 		outboxtest.WaitFor(t, 10*time.Second, "the relay's /metrics", func() bool {

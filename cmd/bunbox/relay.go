@@ -21,6 +21,8 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9464", "serve Prometheus metrics on this address at /metrics (empty: off)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	enableNotify := fs.Bool("enable-notify", false, "install the outbox NOTIFY trigger first, so the relay wakes within milliseconds of a commit")
+	reconcileWindow := fs.Duration("reconcile-window", 0, "also run the reconciler: re-deliver events published within this window whose task Redis lost (0: off; must be shorter than OUTBOX_TASK_RETENTION)")
+	reconcileInterval := fs.Duration("reconcile-interval", time.Minute, "pause between two reconciler passes")
 	rest, err := c.flags(fs, args)
 	if err != nil {
 		return err
@@ -56,6 +58,22 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if *reconcileWindow > 0 {
+		rc, err := relay.NewReconciler(db, asynq.RedisClientOpt{Addr: c.redisAddr, DialTimeout: 5 * time.Second}, relay.ReconcilerConfig{
+			Window: *reconcileWindow, Interval: *reconcileInterval,
+			TaskRetention: cfg.TaskRetention, Routes: cfg.Routes, Logger: cfg.Logger,
+		})
+		if err != nil {
+			return fmt.Errorf("reconciler: %w", err)
+		}
+		defer rc.Close()
+		reconcileDone := make(chan struct{})
+		go func() {
+			defer close(reconcileDone)
+			_ = rc.Run(ctx) // returns nil when ctx ends; the only other error, ErrRunning, cannot happen here
+		}()
+		defer func() { cancel(); <-reconcileDone }()
+	}
 	metricsDone := make(chan error, 1)
 	if *metricsAddr != "" {
 		ln, err := net.Listen("tcp", *metricsAddr)
