@@ -251,6 +251,13 @@ func measureLatency(b *testing.B, notify bool, cfg Config, rate int, d time.Dura
 	if notify { // the trigger's notifications reach the relay once its LISTEN is confirmed
 		outboxtest.WaitFor(b, 10*time.Second, "the listener", func() bool { return listening.Load() })
 	}
+	// Warm up: a first burst opens the connections and grows the goroutine stacks a long-running relay
+	// has, so that the run measures an idle relay, not a cold process.
+	warm := insertEvents(b, db, queue, 200)
+	outboxtest.WaitFor(b, 30*time.Second, "the warm-up events enqueued", func() bool {
+		_, ok := enq.done.Load(warm[len(warm)-1].EventID.String())
+		return ok
+	})
 	time.Sleep(1500 * time.Millisecond) // let the poll settle to idle: the scenario is an idle relay
 
 	// Two producers, each committing one event per transaction on its own schedule.

@@ -290,6 +290,7 @@ func OpenURL(tb testing.TB, url string, params map[string]any) *bun.DB {
 	}
 	sqldb := sql.OpenDB(pgdriver.NewConnector(opts...))
 	sqldb.SetMaxOpenConns(20)
+	sqldb.SetMaxIdleConns(20) // no churn: database/sql keeps only 2 idle connections by default
 	db := bun.NewDB(sqldb, pgdialect.New())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
