@@ -4,6 +4,7 @@
 package pgopen
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"database/sql"
@@ -22,6 +23,10 @@ type Options struct {
 	Params map[string]any
 	// MaxOpenConns bounds the pool. Defaults to 0 (unbounded, database/sql's default).
 	MaxOpenConns int
+	// MaxIdleConns is how many connections the pool keeps open while idle. database/sql keeps 2, so a
+	// process with a relay, a worker and writers reconnects all the time, which showed as latency tails
+	// (relay p99 commit-to-enqueue 32 ms with 2, 4-8 ms with 20). Defaults to 20.
+	MaxIdleConns int
 	// PingTimeout bounds the first ping. Defaults to 10s.
 	PingTimeout time.Duration
 }
@@ -46,6 +51,7 @@ func Open(ctx context.Context, dsn string, o Options) (*bun.DB, error) {
 	if o.MaxOpenConns > 0 {
 		sqldb.SetMaxOpenConns(o.MaxOpenConns)
 	}
+	sqldb.SetMaxIdleConns(cmp.Or(o.MaxIdleConns, 20))
 	db := bun.NewDB(sqldb, pgdialect.New())
 	timeout := o.PingTimeout
 	if timeout <= 0 {
