@@ -48,7 +48,19 @@ func SkipShort(tb testing.TB) {
 func Open(tb testing.TB, params map[string]any) *bun.DB {
 	tb.Helper()
 	SkipShort(tb)
-	opts := []pgdriver.Option{pgdriver.WithDSN(DatabaseURL()), pgdriver.WithTimeout(30 * time.Second)}
+	return open(tb, DatabaseURL(), params, "run the tests with `make test`, which starts it")
+}
+
+// OpenURL connects to the PostgreSQL server at url, checks that it answers, and closes the pool when the
+// test ends.
+func OpenURL(tb testing.TB, url string, params map[string]any) *bun.DB {
+	tb.Helper()
+	return open(tb, url, params, "")
+}
+
+func open(tb testing.TB, url string, params map[string]any, hint string) *bun.DB {
+	tb.Helper()
+	opts := []pgdriver.Option{pgdriver.WithDSN(url), pgdriver.WithTimeout(30 * time.Second)}
 	if len(params) > 0 {
 		opts = append(opts, pgdriver.WithConnParams(params))
 	}
@@ -60,7 +72,10 @@ func Open(tb testing.TB, params map[string]any) *bun.DB {
 	defer cancel()
 	if err := db.PingContext(ctx); err != nil {
 		_ = db.Close()
-		tb.Fatalf("PostgreSQL at %s does not answer (%v): run the tests with `make test`, which starts it", DatabaseURL(), err)
+		if hint != "" {
+			tb.Fatalf("PostgreSQL at %s does not answer (%v): %s", url, err, hint)
+		}
+		tb.Fatalf("PostgreSQL at %s does not answer: %v", url, err)
 	}
 	tb.Cleanup(func() { _ = db.Close() })
 	return db

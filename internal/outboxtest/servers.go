@@ -3,7 +3,6 @@ package outboxtest
 import (
 	"bufio"
 	"context"
-	"database/sql"
 	"fmt"
 	"net"
 	"os"
@@ -19,8 +18,6 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/dialect/pgdialect"
-	"github.com/uptrace/bun/driver/pgdriver"
 
 	bunboxmigrate "github.com/bunbox/bunbox/migrate"
 )
@@ -277,28 +274,6 @@ func (p *Postgres) Schema(tb testing.TB) *bun.DB {
 	if err := bunboxmigrate.Up(context.Background(), db); err != nil {
 		tb.Fatalf("migrate %s: %v", p.URL(), err)
 	}
-	return db
-}
-
-// OpenURL connects to the PostgreSQL server at url, checks that it answers, and closes the pool when the
-// test ends.
-func OpenURL(tb testing.TB, url string, params map[string]any) *bun.DB {
-	tb.Helper()
-	opts := []pgdriver.Option{pgdriver.WithDSN(url), pgdriver.WithTimeout(30 * time.Second)}
-	if len(params) > 0 {
-		opts = append(opts, pgdriver.WithConnParams(params))
-	}
-	sqldb := sql.OpenDB(pgdriver.NewConnector(opts...))
-	sqldb.SetMaxOpenConns(20)
-	sqldb.SetMaxIdleConns(20) // no churn: database/sql keeps only 2 idle connections by default
-	db := bun.NewDB(sqldb, pgdialect.New())
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := db.PingContext(ctx); err != nil {
-		_ = db.Close()
-		tb.Fatalf("PostgreSQL at %s does not answer: %v", url, err)
-	}
-	tb.Cleanup(func() { _ = db.Close() })
 	return db
 }
 
