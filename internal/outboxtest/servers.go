@@ -98,7 +98,8 @@ func (r *Redis) Start(tb testing.TB) {
 		"--appendonly", appendonly, "--appendfsync", "always", "--save", "",
 		"--daemonize", "no", "--protected-mode", "no")
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: a test binary killed by -timeout takes its server down with it, instead of leaking it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		_ = out.Close()
 		tb.Fatalf("start redis-server: %v", err)
