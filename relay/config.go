@@ -125,9 +125,7 @@ func (c Config) withDefaults() Config {
 	c.Retention = cmp.Or(c.Retention, RetentionDefault)
 	c.CleanupInterval = cmp.Or(c.CleanupInterval, CleanupIntervalDefault)
 	c.CleanupBatchSize = cmp.Or(c.CleanupBatchSize, CleanupBatchSizeDefault)
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	}
+	c.Logger = cmp.Or(c.Logger, defaultLogger())
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -163,4 +161,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return nil
+}
+
+// defaultLogger is the logger of a Config without one: warnings and errors to stderr, nothing else.
+func defaultLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }

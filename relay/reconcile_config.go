@@ -1,0 +1,108 @@
+package relay
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/hibiken/asynq"
+)
+
+// Defaults applied by NewReconciler to the zero fields of a ReconcilerConfig.
+const (
+	ReconcileWindowDefault      = time.Hour
+	ReconcileIntervalDefault    = time.Minute
+	ReconcileBatchSizeDefault   = 500
+	ReconcileConcurrencyDefault = 16
+)
+
+// reconcileLastError is what a requeued row's last_error says, for the operator who wonders why a
+// published event was enqueued again.
+const reconcileLastError = "bunbox reconciler: the task was missing from Redis (data loss?); requeued"
+
+// TaskInspector is what the Reconciler needs from asynq: *asynq.Inspector implements it. GetTaskInfo must
+// return an error wrapping asynq.ErrTaskNotFound or asynq.ErrQueueNotFound for a task Redis does not have.
+type TaskInspector interface {
+	GetTaskInfo(queue, id string) (*asynq.TaskInfo, error)
+}
+
+var _ TaskInspector = (*asynq.Inspector)(nil)
+
+// ReconcilerConfig tunes a Reconciler. The zero value is ready to use.
+type ReconcilerConfig struct {
+	// Window is how far back the reconciler looks: it checks the rows published within the last Window.
+	// It must be shorter than TaskRetention: a task that was completed is visible in Redis only while
+	// asynq retains it, so past TaskRetention a completed task and a lost one look the same (both are
+	// absent) and the reconciler would re-deliver events that were handled long ago. Keep it also shorter
+	// than the relay's Config.Retention, after which published rows are deleted and cannot be checked.
+	// Defaults to 1h.
+	Window time.Duration
+	// Interval is the pause between two passes of Run. A pass checks every row of the Window, so a task
+	// lost to a Redis failover is re-delivered within about Interval plus the duration of one pass.
+	// Defaults to 1m.
+	Interval time.Duration
+	// BatchSize is how many rows one page of a pass reads (keyset-paginated by id), 1 to 10000.
+	// Defaults to 500.
+	BatchSize int
+	// Concurrency bounds the task look-ups of a page running at once (one Redis round trip each), 1 to
+	// 1024. Defaults to 16.
+	Concurrency int
+	// TaskRetention must be the relay's Config.TaskRetention: how long asynq keeps a completed task.
+	// It bounds Window. Defaults to 24h, the relay's default.
+	TaskRetention time.Duration
+	// Routes must be the relay's Config.Routes: an event with listeners is a task per listener (TaskID
+	// "<event id>:<listener>"), and its row is requeued when any of them is gone (the relay then
+	// re-enqueues all, and the ones still there count as conflicts). A listener added to Routes thus
+	// receives, at the next pass, the events of its event name published within Window. Defaults to
+	// none: one task per event, TaskID the event id.
+	Routes Routes
+	// Logger receives the reconciler's logs. Defaults to a logger that discards everything below Warn and
+	// writes warnings and errors to stderr.
+	Logger *slog.Logger
+	// Inspector, when set, is used instead of an asynq.Inspector built from the Redis options given to
+	// NewReconciler; the reconciler does not close it. Without the Redis options the reconciler cannot
+	// register again a queue that asynq forgot after a data loss (see Reconciler), so a task whose queue
+	// is not found counts as lost. Defaults to nil.
+	Inspector TaskInspector
+
+	now func() time.Time
+}
+
+func (c ReconcilerConfig) withDefaults() ReconcilerConfig {
+	c.Window = cmp.Or(c.Window, ReconcileWindowDefault)
+	c.Interval = cmp.Or(c.Interval, ReconcileIntervalDefault)
+	c.BatchSize = cmp.Or(c.BatchSize, ReconcileBatchSizeDefault)
+	c.Concurrency = cmp.Or(c.Concurrency, ReconcileConcurrencyDefault)
+	c.TaskRetention = cmp.Or(c.TaskRetention, TaskRetentionDefault)
+	c.Logger = cmp.Or(c.Logger, defaultLogger())
+	if c.now == nil {
+		c.now = time.Now
+	}
+	return c
+}
+
+func (c ReconcilerConfig) validate() error {
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	check(c.Window > 0, "Window must be positive, got %s", c.Window)
+	check(c.TaskRetention >= time.Second, "TaskRetention must be at least 1s, got %s", c.TaskRetention)
+	check(c.Window < c.TaskRetention,
+		"Window must be shorter than TaskRetention (%s): a completed task is only visible while asynq retains it, got %s",
+		c.TaskRetention, c.Window)
+	check(c.Interval > 0, "Interval must be positive, got %s", c.Interval)
+	check(c.BatchSize >= 1 && c.BatchSize <= 10000, "BatchSize must be between 1 and 10000, got %d", c.BatchSize)
+	check(c.Concurrency >= 1 && c.Concurrency <= 1024, "Concurrency must be between 1 and 1024, got %d", c.Concurrency)
+	if err := c.Routes.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}
