@@ -28,6 +28,10 @@
 // and the events are two statements: if the process dies between them the event is lost, so write
 // business rows that emit events in RunInTx.
 //
+// An error from Commit (a crash or a broken connection at that moment) does not prove that the transaction
+// rolled back: it may have committed, and then its events are delivered. Retry such a business operation
+// only if it is idempotent (WithEventID with a key derived from the operation makes its events so).
+//
 // Hooks see the rows bun was given: single models (*T) and slices (*[]T, *[]*T) each yield the events of
 // every row that the statement actually touched (rows that ON CONFLICT DO NOTHING skipped, and updates or
 // deletes that matched nothing, yield none). They never see set-based UPDATE ... WHERE, raw SQL or MERGE:
