@@ -62,9 +62,22 @@ type Transactor struct {
 	opts *sql.TxOptions
 }
 
-// NewTransactor returns a Transactor that begins its transactions on db with opts (nil for the defaults).
-func NewTransactor(db *bun.DB, opts *sql.TxOptions) *Transactor {
-	return &Transactor{db: db, opts: opts}
+// TransactorOption configures a Transactor.
+type TransactorOption func(*Transactor)
+
+// WithTxOptions sets the isolation level and read-only flag of the Transactor's transactions.
+// Defaults to nil: the database's defaults.
+func WithTxOptions(opts *sql.TxOptions) TransactorOption {
+	return func(t *Transactor) { t.opts = opts }
+}
+
+// NewTransactor returns a Transactor that begins its transactions on db.
+func NewTransactor(db *bun.DB, opts ...TransactorOption) *Transactor {
+	t := &Transactor{db: db}
+	for _, opt := range opts {
+		opt(t)
+	}
+	return t
 }
 
 // WithinTransaction runs fn in db.RunInTx with the transaction in fn's context. It commits when fn returns

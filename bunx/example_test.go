@@ -76,7 +76,7 @@ func ExampleTransactor_WithinTransaction() {
 	ctx := context.Background()
 	var db *bun.DB // your database
 	var events bunx.Dispatcher = bunx.New(db)
-	txr := bunx.NewTransactor(db, nil)
+	txr := bunx.NewTransactor(db)
 
 	_ = txr.WithinTransaction(ctx, func(ctx context.Context) error {
 		if _, err := bunx.Conn(ctx, db).NewInsert().Model(&ShopOrder{Customer: "ada"}).Exec(ctx); err != nil {

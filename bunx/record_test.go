@@ -2,6 +2,7 @@ package bunx_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"math"
 	"strings"
@@ -185,7 +186,7 @@ func TestDispatcherJoinsTheTransactionInContext(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	txr := bunx.NewTransactor(b.db, nil)
+	txr := bunx.NewTransactor(b.db, bunx.WithTxOptions(&sql.TxOptions{Isolation: sql.LevelReadCommitted}))
 
 	// placeOrder is service code: it knows a Dispatcher and a transactor, not the outbox.
 	placeOrder := func(ctx context.Context, d bunx.Dispatcher, ref string, fail bool) error {
