@@ -18,11 +18,11 @@ var bindings sync.Map // weak.Pointer[sql.DB] -> *binding
 
 type binding struct {
 	mu   sync.Mutex
-	regs []*registry // copy-on-write: readers load the slice without the lock
+	regs []*registry // copy-on-write: a reader takes the slice under mu and then uses it without
 
 	// affected carries the rows affected by a query from the query hook (which sees the result) to the
 	// model hook (which does not), keyed by the query.
-	affected sync.Map // bun.Query -> int64
+	affected sync.Map // bun.Query -> *rowCount
 	hooked   sync.Map // weak.Pointer[bun.DB] -> struct{}: where rowsHook is installed
 }
 
