@@ -75,7 +75,7 @@ func NewReconciler(db *bun.DB, redis asynq.RedisConnOpt, cfg ReconcilerConfig) (
 		if redis == nil {
 			return nil, errors.New("bunbox: relay.NewReconciler: give the Redis options or ReconcilerConfig.Inspector")
 		}
-		ins, err := newInspector(redis)
+		ins, err := fromRedisOpt(redis, asynq.NewInspector)
 		if err != nil {
 			return nil, err
 		}
@@ -87,16 +87,6 @@ func NewReconciler(db *bun.DB, redis asynq.RedisConnOpt, cfg ReconcilerConfig) (
 		}
 	}
 	return r, nil
-}
-
-// newInspector makes an asynq inspector, turning asynq's panic on an unusable option into an error.
-func newInspector(redis asynq.RedisConnOpt) (ins *asynq.Inspector, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("bunbox: reconciler: unusable Redis options %T: %v", redis, p)
-		}
-	}()
-	return asynq.NewInspector(redis), nil
 }
 
 // Close releases the Redis connections of the inspector that NewReconciler made (none when

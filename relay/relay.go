@@ -74,13 +74,19 @@ func New(db *bun.DB, redis asynq.RedisConnOpt, cfg Config) (*Relay, error) {
 }
 
 // newClient makes an asynq client, turning asynq's panic on an unusable option into an error.
-func newClient(redis asynq.RedisConnOpt) (c *asynq.Client, err error) {
+func newClient(redis asynq.RedisConnOpt) (*asynq.Client, error) {
+	return fromRedisOpt(redis, asynq.NewClient)
+}
+
+// fromRedisOpt calls an asynq constructor, which panics on unusable Redis options, and returns the panic as
+// an error instead.
+func fromRedisOpt[T any](redis asynq.RedisConnOpt, mk func(asynq.RedisConnOpt) T) (v T, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("bunbox: relay: unusable Redis options %T: %v", redis, p)
 		}
 	}()
-	return asynq.NewClient(redis), nil
+	return mk(redis), nil
 }
 
 func checkSchema(ctx context.Context, db bun.IDB) error {
