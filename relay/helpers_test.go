@@ -40,12 +40,16 @@ func setupWith(t *testing.T, db *bun.DB, redis asynq.RedisClientOpt) *testBundle
 	t.Helper()
 	b := &testBundle{db: db, redis: redis, queue: "bunbox_test_" + randHex(6), logs: newLogRecorder(t)}
 	b.inspector = asynq.NewInspector(redis)
-	client := asynq.NewClient(redis)
+	// The client the relay makes for itself, with its pipelining, so that every test runs through it.
+	client, rdb, err := newClient(redis)
+	if err != nil {
+		t.Fatal(err)
+	}
 	b.enq = &countingEnqueuer{client: client, calls: map[string]int{}}
 	t.Cleanup(func() {
 		_ = b.inspector.DeleteQueue(b.queue, true)
 		_ = b.inspector.Close()
-		_ = client.Close()
+		_ = rdb.Close()
 	})
 	return b
 }

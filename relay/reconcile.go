@@ -313,7 +313,7 @@ func (r *Reconciler) registerQueue(queue string) error {
 	if r.redis == nil || r.owned == nil {
 		return nil
 	}
-	c, err := newClient(r.redis)
+	c, err := fromRedisOpt(r.redis, asynq.NewClient)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
 )
 
@@ -29,7 +30,7 @@ type Relay struct {
 	log     *slog.Logger
 	enq     Enqueuer
 	pinger  Pinger
-	client  *asynq.Client // the client New made, closed by Close; nil when Config.Enqueuer is set
+	rdb     redis.UniversalClient // the connections of the client New made, closed by Close; nil with Config.Enqueuer
 	running atomic.Bool
 	sem     chan struct{} // bounds the enqueues in flight, over all workers
 
@@ -57,11 +58,11 @@ func New(db *bun.DB, redis asynq.RedisConnOpt, cfg Config) (*Relay, error) {
 		if redis == nil {
 			return nil, errors.New("bunbox: relay.New: give the Redis options or Config.Enqueuer")
 		}
-		client, err := newClient(redis)
+		client, rdb, err := newClient(redis)
 		if err != nil {
 			return nil, err
 		}
-		r.client, r.enq = client, client
+		r.rdb, r.enq = rdb, client
 	}
 	r.pinger, _ = r.enq.(Pinger)
 	if r.pinger != nil {
@@ -71,11 +72,6 @@ func New(db *bun.DB, redis asynq.RedisConnOpt, cfg Config) (*Relay, error) {
 		}
 	}
 	return r, nil
-}
-
-// newClient makes an asynq client, turning asynq's panic on an unusable option into an error.
-func newClient(redis asynq.RedisConnOpt) (*asynq.Client, error) {
-	return fromRedisOpt(redis, asynq.NewClient)
 }
 
 // fromRedisOpt calls an asynq constructor, which panics on unusable Redis options, and returns the panic as
@@ -103,10 +99,10 @@ func checkSchema(ctx context.Context, db bun.IDB) error {
 // Close releases the Redis connections of the client that New made (none when Config.Enqueuer was
 // given). Call it after Run has returned.
 func (r *Relay) Close() error {
-	if r.client == nil {
+	if r.rdb == nil {
 		return nil
 	}
-	return r.client.Close()
+	return r.rdb.Close() // asynq refuses to close a client made on a go-redis client it was given
 }
 
 // Run relays until ctx is done, then finishes or releases the batch in flight and returns nil: enqueues

@@ -1,0 +1,128 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+)
+
+// pipelineHook is a go-redis hook that sends the script calls of concurrent callers to Redis together, one
+// pipeline per round trip, instead of one round trip each (auto-pipelining). asynq runs every enqueue as
+// its own script call; with many enqueues in flight, the relay's go-redis client writes them in one
+// syscall and Redis reads them in one, which cuts the CPU of both and lets one connection carry them all.
+//
+// There is no background goroutine: a caller that finds fewer than pipelinesInFlight pipelines in flight
+// leads. It takes every call queued so far, sends them with its own as one pipeline, wakes their callers,
+// and passes the lead to the first call that queued meanwhile. Each command keeps its own reply and error, as if sent alone;
+// a connection error fails every command of its pipeline, as it would fail each of them alone.
+type pipelineHook struct {
+	rdb redis.UniversalClient
+
+	mu      sync.Mutex
+	queue   []*pipelineCall // the calls waiting for a leader
+	leaders int             // pipelines in flight, at most pipelinesInFlight
+}
+
+// pipelinesInFlight is how many pipelines one client sends at once: while one waits for its replies, the
+// next one gathers.
+const pipelinesInFlight = 2
+
+type pipelineCall struct {
+	cmd  redis.Cmder
+	wake chan bool // receives true: lead the next pipeline; false: cmd has its reply
+}
+
+var callPool = sync.Pool{New: func() any { return &pipelineCall{wake: make(chan bool, 1)} }}
+
+func (h *pipelineHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *pipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// ProcessHook pipelines the script calls, which is what asynq's enqueue sends. Every other command goes
+// alone: go-redis sends a new connection's handshake through the hooks too, and that must not wait in
+// the queue behind the pipeline that is waiting for the connection.
+func (h *pipelineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		switch cmd.Name() {
+		case "evalsha", "eval", "evalsha_ro", "eval_ro":
+			return h.process(ctx, cmd)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *pipelineHook) process(ctx context.Context, cmd redis.Cmder) error {
+	c := callPool.Get().(*pipelineCall)
+	c.cmd = cmd
+	h.mu.Lock()
+	lead := h.leaders < pipelinesInFlight
+	if lead {
+		h.leaders++
+	} else {
+		h.queue = append(h.queue, c)
+	}
+	h.mu.Unlock()
+	if lead || <-c.wake {
+		h.lead(ctx, c)
+	}
+	c.cmd = nil
+	callPool.Put(c)
+	return cmd.Err()
+}
+
+// lead sends the leader's own call and every call queued so far as one pipeline, then hands the lead to
+// the first call queued meanwhile, if any.
+func (h *pipelineHook) lead(ctx context.Context, own *pipelineCall) {
+	h.mu.Lock()
+	batch := make([]*pipelineCall, 0, 1+len(h.queue))
+	batch = append(append(batch, own), h.queue...)
+	clear(h.queue)
+	h.queue = h.queue[:0]
+	h.mu.Unlock()
+
+	pipe := h.rdb.Pipeline()
+	for _, c := range batch {
+		_ = pipe.Process(ctx, c.cmd)
+	}
+	// The replies and errors land in each command, except when no connection could be had (Redis down):
+	// then only Exec returns the error, and each command must get it, or it would read as a success.
+	if _, err := pipe.Exec(context.WithoutCancel(ctx)); err != nil &&
+		!slices.ContainsFunc(batch, func(c *pipelineCall) bool { return c.cmd.Err() != nil }) {
+		for _, c := range batch {
+			c.cmd.SetErr(err)
+		}
+	}
+	for _, c := range batch[1:] {
+		c.wake <- false
+	}
+
+	h.mu.Lock()
+	var next *pipelineCall
+	if len(h.queue) > 0 {
+		next = h.queue[0]
+		h.queue = slices.Delete(h.queue, 0, 1)
+	} else {
+		h.leaders--
+	}
+	h.mu.Unlock()
+	if next != nil {
+		next.wake <- true
+	}
+}
+
+// newClient makes the relay's asynq client on a Redis client of its own with the pipelineHook, and returns
+// both: asynq does not close a client it was given. Unusable options give an error rather than asynq's panic.
+func newClient(opt asynq.RedisConnOpt) (*asynq.Client, redis.UniversalClient, error) {
+	rdb, ok := opt.MakeRedisClient().(redis.UniversalClient)
+	if !ok {
+		return nil, nil, fmt.Errorf("bunbox: relay: unusable Redis options %T: they make no go-redis client", opt)
+	}
+	rdb.AddHook(&pipelineHook{rdb: rdb})
+	return asynq.NewClientFromRedisClient(rdb), rdb, nil
+}

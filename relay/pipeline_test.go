@@ -1,0 +1,120 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bunbox/bunbox/internal/outboxtest"
+)
+
+// pipelined returns a go-redis client with the relay's pipelineHook, and counts the pipelines it sends.
+func pipelined(t *testing.T, addr string) (redis.UniversalClient, *pipelineCounter) {
+	t.Helper()
+	_, rdb, err := newClient(asynq.RedisClientOpt{Addr: addr})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rdb.Close() })
+	n := &pipelineCounter{}
+	rdb.AddHook(n)
+	return rdb, n
+}
+
+type pipelineCounter struct {
+	mu                  sync.Mutex
+	pipelines, commands int
+}
+
+func (n *pipelineCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (n *pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (n *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		n.mu.Lock()
+		n.pipelines++
+		n.commands += len(cmds)
+		n.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+// Concurrent commands share round trips, and each caller gets its own reply and its own error.
+func TestPipelineHookRepliesPerCommand(t *testing.T) {
+	outboxtest.SkipShort(t)
+	rdb, n := pipelined(t, outboxtest.RedisAddr())
+	ctx := context.Background()
+	prefix := "bunbox_pipeline_" + randHex(6) + ":"
+	t.Cleanup(func() {
+		for i := range 64 {
+			_ = rdb.Del(ctx, prefix+strconv.Itoa(i)).Err()
+		}
+	})
+
+	incr := redis.NewScript("return redis.call('INCR', KEYS[1])")
+	const callers, rounds = 64, 50
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for i := range callers {
+		wg.Go(func() {
+			key := prefix + strconv.Itoa(i)
+			for j := range rounds {
+				if i%8 == 0 {
+					// A script Redis refuses fails alone.
+					if err := rdb.Eval(ctx, "return redis.call('bunbox-no-such-command')", nil).Err(); err == nil {
+						errs <- fmt.Errorf("caller %d: an unknown command succeeded", i)
+						return
+					}
+					continue
+				}
+				v, err := incr.Run(ctx, rdb, []string{key}).Int64()
+				if err != nil || v != int64(j+1) {
+					errs <- fmt.Errorf("caller %d round %d: INCR = %d, %v; want %d", i, j, v, err, j+1)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	require.GreaterOrEqual(t, n.commands, callers*rounds, "every script call went through a pipeline")
+	require.Less(t, n.pipelines, n.commands/2, "concurrent commands shared round trips")
+	t.Logf("%d commands in %d pipelines", n.commands, n.pipelines)
+}
+
+// When Redis goes away, every waiting command fails with the connection's error, none hangs, and the
+// client works again once Redis is back.
+func TestPipelineHookServerDown(t *testing.T) {
+	outboxtest.SkipShort(t)
+	srv := outboxtest.StartRedis(t, nil)
+	rdb, _ := pipelined(t, srv.Addr())
+	ctx := context.Background()
+	require.NoError(t, rdb.Ping(ctx).Err())
+
+	srv.Stop(t)
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if err := rdb.Eval(ctx, "return redis.call('SET', 'k', 'v')", nil).Err(); err == nil {
+				t.Error("SET succeeded with Redis stopped")
+			}
+		})
+	}
+	wg.Wait()
+
+	srv.Start(t)
+	outboxtest.WaitFor(t, 10*time.Second, "the pipelined client to reach Redis again", func() bool {
+		return rdb.Eval(ctx, "return redis.call('SET', 'k', 'v')", nil).Err() == nil
+	})
+}
