@@ -1,7 +1,11 @@
 package relay
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -29,18 +33,67 @@ WHERE published_at IS NULL AND dead_at IS NULL AND (next_attempt_at IS NULL OR n
 	return err != nil || due
 }
 
-func claim(ctx context.Context, tx bun.Tx, n int) ([]model.Event, error) {
-	events := make([]model.Event, 0, n)
-	if err := tx.NewRaw(claimSQL, n).Scan(ctx, &events); err != nil {
-		return nil, err
+// errMalformedRow marks a claimed row that cannot become a task; the round marks it dead at once.
+var errMalformedRow = errors.New("bunbox: malformed outbox row")
+
+// claim locks and reads the next batch. A row whose metadata is not a JSON object of strings comes back
+// in bad (index into events → error), to be marked dead rather than block the rows behind it. The scan
+// is by hand rather than through bun's model scan: it is the relay's hottest read.
+func claim(ctx context.Context, tx bun.Tx, n int) (events []model.Event, bad map[int]error, err error) {
+	rows, err := tx.QueryContext(ctx, claimSQL, n)
+	if err != nil {
+		return nil, nil, err
 	}
-	return events, nil
+	defer rows.Close()
+	events = make([]model.Event, 0, n)
+	var payload, metadata []byte
+	for rows.Next() {
+		var ev model.Event
+		if err := rows.Scan(&ev.ID, &ev.EventID, &ev.Name, &ev.Queue, &payload, &metadata, &ev.CreatedAt, &ev.Attempts); err != nil {
+			return nil, nil, err
+		}
+		ev.Payload = bytes.Clone(payload)
+		if len(metadata) > 2 { // "{}" is the column's default: no map to make
+			if err := json.Unmarshal(metadata, &ev.Metadata); err != nil {
+				if bad == nil {
+					bad = map[int]error{}
+				}
+				bad[len(events)] = fmt.Errorf("%w: column metadata must be a JSON object of strings: %v", errMalformedRow, err)
+			}
+		}
+		events = append(events, ev)
+	}
+	return events, bad, rows.Err()
+}
+
+// markChunk is how many delivered rows markStream marks per statement.
+const markChunk = 100
+
+// markStream marks the rows whose ids arrive on ids as published, a chunk at a time while the rest of the
+// batch is still being enqueued, so that the marks overlap the enqueues; it marks the last chunk when ids
+// is closed, and returns how many rows it marked. After an error it drains ids and marks nothing more:
+// the round rolls back.
+func markStream(ctx context.Context, tx bun.Tx, ids <-chan int64) (int, error) {
+	var n int
+	var err error
+	chunk := make([]int64, 0, markChunk)
+	flush := func() {
+		if err == nil && len(chunk) > 0 {
+			err = markPublished(ctx, tx, chunk)
+			n += len(chunk)
+		}
+		chunk = chunk[:0]
+	}
+	for id := range ids {
+		if chunk = append(chunk, id); len(chunk) == markChunk {
+			flush()
+		}
+	}
+	flush()
+	return n, err
 }
 
 func markPublished(ctx context.Context, tx bun.Tx, ids []int64) error {
-	if len(ids) == 0 {
-		return nil
-	}
 	_, err := tx.NewRaw(`UPDATE outbox_events SET published_at = now(), next_attempt_at = NULL
 WHERE id = ANY(?)`, pgdialect.Array(ids)).Exec(ctx)
 	return err

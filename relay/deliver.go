@@ -26,11 +26,12 @@ func Task(ev *model.Event, taskRetention time.Duration) (*asynq.Task, []asynq.Op
 	for k, v := range ev.Metadata {
 		headers[k] = v
 	}
-	headers[model.HeaderEventID] = ev.EventID.String()
+	id := ev.EventID.String()
+	headers[model.HeaderEventID] = id
 	headers[model.HeaderEventName] = ev.Name
 	headers[model.HeaderCreatedAt] = ev.CreatedAt.UTC().Format(time.RFC3339Nano)
 	opts := []asynq.Option{
-		asynq.TaskID(ev.EventID.String()),
+		asynq.TaskID(id),
 		asynq.Queue(ev.Queue),
 		asynq.Retention(taskRetention),
 	}
@@ -39,10 +40,13 @@ func Task(ev *model.Event, taskRetention time.Duration) (*asynq.Task, []asynq.Op
 
 // deliver enqueues the events, at most Concurrency at once over all workers, and returns one error per
 // event: nil when it reached Redis (a TaskID conflict means it already had), errReleased when ctx ended
-// before it was tried. Enqueues already started finish even when ctx ends, bounded by EnqueueTimeout.
+// before it was tried, the error in bad for a malformed row, which is not tried. Enqueues already started finish even when ctx ends, bounded by EnqueueTimeout.
 // A few long-lived goroutines take the events in order, rather than one goroutine per event: their stacks
 // stay grown for go-redis's deep call chains.
-func (r *Relay) deliver(ctx context.Context, events []model.Event) []error {
+//
+// The id of each row that reached Redis goes to delivered as soon as it did; the channel must hold
+// len(events).
+func (r *Relay) deliver(ctx context.Context, events []model.Event, bad map[int]error, delivered chan<- int64) []error {
 	errs := make([]error, len(events))
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -53,6 +57,10 @@ func (r *Relay) deliver(ctx context.Context, events []model.Event) []error {
 				if i >= len(events) {
 					return
 				}
+				if err := bad[i]; err != nil {
+					errs[i] = err
+					continue
+				}
 				select {
 				case <-ctx.Done():
 					errs[i] = errReleased
@@ -61,6 +69,9 @@ func (r *Relay) deliver(ctx context.Context, events []model.Event) []error {
 				}
 				errs[i] = r.enqueue(ctx, &events[i])
 				<-r.sem
+				if errs[i] == nil {
+					delivered <- events[i].ID
+				}
 			}
 		})
 	}

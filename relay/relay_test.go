@@ -332,3 +332,31 @@ func TestReadBacklog(t *testing.T) {
 	require.EqualValues(t, 1, bl.Dead)
 	require.InDelta(t, time.Minute.Seconds(), bl.Lag.Seconds(), 10)
 }
+
+// A row whose metadata cannot become task headers (written around bunx, by hand) is dead at once, with an
+// error that names the column, and the rows around it are delivered.
+func TestMalformedRowDeadAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	before := insertEvents(t, b.db, b.queue, 10)
+	_, err := b.db.ExecContext(context.Background(), `INSERT INTO outbox_events (event_id, event_name, queue, payload, metadata)
+VALUES (gen_random_uuid(), 'test.event', ?, '{}', '{"tenant": 7}')`, b.queue)
+	require.NoError(t, err)
+	after := insertEvents(t, b.db, b.queue, 10)
+
+	r := b.newRelay(t, Config{MaxAttempts: 5})
+	res := r.runOnce(context.Background())
+	require.NoError(t, res.Err)
+	require.Equal(t, 20, res.Published)
+	require.Equal(t, 1, res.Dead)
+	requireDeliveredOnce(t, b.inspector, b.queue, append(before, after...))
+
+	var attempts int
+	var lastError string
+	var pending bool
+	require.NoError(t, b.db.QueryRowContext(context.Background(), `SELECT attempts, last_error, published_at IS NULL
+FROM outbox_events WHERE dead_at IS NOT NULL`).Scan(&attempts, &lastError, &pending))
+	require.Equal(t, 1, attempts)
+	require.Contains(t, lastError, "column metadata")
+	require.True(t, pending)
+}

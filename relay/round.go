@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -36,7 +37,7 @@ func (r *Relay) runOnce(ctx context.Context) (res BatchEvent) {
 	}
 	defer func() { _ = tx.Rollback() }()
 
-	events, err := claim(ctx, tx, r.cfg.BatchSize)
+	events, bad, err := claim(ctx, tx, r.cfg.BatchSize)
 	if err != nil {
 		if ctx.Err() == nil {
 			res.Err = fmt.Errorf("claim: %w", err)
@@ -48,20 +49,39 @@ func (r *Relay) runOnce(ctx context.Context) (res BatchEvent) {
 		return res
 	}
 
-	errs := r.deliver(ctx, events)
-	published := make([]int64, 0, len(events))
+	delivered := make(chan int64, len(events))
+	var marked int
+	var markErr error
+	var marking sync.WaitGroup
+	marking.Go(func() {
+		// The marks need not wait for the WAL flush: a mark lost in a database crash only means the row
+		// is enqueued again, which its TaskID absorbs. This takes the fsync off the relay's critical path.
+		if _, markErr = tx.ExecContext(bg, "SET LOCAL synchronous_commit = off"); markErr != nil {
+			for range delivered {
+			}
+			return
+		}
+		marked, markErr = markStream(bg, tx, delivered)
+	})
+	errs := r.deliver(ctx, events, bad, delivered)
+	close(delivered)
+	marking.Wait()
+
 	var failed []int
 	var firstErr error
 	for i, err := range errs {
 		switch {
 		case err == nil:
-			published = append(published, events[i].ID)
 		case errors.Is(err, errReleased):
 			res.Released++
 		default:
 			failed = append(failed, i)
 			firstErr = cmpErr(firstErr, err)
 		}
+	}
+	if markErr != nil {
+		res.Err = fmt.Errorf("mark published: %w", markErr)
+		return res
 	}
 	var fails []failure
 	if len(failed) > 0 {
@@ -78,7 +98,8 @@ func (r *Relay) runOnce(ctx context.Context) (res BatchEvent) {
 			for _, i := range failed {
 				ev := &events[i]
 				n := ev.Attempts + 1
-				f := failure{id: ev.ID, attempts: n, dead: n >= r.cfg.MaxAttempts, err: truncate(errs[i].Error(), 2000)}
+				dead := n >= r.cfg.MaxAttempts || errors.Is(errs[i], errMalformedRow)
+				f := failure{id: ev.ID, attempts: n, dead: dead, err: truncate(errs[i].Error(), 2000)}
 				if !f.dead {
 					f.delay = r.cfg.retryDelay(n)
 				}
@@ -87,15 +108,8 @@ func (r *Relay) runOnce(ctx context.Context) (res BatchEvent) {
 		}
 	}
 
-	// The marks need not wait for the WAL flush: a mark lost in a database crash only means the row is
-	// enqueued again, which its TaskID absorbs. This takes the fsync off the relay's critical path.
-	if _, err := tx.ExecContext(bg, "SET LOCAL synchronous_commit = off"); err != nil {
-		res.Err = errors.Join(res.Err, fmt.Errorf("mark: %w", err))
-		return res
-	}
-	if err := markPublished(bg, tx, published); err != nil {
-		res.Err = errors.Join(res.Err, fmt.Errorf("mark published: %w", err))
-		return res
+	if marked == 0 && len(fails) == 0 {
+		return res // nothing to keep: the rollback releases the rows
 	}
 	if err := markFailed(bg, tx, fails); err != nil {
 		res.Err = errors.Join(res.Err, fmt.Errorf("mark failed: %w", err))
@@ -105,7 +119,7 @@ func (r *Relay) runOnce(ctx context.Context) (res BatchEvent) {
 		res.Err = errors.Join(res.Err, fmt.Errorf("commit: %w", err))
 		return res
 	}
-	res.Published = len(published)
+	res.Published = marked
 	res.Failed = len(fails)
 	for i, f := range fails {
 		ev := &events[failed[i]]
