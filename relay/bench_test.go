@@ -46,9 +46,10 @@ func benchSetup(b *testing.B) (*bun.DB, asynq.RedisClientOpt, string, *asynq.Ins
 }
 
 // BenchmarkDrainBacklog drains a backlog of 100,000 rows with one relay and, on the same Redis with the
-// same concurrency, enqueues as many tasks with a bare asynq.Client; it reports both rates, their ratio
-// and the relay's peak heap. The two alternate in 10 segments of 10,000 so that both see the same load
-// on a shared machine; the relay's backlog is the whole 100,000 rows from the start.
+// same concurrency, enqueues as many of the same tasks with a bare asynq.Client (raw) and with an
+// asynq.Client on the relay's auto-pipelined Redis client (raw_pipelined); it reports the rates, the
+// relay's ratio to each, and the relay's peak heap. The three alternate in 10 segments of 10,000 so that
+// all see the same load on a shared machine; the relay's backlog is the whole 100,000 rows from the start.
 func BenchmarkDrainBacklog(b *testing.B) {
 	const n = 100_000
 	const segments = 10
@@ -58,9 +59,15 @@ func BenchmarkDrainBacklog(b *testing.B) {
 	payload := []byte(`{"order_id":12345,"total":"99.90"}`)
 	for range b.N {
 		client := asynq.NewClient(redis)
+		pclient, prdb, err := newClient(redis) // the relay's own: the same enqueues, auto-pipelined
+		if err != nil {
+			b.Fatal(err)
+		}
 		rawQueue := queue + "_raw"
 		b.Cleanup(func() { _ = ins.DeleteQueue(rawQueue, true) })
-		enqueueRaw := func(count int) time.Duration {
+		// enqueueRaw enqueues count tasks like the relay's (same type, payload, headers, TaskID, queue,
+		// retention), concurrency at a time.
+		enqueueRaw := func(client *asynq.Client, count int) time.Duration {
 			var next atomic.Int64
 			var wg sync.WaitGroup
 			start := time.Now()
@@ -68,7 +75,11 @@ func BenchmarkDrainBacklog(b *testing.B) {
 				wg.Go(func() {
 					for next.Add(1) <= int64(count) {
 						id := uuid.Must(uuid.NewV7()).String()
-						task := asynq.NewTaskWithHeaders("bench.event", payload, map[string]string{model.HeaderEventID: id})
+						task := asynq.NewTaskWithHeaders("bench.event", payload, map[string]string{
+							model.HeaderEventID:   id,
+							model.HeaderEventName: "bench.event",
+							model.HeaderCreatedAt: time.Now().UTC().Format(time.RFC3339Nano),
+						})
 						if _, err := client.EnqueueContext(ctx, task, asynq.TaskID(id), asynq.Queue(rawQueue),
 							asynq.Retention(TaskRetentionDefault)); err != nil {
 							b.Error(err)
@@ -129,14 +140,16 @@ SELECT gen_random_uuid(), 'bench.event', ?, ? FROM generate_series(1, ?)`, queue
 			}
 		})
 
-		var rawTime, relayTime time.Duration
+		var rawTime, pipedTime, relayTime time.Duration
 		var rawCPU, relayCPU cpuTimes
 		var relayed int64
 		for seg := range segments {
 			c0 := readCPU()
-			rawTime += enqueueRaw(n / segments)
+			rawTime += enqueueRaw(client, n/segments)
 			c1 := readCPU()
 			rawCPU = rawCPU.add(c1.sub(c0))
+			pipedTime += enqueueRaw(pclient, n/segments)
+			c1 = readCPU()
 			segCtx, cancel := context.WithCancel(ctx)
 			stopSegment.Store(cancel)
 			segmentDone.Store(0)
@@ -160,15 +173,18 @@ SELECT gen_random_uuid(), 'bench.event', ?, ? FROM generate_series(1, ?)`, queue
 		sampler.Wait()
 		_ = r.Close()
 		_ = client.Close()
+		_ = prdb.Close()
 		if info, err := ins.GetQueueInfo(queue); err != nil || info.Size != n {
 			b.Fatalf("queue holds %v tasks (%v), want %d", info, err, n)
 		}
 
-		rawRate := n / rawTime.Seconds()
+		rawRate, pipedRate := n/rawTime.Seconds(), n/pipedTime.Seconds()
 		relayRate := float64(relayed) / relayTime.Seconds()
 		b.ReportMetric(rawRate, "raw_enqueues/s")
+		b.ReportMetric(pipedRate, "raw_pipelined_enqueues/s")
 		b.ReportMetric(relayRate, "relay_events/s")
 		b.ReportMetric(relayRate/rawRate, "relay/raw")
+		b.ReportMetric(relayRate/pipedRate, "relay/raw_pipelined")
 		b.ReportMetric(float64(peakHeap.Load()-min(baseHeap, peakHeap.Load()))/(1<<20), "relay_peak_heap_MB")
 		b.ReportMetric(float64(peakHeap.Load())/(1<<20), "process_peak_heap_MB")
 		b.Logf("CPU µs per event, raw: go %.1f, redis %.1f, postgres %.1f; relay: go %.1f, redis %.1f, postgres %.1f",
