@@ -52,8 +52,8 @@ type Config struct {
 	// BatchSize is the largest number of rows claimed, enqueued and marked in one round, 1 to 10000.
 	// Defaults to 500.
 	BatchSize int
-	// Concurrency bounds the enqueues of a batch running at once (asynq has one Redis round trip per
-	// enqueue), 1 to 1024. Defaults to 32.
+	// Concurrency bounds the enqueues running at once over all workers, 1 to 1024. Defaults to 32. asynq
+	// has one script call per enqueue; the relay's own Redis client pipelines the calls in flight.
 	Concurrency int
 	// Workers is how many rounds one relay runs at once, each claiming its own batch (SKIP LOCKED keeps
 	// them apart) and all sharing the Concurrency bound: while one batch is marked and committed, the
