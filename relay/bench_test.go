@@ -141,7 +141,7 @@ SELECT gen_random_uuid(), 'bench.event', ?, ? FROM generate_series(1, ?)`, queue
 		})
 
 		var rawTime, pipedTime, relayTime time.Duration
-		var rawCPU, relayCPU cpuTimes
+		var rawCPU, pipedCPU, relayCPU cpuTimes
 		var relayed int64
 		for seg := range segments {
 			c0 := readCPU()
@@ -149,7 +149,9 @@ SELECT gen_random_uuid(), 'bench.event', ?, ? FROM generate_series(1, ?)`, queue
 			c1 := readCPU()
 			rawCPU = rawCPU.add(c1.sub(c0))
 			pipedTime += enqueueRaw(pclient, n/segments)
-			c1 = readCPU()
+			c2 := readCPU()
+			pipedCPU = pipedCPU.add(c2.sub(c1))
+			c1 = c2
 			segCtx, cancel := context.WithCancel(ctx)
 			stopSegment.Store(cancel)
 			segmentDone.Store(0)
@@ -187,8 +189,9 @@ SELECT gen_random_uuid(), 'bench.event', ?, ? FROM generate_series(1, ?)`, queue
 		b.ReportMetric(relayRate/pipedRate, "relay/raw_pipelined")
 		b.ReportMetric(float64(peakHeap.Load()-min(baseHeap, peakHeap.Load()))/(1<<20), "relay_peak_heap_MB")
 		b.ReportMetric(float64(peakHeap.Load())/(1<<20), "process_peak_heap_MB")
-		b.Logf("CPU µs per event, raw: go %.1f, redis %.1f, postgres %.1f; relay: go %.1f, redis %.1f, postgres %.1f",
+		b.Logf("CPU µs per event, raw: go %.1f, redis %.1f, postgres %.1f; raw_pipelined: go %.1f, redis %.1f; relay: go %.1f, redis %.1f, postgres %.1f",
 			rawCPU.self.Seconds()*1e6/n, rawCPU.redis.Seconds()*1e6/n, rawCPU.pg.Seconds()*1e6/n,
+			pipedCPU.self.Seconds()*1e6/n, pipedCPU.redis.Seconds()*1e6/n,
 			relayCPU.self.Seconds()*1e6/float64(relayed), relayCPU.redis.Seconds()*1e6/float64(relayed),
 			relayCPU.pg.Seconds()*1e6/float64(relayed))
 		if _, err := db.ExecContext(ctx, "TRUNCATE outbox_events"); err != nil {

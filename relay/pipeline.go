@@ -17,10 +17,13 @@ import (
 //
 // There is no background goroutine: a caller that finds fewer than pipelinesInFlight pipelines in flight
 // leads. It takes every call queued so far, sends them with its own as one pipeline, wakes their callers,
-// and passes the lead to the first call that queued meanwhile. Each command keeps its own reply and error, as if sent alone;
-// a connection error fails every command of its pipeline, as it would fail each of them alone.
+// and passes the lead to the first call that queued meanwhile. Each command keeps its own reply and
+// error, as if sent alone; a connection error fails every command of its pipeline, as it would fail each
+// of them alone.
 type pipelineHook struct {
 	rdb redis.UniversalClient
+
+	calls sync.Pool // of *pipelineCall
 
 	mu      sync.Mutex
 	queue   []*pipelineCall // the calls waiting for a leader
@@ -35,8 +38,6 @@ type pipelineCall struct {
 	cmd  redis.Cmder
 	wake chan bool // receives true: lead the next pipeline; false: cmd has its reply
 }
-
-var callPool = sync.Pool{New: func() any { return &pipelineCall{wake: make(chan bool, 1)} }}
 
 func (h *pipelineHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
@@ -58,7 +59,10 @@ func (h *pipelineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 
 func (h *pipelineHook) process(ctx context.Context, cmd redis.Cmder) error {
-	c := callPool.Get().(*pipelineCall)
+	c, _ := h.calls.Get().(*pipelineCall)
+	if c == nil {
+		c = &pipelineCall{wake: make(chan bool, 1)}
+	}
 	c.cmd = cmd
 	h.mu.Lock()
 	lead := h.leaders < pipelinesInFlight
@@ -72,7 +76,7 @@ func (h *pipelineHook) process(ctx context.Context, cmd redis.Cmder) error {
 		h.lead(ctx, c)
 	}
 	c.cmd = nil
-	callPool.Put(c)
+	h.calls.Put(c)
 	return cmd.Err()
 }
 
@@ -86,13 +90,21 @@ func (h *pipelineHook) lead(ctx context.Context, own *pipelineCall) {
 	h.queue = h.queue[:0]
 	h.mu.Unlock()
 
+	// The pipeline carries other callers' commands too: the leader's cancellation must not fail them, but
+	// its deadline (the relay's EnqueueTimeout, the same for every enqueue) bounds the connection's I/O.
+	pctx := context.WithoutCancel(ctx)
+	if d, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		pctx, cancel = context.WithDeadline(pctx, d)
+		defer cancel()
+	}
 	pipe := h.rdb.Pipeline()
 	for _, c := range batch {
-		_ = pipe.Process(ctx, c.cmd)
+		_ = pipe.Process(pctx, c.cmd)
 	}
 	// The replies and errors land in each command, except when no connection could be had (Redis down):
 	// then only Exec returns the error, and each command must get it, or it would read as a success.
-	if _, err := pipe.Exec(context.WithoutCancel(ctx)); err != nil &&
+	if _, err := pipe.Exec(pctx); err != nil &&
 		!slices.ContainsFunc(batch, func(c *pipelineCall) bool { return c.cmd.Err() != nil }) {
 		for _, c := range batch {
 			c.cmd.SetErr(err)
@@ -116,13 +128,33 @@ func (h *pipelineHook) lead(ctx context.Context, own *pipelineCall) {
 	}
 }
 
-// newClient makes the relay's asynq client on a Redis client of its own with the pipelineHook, and returns
-// both: asynq does not close a client it was given. Unusable options give an error rather than asynq's panic.
+// newClient makes the relay's asynq client on a Redis client of its own (pipelinedRedis), and returns
+// both: asynq does not close a client it was given.
 func newClient(opt asynq.RedisConnOpt) (*asynq.Client, redis.UniversalClient, error) {
+	rdb, _, err := pipelinedRedis(opt)
+	if err != nil {
+		return nil, nil, err
+	}
+	return asynq.NewClientFromRedisClient(rdb), rdb, nil
+}
+
+// pipelinedRedis makes a go-redis client from opt with the pipelineHook, and with context deadlines
+// applied to its connections' reads and writes: go-redis ignores them by default, so that an enqueue
+// would wait for its ReadTimeout (3 s) rather than Config.EnqueueTimeout. Unusable options give an error
+// rather than asynq's panic.
+func pipelinedRedis(opt asynq.RedisConnOpt) (redis.UniversalClient, *pipelineHook, error) {
 	rdb, ok := opt.MakeRedisClient().(redis.UniversalClient)
 	if !ok {
 		return nil, nil, fmt.Errorf("bunbox: relay: unusable Redis options %T: they make no go-redis client", opt)
 	}
-	rdb.AddHook(&pipelineHook{rdb: rdb})
-	return asynq.NewClientFromRedisClient(rdb), rdb, nil
+	// Set before the first command: the client reads its options as it goes.
+	switch c := rdb.(type) {
+	case *redis.Client:
+		c.Options().ContextTimeoutEnabled = true
+	case *redis.ClusterClient:
+		c.Options().ContextTimeoutEnabled = true
+	}
+	h := &pipelineHook{rdb: rdb}
+	rdb.AddHook(h)
+	return rdb, h, nil
 }

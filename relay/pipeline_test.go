@@ -19,10 +19,9 @@ import (
 // sends.
 func pipelined(t *testing.T, addr string) (redis.UniversalClient, *pipelineHook, *pipelineCounter) {
 	t.Helper()
-	rdb := asynq.RedisClientOpt{Addr: addr}.MakeRedisClient().(redis.UniversalClient)
+	rdb, h, err := pipelinedRedis(asynq.RedisClientOpt{Addr: addr})
+	require.NoError(t, err)
 	t.Cleanup(func() { _ = rdb.Close() })
-	h := &pipelineHook{rdb: rdb}
-	rdb.AddHook(h)
 	n := &pipelineCounter{}
 	rdb.AddHook(n)
 	return rdb, h, n
@@ -136,5 +135,39 @@ func TestPipelineHookServerDown(t *testing.T) {
 	srv.Start(t)
 	outboxtest.WaitFor(t, 10*time.Second, "the pipelined client to reach Redis again", func() bool {
 		return rdb.Eval(ctx, "return redis.call('SET', 'k', 'v')", nil).Err() == nil
+	})
+}
+
+// A hung Redis fails the pipeline at the caller's deadline (the relay's EnqueueTimeout), not later.
+func TestPipelineHookHonorsDeadline(t *testing.T) {
+	outboxtest.SkipShort(t)
+	srv := outboxtest.StartRedis(t, nil)
+	rdb, _, _ := pipelined(t, srv.Addr())
+	ctx := context.Background()
+	require.NoError(t, rdb.Eval(ctx, "return 1", nil).Err()) // a connection in the pool
+
+	thaw := srv.Freeze(t)
+	defer thaw()
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			err := rdb.Eval(ctx, "return 1", nil).Err()
+			if err == nil {
+				t.Error("a script ran on a frozen Redis")
+			}
+			// go-redis's own read timeout is 3 s: returning well before it shows the deadline bounds the
+			// pipeline.
+			if took := time.Since(start); took > 2*time.Second {
+				t.Errorf("the call returned after %v, its deadline was 300ms (err %v)", took, err)
+			}
+		})
+	}
+	wg.Wait()
+	thaw()
+	outboxtest.WaitFor(t, 10*time.Second, "the client to work again", func() bool {
+		return rdb.Eval(ctx, "return 1", nil).Err() == nil
 	})
 }

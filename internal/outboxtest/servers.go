@@ -128,6 +128,25 @@ func (r *Redis) Stop(tb testing.TB) {
 	r.cmd, r.out = nil, nil
 }
 
+// Freeze stops the server process (SIGSTOP) until the returned func resumes it (SIGCONT): connections
+// stay open and nothing answers, as with a hung server. The test's cleanup resumes it too.
+func (r *Redis) Freeze(tb testing.TB) (thaw func()) {
+	tb.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		tb.Fatalf("redis on %s is not running", r.Addr())
+	}
+	p := r.cmd.Process
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		tb.Fatalf("freeze redis: %v", err)
+	}
+	var once sync.Once
+	thaw = func() { once.Do(func() { _ = p.Signal(syscall.SIGCONT) }) }
+	tb.Cleanup(thaw)
+	return thaw
+}
+
 func (r *Redis) kill() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
