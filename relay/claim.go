@@ -1,8 +1,8 @@
 package relay
 
 import (
-	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,13 +46,13 @@ func claim(ctx context.Context, tx bun.Tx, n int) (events []model.Event, bad map
 	}
 	defer rows.Close()
 	events = make([]model.Event, 0, n)
-	var payload, metadata []byte
+	var metadata sql.RawBytes // valid until the next row: decoded at once
 	for rows.Next() {
 		var ev model.Event
-		if err := rows.Scan(&ev.ID, &ev.EventID, &ev.Name, &ev.Queue, &payload, &metadata, &ev.CreatedAt, &ev.Attempts); err != nil {
+		payload := (*[]byte)(&ev.Payload) // database/sql copies into it
+		if err := rows.Scan(&ev.ID, &ev.EventID, &ev.Name, &ev.Queue, payload, &metadata, &ev.CreatedAt, &ev.Attempts); err != nil {
 			return nil, nil, err
 		}
-		ev.Payload = bytes.Clone(payload)
 		if len(metadata) > 2 { // "{}" is the column's default: no map to make
 			if err := json.Unmarshal(metadata, &ev.Metadata); err != nil {
 				if bad == nil {
