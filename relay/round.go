@@ -8,11 +8,11 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"syscall"
 )
 
-// runOnce claims one batch in a transaction, enqueues it, marks the outcome and commits. The transaction
+// runOnce claims one batch in a transaction, enqueues it (marking the delivered rows published as it
+// goes), marks the failed ones and commits. The transaction
 // holds the row locks while the enqueues run, so no other relay can take the same rows, and a crash
 // releases them: they are claimed again and deduplicated by TaskID.
 //
@@ -49,24 +49,7 @@ func (r *Relay) runOnce(ctx context.Context) (res BatchEvent) {
 		return res
 	}
 
-	delivered := make(chan int64, len(events))
-	var marked int
-	var markErr error
-	var marking sync.WaitGroup
-	marking.Go(func() {
-		// The marks need not wait for the WAL flush: a mark lost in a database crash only means the row
-		// is enqueued again, which its TaskID absorbs. This takes the fsync off the relay's critical path.
-		if _, markErr = tx.ExecContext(bg, "SET LOCAL synchronous_commit = off"); markErr != nil {
-			for range delivered {
-			}
-			return
-		}
-		marked, markErr = markStream(bg, tx, delivered)
-	})
-	errs := r.deliver(ctx, events, bad, delivered)
-	close(delivered)
-	marking.Wait()
-
+	errs, marked, markErr := r.deliverMarking(ctx, tx, events, bad)
 	var failed []int
 	var firstErr error
 	for i, err := range errs {

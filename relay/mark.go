@@ -1,0 +1,103 @@
+package relay
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+
+	"github.com/bunbox/bunbox/model"
+)
+
+// deliverMarking enqueues the events (see deliver) while a goroutine marks the delivered ones published
+// on tx, so that the marks overlap the enqueues instead of following them. It returns deliver's errors,
+// how many rows were marked, and the marking's error, after which the round must roll back.
+func (r *Relay) deliverMarking(ctx context.Context, tx bun.Tx, events []model.Event, bad map[int]error) (
+	errs []error, marked int, err error,
+) {
+	bg := context.WithoutCancel(ctx) // the marks of what was enqueued have to be written
+	delivered := make(chan int64, len(events))
+	var marking sync.WaitGroup
+	marking.Go(func() {
+		// The marks need not wait for the WAL flush: a mark lost in a database crash only means the row
+		// is enqueued again, which its TaskID absorbs. This takes the fsync off the relay's critical path.
+		if _, err = tx.ExecContext(bg, "SET LOCAL synchronous_commit = off"); err != nil {
+			for range delivered {
+			}
+			return
+		}
+		marked, err = markStream(bg, tx, delivered)
+	})
+	errs = r.deliver(ctx, events, bad, delivered)
+	close(delivered)
+	marking.Wait()
+	return errs, marked, err
+}
+
+// markChunk is how many delivered rows markStream marks per statement.
+const markChunk = 100
+
+// markStream marks the rows whose ids arrive on ids as published, a chunk at a time while the rest of the
+// batch is still being enqueued, so that the marks overlap the enqueues; it marks the last chunk when ids
+// is closed, and returns how many rows it marked. After an error it drains ids and marks nothing more:
+// the round rolls back.
+func markStream(ctx context.Context, tx bun.Tx, ids <-chan int64) (int, error) {
+	var n int
+	var err error
+	chunk := make([]int64, 0, markChunk)
+	flush := func() {
+		if err == nil && len(chunk) > 0 {
+			err = markPublished(ctx, tx, chunk)
+			n += len(chunk)
+		}
+		chunk = chunk[:0]
+	}
+	for id := range ids {
+		if chunk = append(chunk, id); len(chunk) == markChunk {
+			flush()
+		}
+	}
+	flush()
+	return n, err
+}
+
+func markPublished(ctx context.Context, tx bun.Tx, ids []int64) error {
+	_, err := tx.NewRaw(`UPDATE outbox_events SET published_at = now(), next_attempt_at = NULL
+WHERE id = ANY(?)`, pgdialect.Array(ids)).Exec(ctx)
+	return err
+}
+
+// failure is one row whose enqueue failed.
+type failure struct {
+	id       int64
+	attempts int // including this one
+	delay    time.Duration
+	dead     bool
+	err      string
+}
+
+func markFailed(ctx context.Context, tx bun.Tx, fs []failure) error {
+	if len(fs) == 0 {
+		return nil
+	}
+	ids := make([]int64, len(fs))
+	attempts := make([]int64, len(fs))
+	delays := make([]int64, len(fs))
+	dead := make([]bool, len(fs))
+	errs := make([]string, len(fs))
+	for i, f := range fs {
+		ids[i], attempts[i], delays[i], dead[i], errs[i] = f.id, int64(f.attempts), f.delay.Microseconds(), f.dead, f.err
+	}
+	_, err := tx.NewRaw(`UPDATE outbox_events AS o SET
+  attempts = f.attempts,
+  last_error = f.err,
+  next_attempt_at = CASE WHEN f.dead THEN NULL ELSE now() + f.delay * interval '1 microsecond' END,
+  dead_at = CASE WHEN f.dead THEN now() END
+FROM unnest(?::bigint[], ?::int[], ?::bigint[], ?::boolean[], ?::text[]) AS f(id, attempts, delay, dead, err)
+WHERE o.id = f.id`,
+		pgdialect.Array(ids), pgdialect.Array(attempts), pgdialect.Array(delays), pgdialect.Array(dead),
+		pgdialect.Array(errs)).Exec(ctx)
+	return err
+}
