@@ -40,9 +40,9 @@ func Task(ev *model.Event, taskRetention time.Duration) (*asynq.Task, []asynq.Op
 
 // deliver enqueues the events, at most Concurrency at once over all workers, and returns one error per
 // event: nil when it reached Redis (a TaskID conflict means it already had), errReleased when ctx ended
-// before it was tried, the error in bad for a malformed row, which is not tried. Enqueues already started finish even when ctx ends, bounded by EnqueueTimeout.
-// A few long-lived goroutines take the events in order, rather than one goroutine per event: their stacks
-// stay grown for go-redis's deep call chains.
+// before it was tried, the error in bad for a malformed row, which is not tried. Enqueues already started
+// finish even when ctx ends, bounded by EnqueueTimeout. A few long-lived goroutines take the events in
+// order, rather than one goroutine per event: their stacks stay grown for go-redis's deep call chains.
 //
 // The id of each row that reached Redis goes to delivered as soon as it did; the channel must hold
 // len(events).

@@ -20,16 +20,7 @@ func (r *Relay) deliverMarking(ctx context.Context, tx bun.Tx, events []model.Ev
 	bg := context.WithoutCancel(ctx) // the marks of what was enqueued have to be written
 	delivered := make(chan int64, len(events))
 	var marking sync.WaitGroup
-	marking.Go(func() {
-		// The marks need not wait for the WAL flush: a mark lost in a database crash only means the row
-		// is enqueued again, which its TaskID absorbs. This takes the fsync off the relay's critical path.
-		if _, err = tx.ExecContext(bg, "SET LOCAL synchronous_commit = off"); err != nil {
-			for range delivered {
-			}
-			return
-		}
-		marked, err = markStream(bg, tx, delivered)
-	})
+	marking.Go(func() { marked, err = markStream(bg, tx, delivered) })
 	errs = r.deliver(ctx, events, bad, delivered)
 	close(delivered)
 	marking.Wait()
@@ -40,12 +31,13 @@ func (r *Relay) deliverMarking(ctx context.Context, tx bun.Tx, events []model.Ev
 const markChunk = 100
 
 // markStream marks the rows whose ids arrive on ids as published, a chunk at a time while the rest of the
-// batch is still being enqueued, so that the marks overlap the enqueues; it marks the last chunk when ids
-// is closed, and returns how many rows it marked. After an error it drains ids and marks nothing more:
-// the round rolls back.
+// batch is still being enqueued; it marks the last chunk when ids is closed, and returns how many rows it
+// marked. After an error it drains ids and marks nothing more: the round rolls back.
 func markStream(ctx context.Context, tx bun.Tx, ids <-chan int64) (int, error) {
+	// The marks need not wait for the WAL flush: a mark lost in a database crash only means the row is
+	// enqueued again, which its TaskID absorbs. This takes the fsync off the relay's critical path.
+	_, err := tx.ExecContext(ctx, "SET LOCAL synchronous_commit = off")
 	var n int
-	var err error
 	chunk := make([]int64, 0, markChunk)
 	flush := func() {
 		if err == nil && len(chunk) > 0 {

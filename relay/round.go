@@ -12,9 +12,9 @@ import (
 )
 
 // runOnce claims one batch in a transaction, enqueues it (marking the delivered rows published as it
-// goes), marks the failed ones and commits. The transaction
-// holds the row locks while the enqueues run, so no other relay can take the same rows, and a crash
-// releases them: they are claimed again and deduplicated by TaskID.
+// goes), marks the failed ones and commits. The transaction holds the row locks while the enqueues run,
+// so no other relay can take the same rows, and a crash releases them: they are claimed again and
+// deduplicated by TaskID.
 //
 // Rows that reached Redis are marked published even when others failed. A failed enqueue counts against
 // its row only while Redis answers a PING; otherwise the round fails and the rows are released untouched.
