@@ -30,4 +30,5 @@ func ExampleRegister() {
 	// Output:
 	// 20261129000001 bunbox_outbox_events
 	// 20261129000003 bunbox_inbox
+	// 20261201000003 bunbox_delivery_options
 }

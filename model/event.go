@@ -33,6 +33,25 @@ type Event struct {
 	// CreatedAt is set by PostgreSQL when the row is inserted (the transaction's start time).
 	CreatedAt time.Time `bun:"created_at,nullzero,notnull,default:current_timestamp"`
 
+	// Delivery options (see options.go), mapped by the relay onto asynq's options of the same name. Each
+	// is nullable: unset means asynq's default.
+
+	// ProcessAt is when the task may be processed; asynq holds it in its scheduled set until then. Set by
+	// WithProcessAt, or by WithProcessIn as the absolute time the delay ends.
+	ProcessAt *time.Time `bun:"process_at,nullzero"`
+	// MaxRetry is how many times asynq retries the task after its handler fails (asynq's default is 25).
+	MaxRetry *int `bun:"max_retry"`
+	// Timeout is how long one run of the handler may take; 0 means asynq's default (30 minutes, unless a
+	// Deadline is set). asynq keeps whole seconds.
+	Timeout time.Duration `bun:"timeout_ns,nullzero"`
+	// Deadline is when the handler's context expires, on every run.
+	Deadline *time.Time `bun:"deadline,nullzero"`
+	// Group is the asynq group the task is aggregated in (asynq's task aggregation); empty for none.
+	Group string `bun:"task_group,nullzero"`
+	// Retention keeps the completed task in Redis for this long when it is longer than the relay's
+	// TaskRetention; 0 means the relay's. asynq keeps whole seconds.
+	Retention time.Duration `bun:"retention_ns,nullzero"`
+
 	// PublishedAt is when the relay handed the event to asynq; nil while it is pending.
 	PublishedAt *time.Time `bun:"published_at,nullzero"`
 	// Attempts counts the relay's failed attempts to enqueue the event.

@@ -35,6 +35,9 @@ func NewEvent(name string, payload any, opts ...Option) (*Event, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if o.delivery.err != nil {
+		return nil, fmt.Errorf("%w %q: %w", ErrInvalidEvent, name, o.delivery.err)
+	}
 	data, err := marshalPayload(payload)
 	if err != nil {
 		return nil, fmt.Errorf("%w %q: Payload: %w", ErrInvalidEvent, name, err)
@@ -52,6 +55,7 @@ func NewEvent(name string, payload any, opts ...Option) (*Event, error) {
 		Payload:  data,
 		Metadata: o.metadata,
 	}
+	o.delivery.apply(ev)
 	if err := ev.Validate(o.maxPayload); err != nil {
 		return nil, err
 	}
@@ -91,7 +95,7 @@ func (e *Event) Validate(maxPayload int) error {
 			return fmt.Errorf("%w %q: Metadata keys must not be empty", ErrInvalidEvent, e.Name)
 		}
 	}
-	return nil
+	return e.validateDelivery()
 }
 
 func checkName(field, s string, max int) error {

@@ -11,6 +11,7 @@ type options struct {
 	eventIDSet bool
 	metadata   map[string]string
 	maxPayload int
+	delivery   delivery // delivery.go
 }
 
 // WithQueue sends the event to the named asynq queue instead of DefaultQueue.

@@ -14,7 +14,8 @@ import (
 
 // claimSQL locks the next batch of due rows. It walks the partial index outbox_events_pending_idx in id
 // order (so the cost does not grow with the published history) and skips rows other relays hold.
-const claimSQL = `SELECT id, event_id, event_name, queue, payload, metadata, created_at, attempts
+const claimSQL = `SELECT id, event_id, event_name, queue, payload, metadata, created_at, attempts,
+  process_at, max_retry, coalesce(timeout_ns, 0), deadline, coalesce(task_group, ''), coalesce(retention_ns, 0)
 FROM outbox_events
 WHERE published_at IS NULL AND dead_at IS NULL
   AND (next_attempt_at IS NULL OR next_attempt_at <= now())
@@ -48,7 +49,8 @@ func claim(ctx context.Context, tx bun.Tx, n int) (events []model.Event, bad map
 	for rows.Next() {
 		var ev model.Event
 		payload := (*[]byte)(&ev.Payload) // database/sql copies into it
-		err := rows.Scan(&ev.ID, &ev.EventID, &ev.Name, &ev.Queue, payload, &metadata, &ev.CreatedAt, &ev.Attempts)
+		err := rows.Scan(&ev.ID, &ev.EventID, &ev.Name, &ev.Queue, payload, &metadata, &ev.CreatedAt, &ev.Attempts,
+			&ev.ProcessAt, &ev.MaxRetry, &ev.Timeout, &ev.Deadline, &ev.Group, &ev.Retention) // delivery options
 		if err != nil {
 			return nil, nil, err
 		}

@@ -60,10 +60,15 @@ type Backlog struct {
 	Dead int64
 	// Lag is the age of the oldest pending row; 0 when none is pending.
 	Lag time.Duration
+	// Scheduled counts the published rows whose ProcessAt (model.WithProcessAt/WithProcessIn) is still
+	// ahead on the database's clock: their tasks wait in asynq's scheduled set. It is read from
+	// PostgreSQL, not from Redis: a task Redis lost still counts until the reconciler requeues it.
+	Scheduled int64
 }
 
-// ReadBacklog reads the number of pending and dead rows and the age of the oldest pending row, using the
-// partial indexes. Counting is proportional to the backlog, not to the table.
+// ReadBacklog reads the number of pending, dead and scheduled rows and the age of the oldest pending row,
+// using the partial indexes. Counting is proportional to the backlog and the rows with a ProcessAt, not to
+// the table.
 func ReadBacklog(ctx context.Context, db bun.IDB) (Backlog, error) {
 	var b Backlog
 	var lagSeconds float64
@@ -71,7 +76,9 @@ func ReadBacklog(ctx context.Context, db bun.IDB) (Backlog, error) {
   (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL),
   (SELECT count(*) FROM outbox_events WHERE dead_at IS NOT NULL),
   coalesce((SELECT extract(epoch FROM clock_timestamp() - created_at)::float8 FROM outbox_events
-    WHERE published_at IS NULL AND dead_at IS NULL ORDER BY id LIMIT 1), 0)`).Scan(ctx, &b.Pending, &b.Dead, &lagSeconds)
+    WHERE published_at IS NULL AND dead_at IS NULL ORDER BY id LIMIT 1), 0),
+  (SELECT count(*) FROM outbox_events WHERE process_at > clock_timestamp() AND published_at IS NOT NULL)`).
+		Scan(ctx, &b.Pending, &b.Dead, &lagSeconds, &b.Scheduled)
 	if err != nil {
 		return Backlog{}, fmt.Errorf("bunbox: read outbox backlog: %w", err)
 	}

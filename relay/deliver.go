@@ -20,7 +20,8 @@ var errReleased = errors.New("bunbox: relay stopping, row released")
 
 // Task builds the asynq task the relay enqueues for ev, with its options: type = event name,
 // payload = the JSON payload, headers = the event's metadata plus the bunbox headers, TaskID = the event
-// id, queue = the event's queue, and retention (the dedupe window) = taskRetention.
+// id, queue = the event's queue, retention (the dedupe window) = taskRetention or the event's longer
+// Retention, and the event's delivery options (see deliveryOptions).
 func Task(ev *model.Event, taskRetention time.Duration) (*asynq.Task, []asynq.Option) {
 	headers := make(map[string]string, len(ev.Metadata)+3)
 	for k, v := range ev.Metadata {
@@ -33,8 +34,9 @@ func Task(ev *model.Event, taskRetention time.Duration) (*asynq.Task, []asynq.Op
 	opts := []asynq.Option{
 		asynq.TaskID(id),
 		asynq.Queue(ev.Queue),
-		asynq.Retention(taskRetention),
+		asynq.Retention(max(taskRetention, ev.Retention)),
 	}
+	opts = appendDeliveryOptions(opts, ev)
 	return asynq.NewTaskWithHeaders(ev.Name, ev.Payload, headers), opts
 }
 
@@ -94,6 +96,9 @@ func (r *Relay) enqueue(ctx context.Context, ev *model.Event) error {
 		headers := maps.Clone(task.Headers())
 		headers[model.HeaderListener] = l
 		lopts := append(slices.Clip(opts), asynq.TaskID(ev.EventID.String()+":"+l))
+		if ev.Group != "" {
+			lopts = append(lopts, asynq.Group(listenerGroup(ev.Group, l)))
+		}
 		if err := r.enqueueTask(ctx, asynq.NewTaskWithHeaders(ListenerTaskType(ev.Name, l), ev.Payload, headers), lopts); err != nil {
 			return fmt.Errorf("listener %s: %w", l, err)
 		}

@@ -31,8 +31,10 @@ type ReconcileResult struct {
 // Reconciler re-delivers events whose asynq task Redis lost. asynq acknowledges an enqueue once Redis
 // has it in memory; a failover to a replica that lagged, or a restart without persistence, loses such
 // tasks although the relay has marked their rows published. The reconciler looks up, for every row
-// published within Window, the task with the event's id in the event's queue. A task in any state
-// (pending, active, scheduled, retry, archived, completed) is fine; for a task that is gone the row's
+// published within Window, and every published row whose ProcessAt (model.WithProcessAt) is within
+// Window or still ahead, the task with the event's id in the event's queue. A task in any state
+// (pending, active, scheduled, aggregating, retry, archived, completed) is fine; a task scheduled with
+// model.WithProcessAt is there as scheduled until its time. For a task that is gone the row's
 // published_at is cleared, so the relay enqueues it again with the same TaskID (a conflict there means
 // someone was faster, which is fine). Re-delivered events may already have been handled before the loss:
 // consumers must be idempotent, which the bunx Inbox provides.
@@ -41,7 +43,11 @@ type ReconcileResult struct {
 // being unchanged since it was read. A requeued row keeps its attempts; its last_error says why it was
 // requeued.
 //
-// Limits: a task deleted on purpose (Inspector.DeleteTask) or trimmed from a full archive (asynq keeps
+// The relay enqueues a requeued row from the row, so with the same delivery options: a ProcessAt still
+// ahead is scheduled again for that time, one that has passed makes the task pending.
+//
+// Limits: grouped events (model.WithGroup) are not checked, since asynq deletes the tasks it
+// aggregated. A task deleted on purpose (Inspector.DeleteTask) or trimmed from a full archive (asynq keeps
 // at most 10,000 archived tasks per queue, for 90 days) looks lost too and is delivered again. Rows
 // deleted by the relay's cleanup (Config.Retention) are no longer checked.
 type Reconciler struct {
@@ -144,10 +150,14 @@ type reconcileRow struct {
 	PublishedAt time.Time `bun:"published_at"`
 }
 
+// Grouped events (model.WithGroup) are left out: asynq deletes a group's tasks once it has aggregated
+// them, so a missing task of theirs proves nothing.
+// A row whose process_at is within Window or ahead is checked however long ago it was published: its
+// task cannot have run before process_at, nor left Redis before TaskRetention after that.
 const reconcilePageSQL = `SELECT id, event_id, event_name, queue, published_at FROM outbox_events
-WHERE published_at >= ? AND published_at <= ? AND id > ?
+WHERE (published_at >= ?0 OR process_at >= ?0) AND published_at <= ?1 AND id > ?2 AND task_group IS NULL
 ORDER BY id
-LIMIT ?`
+LIMIT ?3`
 
 // ReconcileOnce makes one pass over the rows published within Window, page by page in id order, and
 // requeues those whose task Redis lost. Rows of a page are requeued before the next page is read, so a

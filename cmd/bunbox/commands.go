@@ -96,6 +96,7 @@ type statusReport struct {
 	OldestPendingAge float64 `json:"oldest_pending_age_seconds"`
 	Published        int64   `json:"published"`
 	Dead             int64   `json:"dead"`
+	Scheduled        int64   `json:"scheduled"`
 }
 
 func (c *cli) status(ctx context.Context, args []string) error {
@@ -121,7 +122,7 @@ func (c *cli) status(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("count published: %w", err)
 	}
-	rep := statusReport{Pending: b.Pending, OldestPendingAge: b.Lag.Seconds(), Published: int64(published), Dead: b.Dead}
+	rep := statusReport{Pending: b.Pending, OldestPendingAge: b.Lag.Seconds(), Published: int64(published), Dead: b.Dead, Scheduled: b.Scheduled}
 	if *asJSON {
 		enc := json.NewEncoder(c.stdout)
 		enc.SetIndent("", "  ")
@@ -132,6 +133,7 @@ func (c *cli) status(ctx context.Context, args []string) error {
 	fmt.Fprintf(tw, "oldest pending\t%s\n", formatAge(b.Lag))
 	fmt.Fprintf(tw, "published\t%d\n", rep.Published)
 	fmt.Fprintf(tw, "dead\t%d\n", rep.Dead)
+	fmt.Fprintf(tw, "scheduled\t%d\n", rep.Scheduled)
 	return tw.Flush()
 }
 

@@ -1,0 +1,25 @@
+-- Delivery options kept in the row (model.WithProcessAt, WithMaxRetry, ...), mapped by the relay onto
+-- asynq's options. Every column is nullable, NULL meaning asynq's default, so adding them rewrites no row.
+-- The checks are NOT VALID: PostgreSQL checks every new row without scanning the rows already there
+-- (which are all NULL).
+ALTER TABLE outbox_events
+    ADD COLUMN IF NOT EXISTS process_at   timestamptz,
+    ADD COLUMN IF NOT EXISTS max_retry    integer,
+    ADD COLUMN IF NOT EXISTS timeout_ns   bigint,
+    ADD COLUMN IF NOT EXISTS deadline     timestamptz,
+    ADD COLUMN IF NOT EXISTS task_group   text,
+    ADD COLUMN IF NOT EXISTS retention_ns bigint;
+
+--bun:split
+
+ALTER TABLE outbox_events
+    ADD CONSTRAINT outbox_events_max_retry_check CHECK (max_retry >= 0) NOT VALID,
+    ADD CONSTRAINT outbox_events_timeout_ns_check CHECK (timeout_ns >= 1000000000) NOT VALID,
+    ADD CONSTRAINT outbox_events_retention_ns_check CHECK (retention_ns >= 1000000000) NOT VALID,
+    ADD CONSTRAINT outbox_events_task_group_check CHECK (task_group <> '') NOT VALID;
+
+--bun:split
+
+-- `bunbox status` counts the scheduled events (process_at still ahead) over this index only.
+CREATE INDEX IF NOT EXISTS outbox_events_process_at_idx ON outbox_events (process_at)
+    WHERE process_at IS NOT NULL;
