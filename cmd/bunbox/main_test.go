@@ -168,6 +168,10 @@ func TestAgainstDatabase(t *testing.T) {
 		require.NoError(t, err)
 	}
 
+	// One published event waits in asynq's scheduled set (model.WithProcessIn).
+	_, err := db.ExecContext(ctx, "UPDATE outbox_events SET process_at = now() + interval '1 hour' WHERE id = (SELECT max(id) FROM outbox_events WHERE published_at IS NOT NULL)")
+	require.NoError(t, err)
+
 	code, stdout, stderr = runCLI(t, env, "status", "-json")
 	require.Equal(t, 0, code, stderr)
 	var rep statusReport
@@ -175,12 +179,14 @@ func TestAgainstDatabase(t *testing.T) {
 	require.Equal(t, int64(3), rep.Pending)
 	require.Equal(t, int64(2), rep.Published)
 	require.Equal(t, int64(1), rep.Dead)
+	require.Equal(t, int64(1), rep.Scheduled)
 	require.GreaterOrEqual(t, rep.OldestPendingAge, 59.0)
 
 	code, stdout, stderr = runCLI(t, env, "status")
 	require.Equal(t, 0, code, stderr)
 	require.Regexp(t, `pending\s+3\n`, stdout)
 	require.Regexp(t, `dead\s+1\n`, stdout)
+	require.Regexp(t, `scheduled\s+1\n`, stdout)
 
 	code, stdout, stderr = runCLI(t, env, "dead", "list")
 	require.Equal(t, 0, code, stderr)
