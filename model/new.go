@@ -29,7 +29,8 @@ var ErrInvalidEvent = errors.New("bunbox: invalid event")
 // A payload that is a json.RawMessage or []byte is taken as JSON text as it is (and must be valid JSON).
 // NewEvent refuses what could not be delivered, with an error wrapping ErrInvalidEvent that names the
 // field: an empty, over-long or non-printable name, a payload that does not marshal to JSON (a channel,
-// a NaN) or is larger than the size limit, an invalid queue name or a nil event id.
+// a NaN) or is larger than the size limit, an invalid queue name, a nil event id, or a delivery option
+// with a nonsense value (see WithProcessAt and the options after it), named in the error.
 func NewEvent(name string, payload any, opts ...Option) (*Event, error) {
 	o := options{queue: DefaultQueue, maxPayload: DefaultMaxPayloadSize}
 	for _, opt := range opts {

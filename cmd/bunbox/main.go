@@ -3,7 +3,7 @@
 //
 //	bunbox migrate up|down -yes|status   apply, roll back or list bunbox's migrations
 //	bunbox schema                         print the schema as plain SQL (for goose, Atlas, psql)
-//	bunbox status [-json]                 pending rows, age of the oldest, published and dead counts
+//	bunbox status [-json]                 pending rows, age of the oldest, published, dead and scheduled counts
 //	bunbox dead list [-limit 100]         the events the relay gave up on
 //	bunbox dead retry <event-id>...       put dead events back in line
 //	bunbox relay [-metrics-addr ...]      run a relay until SIGINT/SIGTERM
@@ -36,7 +36,7 @@ commands:
   migrate down -yes       roll them back: drops outbox_events and every event in it
   migrate status          list the migrations and whether each is applied
   schema                  print the schema as plain SQL
-  status [-json]          pending rows, age of the oldest pending row, published and dead counts
+  status [-json]          pending rows, age of the oldest pending row, published, dead and scheduled counts
   dead list [-limit N]    list dead events, oldest first
   dead retry <event-id>…  put dead events back in line for the relay
   relay [-metrics-addr A] run a relay until interrupted, with Prometheus metrics on A/metrics
