@@ -89,7 +89,7 @@ VALUES (gen_random_uuid(), 'old.event', ?, ?)`, queue, fmt.Sprintf(`{"n":%d}`, i
 	require.NoError(t, err)
 	_, err = db.NewInsert().Model(ev).Exec(ctx)
 	require.NoError(t, err)
-	for _, bad := range []string{"max_retry = -1", "timeout_ns = 1", "retention_ns = 0", "task_group = ''"} {
+	for _, bad := range []string{"max_retry = -1", "timeout_ns = 1", "retention_ns = 0", "task_group = ''", "task_group = '  '"} {
 		_, err = db.ExecContext(ctx, "UPDATE outbox_events SET "+bad+" WHERE id = ?", ev.ID)
 		require.ErrorContains(t, err, "check constraint", bad)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/uptrace/bun"
 
@@ -46,14 +47,16 @@ func claim(ctx context.Context, tx bun.Tx, n int) (events []model.Event, bad map
 	defer rows.Close()
 	events = make([]model.Event, 0, n)
 	var metadata sql.RawBytes // valid until the next row: decoded at once
+	var timeoutNs, retentionNs int64
 	for rows.Next() {
 		var ev model.Event
 		payload := (*[]byte)(&ev.Payload) // database/sql copies into it
 		err := rows.Scan(&ev.ID, &ev.EventID, &ev.Name, &ev.Queue, payload, &metadata, &ev.CreatedAt, &ev.Attempts,
-			&ev.ProcessAt, &ev.MaxRetry, &ev.Timeout, &ev.Deadline, &ev.Group, &ev.Retention) // delivery options
+			&ev.ProcessAt, &ev.MaxRetry, &timeoutNs, &ev.Deadline, &ev.Group, &retentionNs) // delivery options
 		if err != nil {
 			return nil, nil, err
 		}
+		ev.Timeout, ev.Retention = time.Duration(timeoutNs), time.Duration(retentionNs)
 		if len(metadata) > 2 { // "{}" is the column's default: no map to make
 			if err := json.Unmarshal(metadata, &ev.Metadata); err != nil {
 				if bad == nil {

@@ -16,7 +16,7 @@ ALTER TABLE outbox_events
     ADD CONSTRAINT outbox_events_max_retry_check CHECK (max_retry >= 0) NOT VALID,
     ADD CONSTRAINT outbox_events_timeout_ns_check CHECK (timeout_ns >= 1000000000) NOT VALID,
     ADD CONSTRAINT outbox_events_retention_ns_check CHECK (retention_ns >= 1000000000) NOT VALID,
-    ADD CONSTRAINT outbox_events_task_group_check CHECK (task_group <> '') NOT VALID;
+    ADD CONSTRAINT outbox_events_task_group_check CHECK (btrim(task_group) <> '') NOT VALID;
 
 --bun:split
 
