@@ -33,8 +33,8 @@ type Event struct {
 	// CreatedAt is set by PostgreSQL when the row is inserted (the transaction's start time).
 	CreatedAt time.Time `bun:"created_at,nullzero,notnull,default:current_timestamp"`
 
-	// Delivery options (see options.go), mapped by the relay onto asynq's options of the same name. Each
-	// is nullable: unset means asynq's default.
+	// Delivery options (WithProcessAt and the options after it), mapped by the relay onto asynq's
+	// options of the same name. Each is nullable: unset means asynq's default.
 
 	// ProcessAt is when the task may be processed; asynq holds it in its scheduled set until then. Set by
 	// WithProcessAt, or by WithProcessIn as the absolute time the delay ends.

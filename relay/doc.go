@@ -8,6 +8,10 @@
 // number of relays can run against one database with no coordination: a locked row is skipped by the
 // others, and a crash releases the locks, so the rows are claimed again (and deduplicated by TaskID).
 //
+// An event's delivery options (model.WithProcessAt, WithMaxRetry, WithTimeout, WithDeadline, WithGroup,
+// WithRetention) become the task's asynq options (see [Task]); a scheduled event is enqueued at once and
+// waits in asynq's scheduled set.
+//
 //	db := bun.NewDB(sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(dsn))), pgdialect.New())
 //	if err := bunboxmigrate.Up(ctx, db); err != nil {
 //		return err
