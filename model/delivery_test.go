@@ -129,3 +129,26 @@ func TestValidateDeliveryFields(t *testing.T) {
 		})
 	}
 }
+
+// Whatever the option values, NewEvent either refuses them with ErrInvalidEvent or builds an event that
+// Validate accepts.
+func FuzzDeliveryOptions(f *testing.F) {
+	f.Add(int64(3600), -1, int64(30), int64(7200), "digest", int64(48*3600))
+	f.Add(int64(-1), 0, int64(0), int64(0), "", int64(0))
+	f.Add(int64(0), 25, int64(1), int64(-5), "a b", int64(1))
+	f.Fuzz(func(t *testing.T, inSec int64, retry int, timeoutSec, deadlineSec int64, group string, retentionSec int64) {
+		ev, err := model.NewEvent("x", nil,
+			model.WithProcessIn(time.Duration(inSec)*time.Second),
+			model.WithMaxRetry(retry),
+			model.WithTimeout(time.Duration(timeoutSec)*time.Second),
+			model.WithDeadline(time.Now().Add(time.Duration(deadlineSec)*time.Second)),
+			model.WithGroup(group),
+			model.WithRetention(time.Duration(retentionSec)*time.Second),
+		)
+		if err != nil {
+			require.ErrorIs(t, err, model.ErrInvalidEvent)
+			return
+		}
+		require.NoError(t, ev.Validate(0))
+	})
+}
