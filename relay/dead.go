@@ -77,7 +77,7 @@ func ReadBacklog(ctx context.Context, db bun.IDB) (Backlog, error) {
   (SELECT count(*) FROM outbox_events WHERE dead_at IS NOT NULL),
   coalesce((SELECT extract(epoch FROM clock_timestamp() - created_at)::float8 FROM outbox_events
     WHERE published_at IS NULL AND dead_at IS NULL ORDER BY id LIMIT 1), 0),
-  (SELECT count(*) FROM outbox_events WHERE process_at > clock_timestamp() AND published_at IS NOT NULL)`).
+  (SELECT count(*) FROM outbox_events WHERE process_at > now() AND published_at IS NOT NULL)`).
 		Scan(ctx, &b.Pending, &b.Dead, &lagSeconds, &b.Scheduled)
 	if err != nil {
 		return Backlog{}, fmt.Errorf("bunbox: read outbox backlog: %w", err)
