@@ -21,7 +21,8 @@ var errReleased = errors.New("bunbox: relay stopping, row released")
 // Task builds the asynq task the relay enqueues for ev, with its options: type = event name,
 // payload = the JSON payload, headers = the event's metadata plus the bunbox headers, TaskID = the event
 // id, queue = the event's queue, retention (the dedupe window) = taskRetention or the event's longer
-// Retention, and the event's delivery options (see deliveryOptions).
+// Retention, and the event's delivery options (model.WithProcessAt and the options after it), each as
+// asynq's option of the same name.
 func Task(ev *model.Event, taskRetention time.Duration) (*asynq.Task, []asynq.Option) {
 	headers := make(map[string]string, len(ev.Metadata)+3)
 	for k, v := range ev.Metadata {

@@ -117,13 +117,17 @@ func TestScheduledTaskDedupes(t *testing.T) {
 	require.Equal(t, 1, info.Scheduled)
 }
 
-// A worker handles a scheduled event once its time has come, and not before; grouped events reach the
-// worker's GroupAggregator as one task, and asynq deletes the grouped tasks (see Reconciler).
+// A worker handles a scheduled event once its time has come, and not before; the handler's context
+// carries the Timeout and Deadline; grouped events reach the worker's GroupAggregator as one task, and
+// asynq deletes the grouped tasks (see Reconciler).
 func TestScheduledAndGroupedEventsReachTheWorker(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
 	scheduled := b.newEvent(t, "opts.soon", model.WithProcessIn(time.Second))
+	deadline := time.Now().Add(5 * time.Minute) // earlier than the timeout: it applies
+	timed := b.newEvent(t, "opts.timed", model.WithTimeout(10*time.Minute), model.WithDeadline(deadline))
+	timedOut := b.newEvent(t, "opts.timed", model.WithTimeout(10*time.Minute))
 	var grouped []*model.Event
 	for range 3 {
 		grouped = append(grouped, b.newEvent(t, "opts.digest", model.WithGroup("digest")))
@@ -134,6 +138,7 @@ func TestScheduledAndGroupedEventsReachTheWorker(t *testing.T) {
 	var (
 		mu          sync.Mutex
 		handledAt   = map[string]time.Time{}
+		ctxDeadline = map[string]time.Time{}
 		aggregated  []*asynq.Task
 		digestItems int
 	)
@@ -148,14 +153,16 @@ func TestScheduledAndGroupedEventsReachTheWorker(t *testing.T) {
 			return asynq.NewTask("opts.digest.batch", []byte(group))
 		}),
 	})
-	require.NoError(t, srv.Start(asynq.HandlerFunc(func(_ context.Context, task *asynq.Task) error {
+	require.NoError(t, srv.Start(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if task.Type() == "opts.digest.batch" {
 			digestItems++
 			return nil
 		}
-		handledAt[task.Headers()[model.HeaderEventID]] = time.Now()
+		id := task.Headers()[model.HeaderEventID]
+		handledAt[id] = time.Now()
+		ctxDeadline[id], _ = ctx.Deadline()
 		return nil
 	})))
 	t.Cleanup(srv.Shutdown)
@@ -163,14 +170,17 @@ func TestScheduledAndGroupedEventsReachTheWorker(t *testing.T) {
 	outboxtest.WaitFor(t, 30*time.Second, "the scheduled event handled and the group aggregated", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		_, ok := handledAt[scheduled.EventID.String()]
-		return ok && digestItems == 1
+		return len(handledAt) == 3 && digestItems == 1
 	})
 	mu.Lock()
 	defer mu.Unlock()
 	// asynq forwards a scheduled task once the Unix second of its time has come.
 	require.False(t, handledAt[scheduled.EventID.String()].Before(scheduled.ProcessAt.Truncate(time.Second)),
 		"handled at %s, scheduled for %s", handledAt[scheduled.EventID.String()], scheduled.ProcessAt)
+	// The handler's context ends at the Deadline, or Timeout after the run started, whichever is earlier.
+	require.Equal(t, deadline.Unix(), ctxDeadline[timed.EventID.String()].Unix())
+	started := handledAt[timedOut.EventID.String()]
+	require.WithinDuration(t, started.Add(10*time.Minute), ctxDeadline[timedOut.EventID.String()], time.Minute)
 	require.Len(t, aggregated, 3)
 	for _, task := range aggregated {
 		require.Equal(t, "opts.digest", task.Type())
