@@ -150,10 +150,10 @@ type reconcileRow struct {
 	PublishedAt time.Time `bun:"published_at"`
 }
 
-// Grouped events (model.WithGroup) are left out: asynq deletes a group's tasks once it has aggregated
-// them, so a missing task of theirs proves nothing.
-// A row whose process_at is within Window or ahead is checked however long ago it was published: its
-// task cannot have run before process_at, nor left Redis before TaskRetention after that.
+// reconcilePageSQL reads a page of the rows to check. A row whose process_at is within Window or ahead is
+// checked however long ago it was published: its task cannot have run before process_at, nor left Redis
+// before TaskRetention after that. Grouped events (model.WithGroup) are left out: asynq deletes a group's
+// tasks once it has aggregated them, so a missing task of theirs proves nothing.
 const reconcilePageSQL = `SELECT id, event_id, event_name, queue, published_at FROM outbox_events
 WHERE (published_at >= ?0 OR process_at >= ?0) AND published_at <= ?1 AND id > ?2 AND task_group IS NULL
 ORDER BY id
