@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/uptrace/bun"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bunbox/bunbox/model"
 )
@@ -24,8 +25,9 @@ import (
 // e-mail, an HTTP call) can still repeat when the transaction fails after them; give them the event id as
 // their own idempotency key.
 type Inbox struct {
-	db     *bun.DB
-	logger *slog.Logger
+	db      *bun.DB
+	logger  *slog.Logger
+	tracing *tracing
 }
 
 // InboxOption configures an Inbox.
@@ -37,12 +39,18 @@ func WithInboxLogger(l *slog.Logger) InboxOption {
 	return func(in *Inbox) { in.logger = l }
 }
 
+// WithInboxTracerProvider sets the TracerProvider of the handlers' consumer spans (see Inbox.Handler).
+// Defaults to the global one (otel.GetTracerProvider), read by NewInbox.
+func WithInboxTracerProvider(tp trace.TracerProvider) InboxOption {
+	return func(in *Inbox) { in.tracing = newTracing([]TraceOption{WithTracerProvider(tp)}) }
+}
+
 // NewInbox returns an Inbox that records handled events in db's inbox_events table (see the migrate package).
 func NewInbox(db *bun.DB, opts ...InboxOption) *Inbox {
 	if db == nil {
 		panic("bunx.NewInbox: db must not be nil")
 	}
-	in := &Inbox{db: db, logger: slog.New(slog.DiscardHandler)}
+	in := &Inbox{db: db, logger: slog.New(slog.DiscardHandler), tracing: newTracing(nil)}
 	for _, opt := range opts {
 		opt(in)
 	}
@@ -57,36 +65,43 @@ var ErrMalformedTask = errors.New("bunbox: malformed task")
 // transaction of the Inbox's database: return an error to roll its work back (and the inbox record with
 // it) and let asynq retry. name identifies the handler in the inbox: keep it stable across deploys, and
 // give every handler of one event a name of its own.
+//
+// The handler runs in a consumer span that continues the producer's trace, as TraceMiddleware's does (and
+// behind TraceMiddleware, in its span), with the handler name as the bunbox.handler attribute.
 func (in *Inbox) Handler(name string, fn func(ctx context.Context, tx bun.Tx, t *asynq.Task) error) asynq.Handler {
 	if name == "" {
 		panic("bunx.Inbox.Handler: the handler name must not be empty")
 	}
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-		id, err := EventID(t)
+		return in.tracing.run(ctx, t, name, func(ctx context.Context) error { return in.handle(ctx, name, t, fn) })
+	})
+}
+
+func (in *Inbox) handle(ctx context.Context, name string, t *asynq.Task, fn func(ctx context.Context, tx bun.Tx, t *asynq.Task) error) error {
+	id, err := EventID(t)
+	if err != nil {
+		in.logger.LogAttrs(ctx, slog.LevelError, "bunbox inbox: rejecting task",
+			slog.String("handler", name), slog.String("task_type", t.Type()), slog.Any("err", err))
+		return err
+	}
+	var duplicate bool
+	err = in.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		res, err := tx.NewRaw("INSERT INTO inbox_events (event_id, handler) VALUES (?, ?) ON CONFLICT DO NOTHING", id, name).
+			Exec(ctx)
 		if err != nil {
-			in.logger.LogAttrs(ctx, slog.LevelError, "bunbox inbox: rejecting task",
-				slog.String("handler", name), slog.String("task_type", t.Type()), slog.Any("err", err))
+			return inboxError(err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			duplicate = err == nil
 			return err
 		}
-		var duplicate bool
-		err = in.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-			res, err := tx.NewRaw("INSERT INTO inbox_events (event_id, handler) VALUES (?, ?) ON CONFLICT DO NOTHING", id, name).
-				Exec(ctx)
-			if err != nil {
-				return inboxError(err)
-			}
-			if n, err := res.RowsAffected(); err != nil || n == 0 {
-				duplicate = err == nil
-				return err
-			}
-			return fn(ContextWithTx(ctx, tx), tx, t)
-		})
-		if duplicate {
-			in.logger.LogAttrs(ctx, slog.LevelInfo, "bunbox inbox: duplicate delivery acknowledged",
-				slog.String("handler", name), slog.String("event_id", id.String()))
-		}
-		return err
+		return fn(ContextWithTx(ctx, tx), tx, t)
 	})
+	if duplicate {
+		in.logger.LogAttrs(ctx, slog.LevelInfo, "bunbox inbox: duplicate delivery acknowledged",
+			slog.String("handler", name), slog.String("event_id", id.String()))
+	}
+	return err
 }
 
 // HandleJSON wraps fn like Inbox.Handler, decoding the task's JSON payload into a T first. A payload that

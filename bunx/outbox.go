@@ -11,8 +11,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/driver/pgdriver"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bunbox/bunbox/model"
 )
@@ -71,8 +71,9 @@ func (o *Outbox) DB() *bun.DB { return o.db }
 // one id or an id already in the outbox (*DuplicateEventError) fail the call, and nothing is written.
 // Inside a transaction a failed Record also aborts the transaction, so the business change fails with it.
 //
-// If ctx carries an OpenTelemetry span, its W3C trace context is added to each event's metadata, so the
-// handler's span can continue the producer's trace.
+// If ctx carries an OpenTelemetry span, its trace context is added to each event's metadata with the
+// application's propagator (otel.GetTextMapPropagator), so the handler's span continues the producer's
+// trace (see TraceMiddleware and Inbox).
 func (o *Outbox) Record(ctx context.Context, db bun.IDB, events ...*model.Event) error {
 	if db == nil {
 		return errors.New("bunx: Record: db must not be nil")
@@ -123,20 +124,30 @@ func (r *registry) validate(events []*model.Event) error {
 	return nil
 }
 
-var traceContext propagation.TraceContext
-
+// injectTrace adds the trace context of ctx to each event's metadata with the application's propagator
+// (otel.GetTextMapPropagator, a no-op until the application sets one). An event whose metadata already has
+// one of the propagator's fields keeps its own.
 func injectTrace(ctx context.Context, events []*model.Event) {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
+	prop := otel.GetTextMapPropagator()
+	carrier := propagation.MapCarrier{}
+	prop.Inject(ctx, carrier)
+	if len(carrier) == 0 {
 		return
 	}
+	fields := prop.Fields()
+next:
 	for _, ev := range events {
-		if _, ok := ev.Metadata[model.HeaderTraceParent]; ok {
-			continue
+		for _, f := range fields {
+			if _, ok := ev.Metadata[f]; ok {
+				continue next
+			}
 		}
 		if ev.Metadata == nil {
-			ev.Metadata = make(map[string]string, 2)
+			ev.Metadata = make(map[string]string, len(carrier))
 		}
-		traceContext.Inject(ctx, propagation.MapCarrier(ev.Metadata))
+		for k, v := range carrier {
+			ev.Metadata[k] = v
+		}
 	}
 }
 

@@ -9,8 +9,10 @@ const (
 	HeaderEventName = "bunbox-event-name"
 	// HeaderCreatedAt carries when the event was written, in RFC 3339 with nanoseconds.
 	HeaderCreatedAt = "bunbox-created-at"
-	// HeaderTraceParent carries the W3C trace context of the transaction that wrote the event,
-	// when it ran inside a span, so the handler's span continues the producer's trace.
+	// HeaderTraceParent carries the W3C trace context of the transaction that wrote the event, when it
+	// ran inside a span and the application's propagator (otel.GetTextMapPropagator) is W3C's: the keys
+	// are the propagator's, copied from the metadata. bunx.TraceMiddleware and the bunx Inbox read them so
+	// that the handler's span continues the producer's trace.
 	HeaderTraceParent = "traceparent"
 	// HeaderTraceState carries the W3C tracestate that goes with HeaderTraceParent.
 	HeaderTraceState = "tracestate"

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults applied by New to the zero fields of a Config.
@@ -105,8 +107,12 @@ type Config struct {
 	Enqueuer Enqueuer
 	// Hooks are called as the relay works; see Hooks. Defaults to no hooks.
 	Hooks Hooks
+	// TracerProvider makes the relay's publish spans (one per enqueued row; see the package doc).
+	// Defaults to the global one, otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
 
-	now func() time.Time
+	now    func() time.Time
+	tracer trace.Tracer
 }
 
 func (c Config) withDefaults() Config {
@@ -129,6 +135,10 @@ func (c Config) withDefaults() Config {
 	if c.now == nil {
 		c.now = time.Now
 	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
+	c.tracer = c.TracerProvider.Tracer(tracerName)
 	return c
 }
 

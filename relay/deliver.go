@@ -70,7 +70,7 @@ func (r *Relay) deliver(ctx context.Context, events []model.Event, bad map[int]e
 					continue
 				case r.sem <- struct{}{}:
 				}
-				errs[i] = r.enqueue(ctx, &events[i])
+				errs[i] = r.publish(ctx, &events[i])
 				<-r.sem
 				if errs[i] == nil {
 					delivered <- events[i].ID

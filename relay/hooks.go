@@ -13,6 +13,25 @@ type Hooks struct {
 	OnBatch func(ctx context.Context, ev BatchEvent)
 	// OnDead is called for every row the relay marks dead.
 	OnDead func(ctx context.Context, ev DeadEvent)
+	// OnEnqueue is called after every enqueue of a row, successful or not, from the goroutine that made
+	// it: calls for the rows of a round run concurrently. A row that reached Redis may still be released
+	// when its round fails to commit the mark; it is then enqueued again later (a TaskID conflict) and
+	// reported again.
+	OnEnqueue func(ctx context.Context, ev EnqueueEvent)
+}
+
+// EnqueueEvent describes one enqueue of a row into asynq (with Routes, of all its listeners' tasks).
+type EnqueueEvent struct {
+	ID        int64
+	EventID   string
+	EventName string
+	Queue     string
+	// CreatedAt is the row's created_at: the start of the transaction that wrote it, on PostgreSQL's clock.
+	CreatedAt time.Time
+	// Duration is how long the enqueue took (with Routes, the enqueues of all its listeners).
+	Duration time.Duration
+	// Err is why the enqueue failed; nil when the task reached Redis or was already there.
+	Err error
 }
 
 // BatchEvent describes one round: a claim, its enqueues and its marks.

@@ -1,0 +1,104 @@
+package bunx
+
+import (
+	"context"
+
+	"github.com/hibiken/asynq"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.39.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/bunbox/bunbox/model"
+)
+
+// tracerName is the instrumentation scope of bunbox's consumer spans.
+const tracerName = "github.com/bunbox/bunbox/bunx"
+
+// messagingSystem is the messaging.system attribute of bunbox's spans: the broker is asynq.
+const messagingSystem = "asynq"
+
+// TraceOption configures the consumer spans of TraceMiddleware.
+type TraceOption func(*tracing)
+
+// WithTracerProvider sets the TracerProvider of the consumer spans. Defaults to the global one
+// (otel.GetTracerProvider), read when the middleware or Inbox is made.
+func WithTracerProvider(tp trace.TracerProvider) TraceOption {
+	return func(t *tracing) { t.tracer = tp.Tracer(tracerName) }
+}
+
+// tracing starts the consumer span of a task.
+type tracing struct {
+	tracer trace.Tracer
+}
+
+func newTracing(opts []TraceOption) *tracing {
+	t := &tracing{tracer: otel.GetTracerProvider().Tracer(tracerName)}
+	for _, opt := range opts {
+		opt(t)
+	}
+	return t
+}
+
+// consumerSpanKey marks a context whose consumer span bunbox already started, so that an Inbox handler
+// behind TraceMiddleware does not start a second one.
+type consumerSpanKey struct{}
+
+// TraceMiddleware returns an asynq middleware that continues the producer's trace in the handler: it reads
+// the trace context the producer's Record put in the event's metadata (which the relay carries in the task
+// headers) with the application's propagator (otel.GetTextMapPropagator) and runs the handler in a
+// consumer span that is the producer's span's child. The span follows the OpenTelemetry messaging
+// conventions: named "process <queue>", with messaging.system "asynq", messaging.destination.name the
+// queue, messaging.message.id the event id and messaging.operation.type "process"; a handler's error is
+// recorded on it.
+//
+// Use it for plain asynq handlers (mux.Use(bunx.TraceMiddleware())); handlers wrapped by an Inbox start
+// the same span themselves, and behind this middleware they reuse its span.
+func TraceMiddleware(opts ...TraceOption) asynq.MiddlewareFunc {
+	t := newTracing(opts)
+	return func(next asynq.Handler) asynq.Handler {
+		return asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+			return t.run(ctx, task, "", func(ctx context.Context) error { return next.ProcessTask(ctx, task) })
+		})
+	}
+}
+
+// run runs fn in the consumer span of task, unless ctx already is in one that bunbox started.
+func (t *tracing) run(ctx context.Context, task *asynq.Task, handler string, fn func(context.Context) error) error {
+	if ctx.Value(consumerSpanKey{}) != nil {
+		return fn(ctx)
+	}
+	ctx = otel.GetTextMapPropagator().Extract(ctx, propagation.MapCarrier(task.Headers()))
+	queue, _ := asynq.GetQueueName(ctx)
+	attrs := []attribute.KeyValue{
+		semconv.MessagingSystemKey.String(messagingSystem),
+		semconv.MessagingOperationTypeProcess,
+		semconv.MessagingOperationName("process"),
+		semconv.MessagingDestinationName(queue),
+		attribute.String("bunbox.event_name", eventName(task)),
+	}
+	if id := task.Headers()[model.HeaderEventID]; id != "" {
+		attrs = append(attrs, semconv.MessagingMessageID(id))
+	}
+	if handler != "" {
+		attrs = append(attrs, attribute.String("bunbox.handler", handler))
+	}
+	ctx, span := t.tracer.Start(ctx, "process "+queue, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+	defer span.End()
+	err := fn(context.WithValue(ctx, consumerSpanKey{}, true))
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return err
+}
+
+// eventName is the event's name: its header, or the task type for a task without one.
+func eventName(task *asynq.Task) string {
+	if n := task.Headers()[model.HeaderEventName]; n != "" {
+		return n
+	}
+	return task.Type()
+}

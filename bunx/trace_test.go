@@ -1,0 +1,173 @@
+package bunx_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/baggage"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/bunbox/bunbox/bunx"
+	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/model"
+	"github.com/bunbox/bunbox/relay"
+)
+
+// TestTraceFromProducerToHandler follows two events through a real relay, Redis and asynq server: one
+// handled through an Inbox, one by a plain handler behind TraceMiddleware. Each handler's span must be the
+// child of the producer's span (one trace), and the relay's publish span must link to the producer's span.
+func TestTraceFromProducerToHandler(t *testing.T) {
+	outboxtest.SkipShort(t)
+	t.Parallel()
+	ctx := context.Background()
+	db, _ := outboxtest.Schema(t)
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.WithoutCancel(ctx)) })
+	queue := randomQueue(t)
+	redisOpt := asynq.RedisClientOpt{Addr: outboxtest.RedisAddr()}
+
+	// The producer: a span around the business transaction that records both events.
+	ob := bunx.New(db)
+	ctxP, producer := tp.Tracer("shop").Start(ctx, "place order", trace.WithSpanKind(trace.SpanKindProducer))
+	inboxEv, err := model.NewEvent("traced.inbox", map[string]int{"n": 1}, model.WithQueue(queue))
+	require.NoError(t, err)
+	plainEv, err := model.NewEvent("traced.plain", map[string]int{"n": 2}, model.WithQueue(queue))
+	require.NoError(t, err)
+	require.NoError(t, db.RunInTx(ctxP, nil, func(ctx context.Context, tx bun.Tx) error {
+		return ob.Record(ctx, tx, inboxEv, plainEv)
+	}))
+	producer.End()
+	psc := producer.SpanContext()
+
+	// The worker: the handlers note the span they run in.
+	handled := make(chan trace.SpanContext, 2)
+	in := bunx.NewInbox(db, bunx.WithInboxTracerProvider(tp), bunx.WithInboxLogger(outboxtest.Logger(t)))
+	mux := asynq.NewServeMux()
+	mux.Handle("traced.inbox", in.Handler("notify", func(ctx context.Context, _ bun.Tx, _ *asynq.Task) error {
+		handled <- trace.SpanContextFromContext(ctx)
+		return nil
+	}))
+	mux.Handle("traced.plain", bunx.TraceMiddleware(bunx.WithTracerProvider(tp))(asynq.HandlerFunc(
+		func(ctx context.Context, _ *asynq.Task) error {
+			handled <- trace.SpanContextFromContext(ctx)
+			return nil
+		})))
+	srv := asynq.NewServer(redisOpt, bunx.ServerConfig(asynq.Config{Queues: map[string]int{queue: 1}, LogLevel: asynq.ErrorLevel}))
+	require.NoError(t, srv.Start(mux))
+	t.Cleanup(srv.Shutdown)
+
+	// The relay between them.
+	r, err := relay.New(db, redisOpt, relay.Config{TracerProvider: tp, Logger: outboxtest.Logger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Close() })
+	runCtx, cancel := context.WithCancel(ctx)
+	stopped := make(chan error, 1)
+	go func() { stopped <- r.Run(runCtx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-stopped) })
+
+	for range 2 {
+		select {
+		case sc := <-handled:
+			require.Equal(t, psc.TraceID(), sc.TraceID(), "the handler runs in the producer's trace")
+		case <-time.After(30 * time.Second):
+			t.Fatal("the handlers did not run within 30s")
+		}
+	}
+	outboxtest.WaitFor(t, 10*time.Second, "the consumer spans ended", func() bool {
+		return len(spansOfKind(exp.GetSpans(), trace.SpanKindConsumer)) == 2
+	})
+
+	spans := exp.GetSpans()
+	eventIDs := map[string]string{inboxEv.EventID.String(): "traced.inbox", plainEv.EventID.String(): "traced.plain"}
+	for _, s := range spansOfKind(spans, trace.SpanKindConsumer) {
+		require.Equal(t, "process "+queue, s.Name)
+		require.Equal(t, psc.TraceID(), s.SpanContext.TraceID())
+		require.Equal(t, psc.SpanID(), s.Parent.SpanID(), "the consumer span is the producer span's child")
+		attrs := attrMap(s.Attributes)
+		require.Equal(t, "asynq", attrs["messaging.system"])
+		require.Equal(t, "process", attrs["messaging.operation.type"])
+		require.Equal(t, queue, attrs["messaging.destination.name"])
+		require.Contains(t, eventIDs, attrs["messaging.message.id"])
+		require.Equal(t, eventIDs[attrs["messaging.message.id"]], attrs["bunbox.event_name"])
+	}
+	var sends int
+	for _, s := range spansOfKind(spans, trace.SpanKindProducer) {
+		if s.Name == "place order" {
+			continue
+		}
+		sends++
+		require.Equal(t, "send "+queue, s.Name)
+		attrs := attrMap(s.Attributes)
+		require.Equal(t, "asynq", attrs["messaging.system"])
+		require.Equal(t, "send", attrs["messaging.operation.type"])
+		require.Equal(t, queue, attrs["messaging.destination.name"])
+		require.Contains(t, eventIDs, attrs["messaging.message.id"])
+		require.Len(t, s.Links, 1, "the publish span links to the producer's span")
+		require.Equal(t, psc.SpanID(), s.Links[0].SpanContext.SpanID())
+		require.Equal(t, psc.TraceID(), s.Links[0].SpanContext.TraceID())
+	}
+	require.Equal(t, 2, sends, "one publish span per event")
+}
+
+// TestRecordInjectsWithTheGlobalPropagator shows that Record uses the application's propagator (here W3C
+// trace context and baggage, set in TestMain), not a fixed one: the baggage travels too.
+func TestRecordInjectsWithTheGlobalPropagator(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	member, err := baggage.NewMember("tenant", "acme")
+	require.NoError(t, err)
+	bag, err := baggage.New(member)
+	require.NoError(t, err)
+	tp := sdktrace.NewTracerProvider()
+	ctx, span := tp.Tracer("test").Start(baggage.ContextWithBaggage(context.Background(), bag), "produce")
+	defer span.End()
+	ev, err := model.NewEvent("traced", nil)
+	require.NoError(t, err)
+	require.NoError(t, b.ob.Record(ctx, b.db, ev))
+	md := b.events(t)[0].Metadata
+	require.Equal(t, "tenant=acme", md["baggage"])
+	require.Contains(t, md[model.HeaderTraceParent], span.SpanContext().TraceID().String())
+}
+
+func TestServerConfig(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, bunx.TaskCheckIntervalDefault, bunx.ServerConfig(asynq.Config{}).TaskCheckInterval)
+	cfg := bunx.ServerConfig(asynq.Config{TaskCheckInterval: time.Second, Concurrency: 3})
+	require.Equal(t, time.Second, cfg.TaskCheckInterval, "a value given is kept")
+	require.Equal(t, 3, cfg.Concurrency)
+}
+
+func spansOfKind(spans tracetest.SpanStubs, kind trace.SpanKind) tracetest.SpanStubs {
+	var out tracetest.SpanStubs
+	for _, s := range spans {
+		if s.SpanKind == kind {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func attrMap(kvs []attribute.KeyValue) map[string]string {
+	m := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		m[string(kv.Key)] = kv.Value.Emit()
+	}
+	return m
+}
+
+func randomQueue(t *testing.T) string {
+	t.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "trace_" + hex.EncodeToString(b[:])
+}
