@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"text/tabwriter"
@@ -20,9 +19,12 @@ func (c *cli) migrate(ctx context.Context, args []string) error {
 	}
 	sub, args := args[0], args[1:]
 	fs := flag.NewFlagSet("bunbox migrate "+sub, flag.ContinueOnError)
-	yes := false
+	yes, asJSON := false, false
 	if sub == "down" {
 		fs.BoolVar(&yes, "yes", false, "confirm: drop outbox_events and every event in it")
+	}
+	if sub == "status" {
+		fs.BoolVar(&asJSON, "json", false, "print JSON")
 	}
 	rest, err := c.flags(fs, args)
 	if err != nil {
@@ -59,6 +61,9 @@ func (c *cli) migrate(ctx context.Context, args []string) error {
 		ms, err := bunboxmigrate.Status(ctx, db)
 		if err != nil {
 			return fmt.Errorf("migrate status: %w", err)
+		}
+		if asJSON {
+			return c.printJSON(migrationsJSON(ms))
 		}
 		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "MIGRATION\tAPPLIED")
@@ -97,6 +102,8 @@ type statusReport struct {
 	Published        int64   `json:"published"`
 	Dead             int64   `json:"dead"`
 	Scheduled        int64   `json:"scheduled"`
+	// Events breaks Pending and Dead down by queue and event name.
+	Events []eventStatus `json:"events"`
 }
 
 func (c *cli) status(ctx context.Context, args []string) error {
@@ -123,10 +130,11 @@ func (c *cli) status(ctx context.Context, args []string) error {
 		return fmt.Errorf("count published: %w", err)
 	}
 	rep := statusReport{Pending: b.Pending, OldestPendingAge: b.Lag.Seconds(), Published: int64(published), Dead: b.Dead, Scheduled: b.Scheduled}
+	if rep.Events, err = readEventStatus(ctx, db); err != nil {
+		return err
+	}
 	if *asJSON {
-		enc := json.NewEncoder(c.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		return c.printJSON(rep)
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "pending\t%d\n", rep.Pending)
@@ -134,7 +142,10 @@ func (c *cli) status(ctx context.Context, args []string) error {
 	fmt.Fprintf(tw, "published\t%d\n", rep.Published)
 	fmt.Fprintf(tw, "dead\t%d\n", rep.Dead)
 	fmt.Fprintf(tw, "scheduled\t%d\n", rep.Scheduled)
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return c.printEventStatus(rep.Events)
 }
 
 func formatAge(d time.Duration) string {
@@ -145,76 +156,6 @@ func formatAge(d time.Duration) string {
 		return d.Round(time.Millisecond).String()
 	default:
 		return d.Round(time.Second).String()
-	}
-}
-
-func (c *cli) dead(ctx context.Context, args []string) error {
-	if len(args) == 0 {
-		return usageError(c.stderr, "dead needs list or retry")
-	}
-	sub, args := args[0], args[1:]
-	switch sub {
-	case "list":
-		fs := flag.NewFlagSet("bunbox dead list", flag.ContinueOnError)
-		limit := fs.Int("limit", relay.DeadEventsLimitDefault, "how many dead events to list")
-		rest, err := c.flags(fs, args)
-		if err != nil {
-			return err
-		}
-		if err := c.noArgs("dead list", rest); err != nil {
-			return err
-		}
-		if *limit < 1 {
-			return usageError(c.stderr, "-limit must be positive")
-		}
-		db, err := c.open(ctx)
-		if err != nil {
-			return err
-		}
-		defer db.Close()
-		events, err := relay.DeadEvents(ctx, db, *limit)
-		if err != nil {
-			return fmt.Errorf("list dead events: %w", err)
-		}
-		if len(events) == 0 {
-			fmt.Fprintln(c.stdout, "no dead events")
-			return nil
-		}
-		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "EVENT ID\tNAME\tQUEUE\tATTEMPTS\tDEAD AT\tLAST ERROR")
-		for _, ev := range events {
-			deadAt := "-"
-			if ev.DeadAt != nil {
-				deadAt = ev.DeadAt.UTC().Format(time.RFC3339)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", ev.EventID, ev.Name, ev.Queue, ev.Attempts, deadAt, oneLine(ev.LastError, 80))
-		}
-		return tw.Flush()
-	case "retry":
-		rest, err := c.flags(flag.NewFlagSet("bunbox dead retry", flag.ContinueOnError), args)
-		if err != nil {
-			return err
-		}
-		ids, err := parseEventIDs(rest)
-		if err != nil {
-			return usageError(c.stderr, "%v", err)
-		}
-		db, err := c.open(ctx)
-		if err != nil {
-			return err
-		}
-		defer db.Close()
-		n, err := relay.RetryDead(ctx, db, ids...)
-		if err != nil {
-			return fmt.Errorf("retry dead events: %w", err)
-		}
-		fmt.Fprintf(c.stdout, "%d of %d events put back in line\n", n, len(ids))
-		if n < int64(len(ids)) {
-			fmt.Fprintln(c.stderr, "bunbox: the others are unknown or not dead")
-		}
-		return nil
-	default:
-		return usageError(c.stderr, "unknown dead command %q (want list or retry)", sub)
 	}
 }
 

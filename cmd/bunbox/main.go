@@ -3,10 +3,12 @@
 //
 //	bunbox migrate up|down -yes|status   apply, roll back or list bunbox's migrations
 //	bunbox schema                         print the schema as plain SQL (for goose, Atlas, psql)
-//	bunbox status [-json]                 pending rows, age of the oldest, published, dead and scheduled counts
-//	bunbox dead list [-limit 100]         the events the relay gave up on
-//	bunbox dead retry <event-id>...       put dead events back in line
-//	bunbox relay [-metrics-addr ...]      run a relay until SIGINT/SIGTERM
+//	bunbox status [-json]                 pending rows, age of the oldest, published, dead and scheduled counts, per queue and event
+//	bunbox dead list [-limit 100] [-json] the events the relay gave up on
+//	bunbox dead retry <event-id>...       put dead events back in line (or -name NAME, or -all)
+//	bunbox dead purge -older-than D -yes  delete dead events for good (and/or -name NAME, or -all)
+//	bunbox reconcile [-window 1h] [-json] one reconciler pass: re-deliver the events whose task Redis lost
+//	bunbox relay [-metrics-addr ...]      run a relay until SIGINT/SIGTERM, with /metrics, /healthz, /readyz
 //
 // The database is DATABASE_URL (or -database-url), Redis is REDIS_ADDR (or -redis-addr), and the relay
 // reads its settings from OUTBOX_* (see relay.ConfigFromEnv). Exit codes: 0 success, 1 failure, 2 bad
@@ -34,12 +36,22 @@ const usage = `usage: bunbox [-database-url URL] [-redis-addr host:port] <comman
 commands:
   migrate up              apply bunbox's migrations (creates outbox_events)
   migrate down -yes       roll them back: drops outbox_events and every event in it
-  migrate status          list the migrations and whether each is applied
+  migrate status [-json]  list the migrations and whether each is applied
   schema                  print the schema as plain SQL
-  status [-json]          pending rows, age of the oldest pending row, published, dead and scheduled counts
-  dead list [-limit N]    list dead events, oldest first
+  status [-json]          pending rows, age of the oldest pending row, published, dead and scheduled counts,
+                          and pending and dead per queue and event name
+  dead list [-limit N] [-json]
+                          list dead events, oldest first
   dead retry <event-id>…  put dead events back in line for the relay
-  relay [-metrics-addr A] run a relay until interrupted, with Prometheus metrics on A/metrics
+  dead retry -name NAME…  the same for every dead event of a name (repeat -name), or -all for all
+  dead purge -older-than D [-name NAME…] -yes
+                          delete dead events for good: dead longer than D and/or of a name, or -all;
+                          without -yes it says how many it would delete
+  reconcile [-window W] [-json]
+                          one reconciler pass over the events published within W (default 1h):
+                          re-deliver those whose task Redis lost, and list them
+  relay [-metrics-addr A] run a relay until interrupted, with Prometheus metrics on A/metrics and
+                          the probes A/healthz (alive) and A/readyz (PostgreSQL, Redis, schema)
 
 environment:
   DATABASE_URL  PostgreSQL URL, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full
@@ -124,6 +136,8 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 		return c.dead(ctx, args)
 	case "relay":
 		return c.relay(ctx, args)
+	case "reconcile":
+		return c.reconcile(ctx, args)
 	case "help":
 		fmt.Fprint(c.stdout, usage)
 		return nil

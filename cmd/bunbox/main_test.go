@@ -58,7 +58,7 @@ func TestUsage(t *testing.T) {
 		{"MigrateDownUnconfirmed", nil, []string{"migrate", "down"}, 2, "", "add -yes to confirm"},
 		{"MigrateUpExtra", nil, []string{"migrate", "up", "now"}, 2, "", "takes no arguments"},
 		{"Schema", nil, []string{"schema"}, 0, "CREATE TABLE IF NOT EXISTS outbox_events", ""},
-		{"DeadNothing", nil, []string{"dead"}, 2, "", "dead needs list or retry"},
+		{"DeadNothing", nil, []string{"dead"}, 2, "", "dead needs list, retry or purge"},
 		{"DeadRetryNoIDs", nil, []string{"dead", "retry"}, 2, "", "at least one event id"},
 		{"DeadRetryBadID", nil, []string{"dead", "retry", "42"}, 2, "", `"42" is not an event id`},
 		{"DeadListBadLimit", nil, []string{"dead", "list", "-limit", "0"}, 2, "", "-limit must be positive"},

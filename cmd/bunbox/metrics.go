@@ -12,10 +12,12 @@ import (
 	"github.com/bunbox/bunbox/relay/relaymetrics"
 )
 
-// metricsHandler serves the relay's counters and the outbox backlog (relaymetrics), plus the process and
-// Go runtime metrics, in a registry of its own.
-func metricsHandler(r *relay.Relay, db bun.IDB) http.Handler {
+// metricsHandler serves the relay's counters and the outbox backlog (relaymetrics), the collectors in
+// extra (the relay's relaymetrics.Metrics), plus the process and Go runtime metrics, in a registry of its
+// own.
+func metricsHandler(r *relay.Relay, db bun.IDB, extra ...prometheus.Collector) http.Handler {
 	reg := prometheus.NewRegistry()
+	reg.MustRegister(extra...)
 	reg.MustRegister(
 		relaymetrics.NewCollector(db, r),
 		collectors.NewGoCollector(),

@@ -14,11 +14,12 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/bunbox/bunbox/relay"
+	"github.com/bunbox/bunbox/relay/relaymetrics"
 )
 
 func (c *cli) relay(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bunbox relay", flag.ContinueOnError)
-	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9464", "serve Prometheus metrics on this address at /metrics (empty: off)")
+	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9464", "serve Prometheus metrics at /metrics, and the probes /healthz and /readyz, on this address (empty: off)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	enableNotify := fs.Bool("enable-notify", false, "install the outbox NOTIFY trigger first, so the relay wakes within milliseconds of a commit")
 	reconcileWindow := fs.Duration("reconcile-window", 0, "also run the reconciler: re-deliver events published within this window whose task Redis lost (0: off; must be shorter than OUTBOX_TASK_RETENTION)")
@@ -39,6 +40,11 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level}))
+	metrics, err := relaymetrics.NewMetrics(relaymetrics.MetricsConfig{})
+	if err != nil {
+		return err
+	}
+	cfg.Hooks = metrics.Hooks(cfg.Hooks)
 
 	db, err := c.open(ctx)
 	if err != nil {
@@ -70,7 +76,7 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 		reconcileDone := make(chan struct{})
 		go func() {
 			defer close(reconcileDone)
-			_ = rc.Run(ctx) // returns nil when ctx ends; the only other error, ErrRunning, cannot happen here
+			runReconciler(ctx, rc, *reconcileInterval, metrics, cfg.Logger)
 		}()
 		defer func() { cancel(); <-reconcileDone }()
 	}
@@ -80,8 +86,16 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("metrics: listen on %s: %w", *metricsAddr, err)
 		}
+		probes, err := newHealth(db, asynq.RedisClientOpt{Addr: c.redisAddr, DialTimeout: 5 * time.Second})
+		if err != nil {
+			_ = ln.Close()
+			return err
+		}
+		defer probes.close()
 		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", metricsHandler(r, db))
+		mux.Handle("GET /metrics", metricsHandler(r, db, metrics))
+		mux.HandleFunc("GET /healthz", probes.healthz)
+		mux.HandleFunc("GET /readyz", probes.readyz)
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		cfg.Logger.Info("metrics listening", slog.String("addr", "http://"+ln.Addr().String()+"/metrics"))
 		go func() {

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/bunbox/bunbox/relay"
+)
+
+func (c *cli) dead(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return usageError(c.stderr, "dead needs list, retry or purge")
+	}
+	sub, args := args[0], args[1:]
+	switch sub {
+	case "list":
+		return c.deadList(ctx, args)
+	case "retry":
+		return c.deadRetry(ctx, args)
+	case "purge":
+		return c.deadPurge(ctx, args)
+	default:
+		return usageError(c.stderr, "unknown dead command %q (want list, retry or purge)", sub)
+	}
+}
+
+// deadEventJSON is one dead event in `dead list -json`.
+type deadEventJSON struct {
+	EventID   string     `json:"event_id"`
+	Name      string     `json:"name"`
+	Queue     string     `json:"queue"`
+	Attempts  int        `json:"attempts"`
+	CreatedAt time.Time  `json:"created_at"`
+	DeadAt    *time.Time `json:"dead_at"`
+	LastError string     `json:"last_error"`
+}
+
+func (c *cli) deadList(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bunbox dead list", flag.ContinueOnError)
+	limit := fs.Int("limit", relay.DeadEventsLimitDefault, "how many dead events to list")
+	asJSON := fs.Bool("json", false, "print JSON")
+	rest, err := c.flags(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := c.noArgs("dead list", rest); err != nil {
+		return err
+	}
+	if *limit < 1 {
+		return usageError(c.stderr, "-limit must be positive")
+	}
+	db, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	events, err := relay.DeadEvents(ctx, db, *limit)
+	if err != nil {
+		return fmt.Errorf("list dead events: %w", err)
+	}
+	if *asJSON {
+		out := make([]deadEventJSON, len(events))
+		for i, ev := range events {
+			out[i] = deadEventJSON{EventID: ev.EventID.String(), Name: ev.Name, Queue: ev.Queue, Attempts: ev.Attempts,
+				CreatedAt: ev.CreatedAt.UTC(), DeadAt: ev.DeadAt, LastError: ev.LastError}
+		}
+		return c.printJSON(out)
+	}
+	if len(events) == 0 {
+		fmt.Fprintln(c.stdout, "no dead events")
+		return nil
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "EVENT ID\tNAME\tQUEUE\tATTEMPTS\tDEAD AT\tLAST ERROR")
+	for _, ev := range events {
+		deadAt := "-"
+		if ev.DeadAt != nil {
+			deadAt = ev.DeadAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", ev.EventID, ev.Name, ev.Queue, ev.Attempts, deadAt, oneLine(ev.LastError, 80))
+	}
+	return tw.Flush()
+}
+
+// deadRetry puts dead events back in line: the ones named by id, or all of some event names, or all.
+func (c *cli) deadRetry(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bunbox dead retry", flag.ContinueOnError)
+	var names namesFlag
+	fs.Var(&names, "name", "retry every dead event of this name (repeatable)")
+	all := fs.Bool("all", false, "retry every dead event")
+	rest, err := c.flags(fs, args)
+	if err != nil {
+		return err
+	}
+	var f relay.DeadFilter
+	switch {
+	case *all && (len(names) > 0 || len(rest) > 0), len(names) > 0 && len(rest) > 0:
+		return usageError(c.stderr, "dead retry takes event ids, -name or -all, one of them")
+	case *all:
+		f.All = true
+	case len(names) > 0:
+		f.Names = names
+	default:
+		if f.EventIDs, err = parseEventIDs(rest); err != nil {
+			return usageError(c.stderr, "%v (or -name NAME, or -all)", err)
+		}
+	}
+	db, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	n, err := relay.RetryDeadWhere(ctx, db, f)
+	if err != nil {
+		return fmt.Errorf("retry dead events: %w", err)
+	}
+	if len(f.EventIDs) == 0 {
+		fmt.Fprintf(c.stdout, "%d dead events put back in line\n", n)
+		return nil
+	}
+	fmt.Fprintf(c.stdout, "%d of %d events put back in line\n", n, len(f.EventIDs))
+	if n < int64(len(f.EventIDs)) {
+		fmt.Fprintln(c.stderr, "bunbox: the others are unknown or not dead")
+	}
+	return nil
+}
+
+// deadPurge deletes dead events for good: those dead for longer than -older-than and/or of the names
+// given, or all; it counts them and asks for -yes first.
+func (c *cli) deadPurge(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bunbox dead purge", flag.ContinueOnError)
+	var names namesFlag
+	fs.Var(&names, "name", "purge the dead events of this name (repeatable)")
+	olderThan := fs.Duration("older-than", 0, "purge the events dead for longer than this, e.g. 720h")
+	all := fs.Bool("all", false, "purge every dead event")
+	yes := fs.Bool("yes", false, "confirm: delete them for good")
+	rest, err := c.flags(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := c.noArgs("dead purge", rest); err != nil {
+		return err
+	}
+	f := relay.DeadFilter{Names: names, OlderThan: *olderThan, All: *all}
+	switch {
+	case *olderThan < 0:
+		return usageError(c.stderr, "-older-than must be positive, got %s", *olderThan)
+	case *all && (len(names) > 0 || *olderThan > 0):
+		return usageError(c.stderr, "dead purge takes -all alone, or -older-than and/or -name")
+	case !*all && len(names) == 0 && *olderThan == 0:
+		return usageError(c.stderr, "dead purge needs -older-than DURATION, -name NAME or -all")
+	}
+	db, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if !*yes {
+		n, err := relay.CountDead(ctx, db, f)
+		if err != nil {
+			return fmt.Errorf("count dead events: %w", err)
+		}
+		return usageError(c.stderr, "dead purge would delete %d dead events for good: add -yes to confirm", n)
+	}
+	n, err := relay.PurgeDead(ctx, db, f)
+	if err != nil {
+		if errors.Is(err, relay.ErrEmptyDeadFilter) {
+			return usageError(c.stderr, "%v", err)
+		}
+		return fmt.Errorf("purge dead events: %w", err)
+	}
+	fmt.Fprintf(c.stdout, "%d dead events deleted\n", n)
+	return nil
+}

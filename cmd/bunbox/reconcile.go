@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/bunbox/bunbox/relay"
+	"github.com/bunbox/bunbox/relay/relaymetrics"
+)
+
+// reconcileReport is what `bunbox reconcile` prints.
+type reconcileReport struct {
+	Window   float64 `json:"window_seconds"`
+	Checked  int     `json:"checked"`
+	Missing  int     `json:"missing"`
+	Requeued int     `json:"requeued"`
+	Duration float64 `json:"duration_seconds"`
+	// Events are the missing ones: requeued for the relay, unless their row changed meanwhile.
+	Events []missingEvent `json:"events"`
+}
+
+type missingEvent struct {
+	EventID string `json:"event_id"`
+	Queue   string `json:"queue"`
+}
+
+// reconcile makes one reconciler pass and prints the events whose task Redis had lost.
+func (c *cli) reconcile(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bunbox reconcile", flag.ContinueOnError)
+	window := fs.Duration("window", relay.ReconcileWindowDefault, "check the events published within this window (shorter than OUTBOX_TASK_RETENTION)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	rest, err := c.flags(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := c.noArgs("reconcile", rest); err != nil {
+		return err
+	}
+	if *window <= 0 {
+		return usageError(c.stderr, "-window must be positive, got %s", *window)
+	}
+	cfg, err := relay.ConfigFromEnv()
+	if err != nil {
+		return err
+	}
+	db, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	seen := &missingRecorder{next: slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})}
+	rc, err := relay.NewReconciler(db, asynq.RedisClientOpt{Addr: c.redisAddr, DialTimeout: 5 * time.Second}, relay.ReconcilerConfig{
+		Window: *window, TaskRetention: cfg.TaskRetention, Routes: cfg.Routes, Logger: slog.New(seen),
+	})
+	if err != nil {
+		return fmt.Errorf("reconciler (Redis at %s): %w", c.redisAddr, err)
+	}
+	defer rc.Close()
+	res, err := rc.ReconcileOnce(ctx)
+	rep := reconcileReport{Window: window.Seconds(), Checked: res.Checked, Missing: res.Missing, Requeued: res.Requeued,
+		Duration: res.Duration.Seconds(), Events: seen.events()}
+	if err != nil {
+		// What the pass did before it failed is kept: say it, then fail.
+		fmt.Fprintf(c.stderr, "bunbox: the pass stopped after %d checked, %d requeued\n", rep.Checked, rep.Requeued)
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	if *asJSON {
+		return c.printJSON(rep)
+	}
+	fmt.Fprintf(c.stdout, "checked %d events published within %s: %d missing from Redis, %d requeued\n",
+		rep.Checked, *window, rep.Missing, rep.Requeued)
+	if len(rep.Events) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "EVENT ID\tQUEUE")
+	for _, e := range rep.Events {
+		fmt.Fprintf(tw, "%s\t%s\n", e.EventID, e.Queue)
+	}
+	return tw.Flush()
+}
+
+// missingLogMessage is the reconciler's debug record for each row whose task was missing. ReconcileResult
+// counts them; the record names them.
+const missingLogMessage = "bunbox reconciler: task missing, requeued"
+
+// missingRecorder is the reconciler's log handler in `bunbox reconcile`: it keeps the event id and queue
+// of every missing-task record and passes the records next accepts to it.
+type missingRecorder struct {
+	next slog.Handler
+	mu   sync.Mutex
+	seen []missingEvent
+}
+
+func (h *missingRecorder) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *missingRecorder) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == missingLogMessage {
+		var e missingEvent
+		r.Attrs(func(a slog.Attr) bool {
+			switch a.Key {
+			case "event_id":
+				e.EventID = a.Value.String()
+			case "queue":
+				e.Queue = a.Value.String()
+			}
+			return true
+		})
+		h.mu.Lock()
+		h.seen = append(h.seen, e)
+		h.mu.Unlock()
+	}
+	if h.next.Enabled(ctx, r.Level) {
+		return h.next.Handle(ctx, r)
+	}
+	return nil
+}
+
+func (h *missingRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *missingRecorder) WithGroup(string) slog.Handler      { return h }
+
+func (h *missingRecorder) events() []missingEvent {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]missingEvent{}, h.seen...)
+}
+
+// runReconciler runs rc's passes every interval until ctx is done, as Reconciler.Run does, and counts
+// each in m: the standalone relay's reconciler, with metrics.
+func runReconciler(ctx context.Context, rc *relay.Reconciler, interval time.Duration, m *relaymetrics.Metrics, log *slog.Logger) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		res, err := rc.ReconcileOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		m.ObserveReconcile(res, err)
+		switch {
+		case err != nil:
+			log.LogAttrs(ctx, slog.LevelWarn, "bunbox reconciler pass failed", slog.Any("err", err),
+				slog.Int("checked", res.Checked), slog.Int("requeued", res.Requeued))
+		case res.Missing > 0:
+			log.LogAttrs(ctx, slog.LevelWarn, "bunbox reconciler: tasks missing from Redis were requeued",
+				slog.Int("checked", res.Checked), slog.Int("missing", res.Missing),
+				slog.Int("requeued", res.Requeued), slog.Duration("duration", res.Duration))
+		}
+		timer.Reset(interval)
+	}
+}
