@@ -137,6 +137,9 @@ func (m *Metrics) observeEnqueue(ev relay.EnqueueEvent, now time.Time) {
 		return
 	}
 	m.enqueued.WithLabelValues(queue, name).Inc()
+	// Export the error series at 0 from the first enqueue on, so that rate() over it works before the
+	// first error (Prometheus' advice for labelled counters).
+	m.errs.WithLabelValues(queue, name)
 	if !ev.CreatedAt.IsZero() {
 		m.lag.WithLabelValues(queue).Observe(max(now.Sub(ev.CreatedAt).Seconds(), 0))
 	}
