@@ -1,0 +1,141 @@
+package bunx_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/bunbox/bunbox/bunx"
+	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/model"
+	"github.com/bunbox/bunbox/relay"
+)
+
+// BenchmarkCommitToHandler measures commit-to-handler latency (from the producer's commit returning to
+// the handler starting) through a real relay (its default Config, no NOTIFY trigger), Redis and asynq
+// server, for an asynq server with asynq's defaults and one configured by bunx.ServerConfig. Each runs 200
+// single-event transactions per second for 3 s after a warm-up, and reports p50 and p99:
+//
+//	go test -run '^$' -bench CommitToHandler -benchtime 1x ./bunx/
+func BenchmarkCommitToHandler(b *testing.B) {
+	for _, mode := range []struct {
+		name string
+		cfg  asynq.Config
+	}{
+		{"AsynqDefaults", asynq.Config{}},
+		{"ServerConfig", bunx.ServerConfig(asynq.Config{})},
+	} {
+		b.Run(mode.name, func(b *testing.B) {
+			for range b.N {
+				p50, p99 := measureCommitToHandler(b, mode.cfg, 200, 3*time.Second)
+				b.ReportMetric(p50, "p50_ms")
+				b.ReportMetric(p99, "p99_ms")
+			}
+		})
+	}
+}
+
+func measureCommitToHandler(b *testing.B, cfg asynq.Config, rate int, d time.Duration) (p50, p99 float64) {
+	b.Helper()
+	db, _ := outboxtest.Schema(b)
+	ctx := context.Background()
+	redisOpt := asynq.RedisClientOpt{Addr: outboxtest.RedisAddr()}
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	queue := "bench_" + hex.EncodeToString(rnd[:])
+
+	var mu sync.Mutex
+	committed := map[string]time.Time{}
+	handled := map[string]time.Time{}
+	mux := asynq.NewServeMux()
+	mux.HandleFunc("bench.handler", func(_ context.Context, t *asynq.Task) error {
+		now := time.Now()
+		mu.Lock()
+		handled[t.Headers()[model.HeaderEventID]] = now
+		mu.Unlock()
+		return nil
+	})
+	cfg.Queues = map[string]int{queue: 1}
+	cfg.Concurrency = 20
+	cfg.LogLevel = asynq.ErrorLevel
+	srv := asynq.NewServer(redisOpt, cfg)
+	if err := srv.Start(mux); err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Shutdown()
+	r, err := relay.New(db, redisOpt, relay.Config{Retention: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	runCtx, cancel := context.WithCancel(ctx)
+	stopped := make(chan error, 1)
+	go func() { stopped <- r.Run(runCtx) }()
+	defer func() {
+		cancel()
+		<-stopped
+		ins := asynq.NewInspector(redisOpt)
+		_ = ins.DeleteQueue(queue, true)
+		_ = ins.Close()
+	}()
+
+	commit := func(i int) string {
+		ev, err := model.NewEvent("bench.handler", map[string]int{"i": i}, model.WithQueue(queue))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := db.NewInsert().Model(ev).Exec(ctx); err != nil {
+			b.Fatal(err)
+		}
+		return ev.EventID.String()
+	}
+	allHandled := func(ids map[string]time.Time) func() bool {
+		return func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			for id := range ids {
+				if _, ok := handled[id]; !ok {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	// Warm up: connections open, the first tasks handled.
+	warm := map[string]time.Time{}
+	for i := range 20 {
+		warm[commit(i)] = time.Time{}
+	}
+	outboxtest.WaitFor(b, 30*time.Second, "the warm-up handled", allHandled(warm))
+
+	total := int(d.Seconds() * float64(rate))
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	for i := range total {
+		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
+			time.Sleep(wait) // pacing the load, not waiting for a result
+		}
+		id := commit(i)
+		mu.Lock()
+		committed[id] = time.Now()
+		mu.Unlock()
+	}
+	outboxtest.WaitFor(b, 30*time.Second, "every event handled", allHandled(committed))
+
+	mu.Lock()
+	defer mu.Unlock()
+	lat := make([]float64, 0, len(committed))
+	for id, c := range committed {
+		lat = append(lat, max(handled[id].Sub(c), 0).Seconds()*1000)
+	}
+	slices.Sort(lat)
+	q := func(p float64) float64 { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
+	b.Logf("%d events at %d/s: p50 %.1f ms, p99 %.1f ms, max %.1f ms", len(lat), rate, q(0.5), q(0.99), lat[len(lat)-1])
+	return q(0.5), q(0.99)
+}
