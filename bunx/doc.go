@@ -42,4 +42,10 @@
 //
 // For consumers, [Inbox] makes asynq handlers exactly-once in effect: the event id is recorded in the
 // handler's own transaction, so a repeated delivery is acknowledged without running the work again.
+// [ServerConfig] gives an asynq server bunbox's worker defaults (TaskCheckInterval 10ms rather than 1s).
+//
+// Tracing: Record and the hooks add the OpenTelemetry trace context of ctx to each event's metadata with
+// the application's propagator (otel.GetTextMapPropagator). [TraceMiddleware], for plain asynq handlers,
+// and the [Inbox]'s handlers read it back from the task headers and run the handler in a consumer span
+// ("process <queue>", messaging conventions) that is the producer's span's child.
 package bunx

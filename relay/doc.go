@@ -62,5 +62,16 @@
 // Rows that fail to enqueue are retried with their own exponential backoff and marked dead after
 // [Config.MaxAttempts]; [DeadEvents] lists them and [RetryDead] puts them back in line. Published rows are
 // deleted after [Config.Retention]. [Relay.Stats] and [Config.Hooks] expose what happened; package
-// relaymetrics turns both into Prometheus metrics.
+// relaymetrics turns both into Prometheus metrics. [DeadFilter] selects dead events by id, name or age for
+// [CountDead], [RetryDeadWhere] and [PurgeDead]; [ReadBacklogByEvent] breaks the backlog down by queue and
+// event name.
+//
+// # Tracing
+//
+// Every enqueue runs in an OpenTelemetry publish span from [Config.TracerProvider] (default: the global
+// one): kind producer, named "send <queue>", with the messaging conventions' attributes (messaging.system
+// "asynq", messaging.operation.type "send", messaging.destination.name the queue, messaging.message.id the
+// event id). It links to the span that recorded the event, read from the event's metadata with the
+// application's propagator (otel.GetTextMapPropagator). The task carries the producer's trace context
+// unchanged, so the handler's span (bunx.TraceMiddleware, the bunx Inbox) is the producer's span's child.
 package relay

@@ -1,9 +1,13 @@
 // Package relaymetrics exposes a bunbox relay to Prometheus: the relay's counters (published, failed,
 // dead rows, rounds) and, read from PostgreSQL at scrape time, the backlog, the dead rows and the lag (the
 // age of the oldest pending row), which is what to alert on: a lag that grows means events are not
-// reaching asynq.
+// reaching asynq. [Metrics] adds the histograms an SLO needs (delivery lag, enqueue and round durations)
+// and the enqueues per queue and event name, with a cap on distinct label values, from the relay's Hooks.
 //
-//	reg.MustRegister(relaymetrics.NewCollector(db, r))
+//	m, err := relaymetrics.NewMetrics(relaymetrics.MetricsConfig{})
+//	cfg.Hooks = m.Hooks(cfg.Hooks)
+//	r, err := relay.New(db, redisOpt, cfg)
+//	reg.MustRegister(relaymetrics.NewCollector(db, r), m)
 package relaymetrics
 
 import (
