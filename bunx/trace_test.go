@@ -3,6 +3,7 @@ package bunx_test
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"testing"
 	"time"
@@ -10,8 +11,11 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+	"github.com/uptrace/bun/driver/pgdriver"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/baggage"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -170,4 +174,31 @@ func randomQueue(t *testing.T) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return "trace_" + hex.EncodeToString(b[:])
+}
+
+// TestTraceMiddlewareAroundInbox checks that an Inbox handler behind TraceMiddleware runs in the
+// middleware's span rather than a second one, and that the handler's error is recorded on it. The task
+// has no event id, so the Inbox rejects it before it touches the database.
+func TestTraceMiddlewareAroundInbox(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	db := bun.NewDB(sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN("postgres://nobody@127.0.0.1:1/none?sslmode=disable"))), pgdialect.New())
+	t.Cleanup(func() { _ = db.Close() })
+	in := bunx.NewInbox(db, bunx.WithInboxTracerProvider(tp))
+	var ran bool
+	h := bunx.TraceMiddleware(bunx.WithTracerProvider(tp))(in.Handler("notify", func(context.Context, bun.Tx, *asynq.Task) error {
+		ran = true
+		return nil
+	}))
+
+	err := h.ProcessTask(context.Background(), asynq.NewTask("no.headers", nil))
+	require.ErrorIs(t, err, bunx.ErrMalformedTask)
+	require.False(t, ran)
+	spans := exp.GetSpans()
+	require.Len(t, spans, 1, "one consumer span, not one per layer")
+	require.Equal(t, trace.SpanKindConsumer, spans[0].SpanKind)
+	require.Equal(t, codes.Error, spans[0].Status.Code)
+	require.Equal(t, "no.headers", attrMap(spans[0].Attributes)["bunbox.event_name"])
+	require.False(t, spans[0].Parent.IsValid(), "no producer context in the headers: a root span")
 }
