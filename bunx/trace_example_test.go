@@ -19,7 +19,7 @@ func ExampleTraceMiddleware() {
 		// ctx holds the consumer span "process default", the child of the span that placed the order.
 		return nil
 	})
-	fmt.Println(cfg.TaskCheckInterval)
 	// asynq.NewServer(redisOpt, cfg).Run(mux) would serve until SIGTERM.
+	fmt.Println(cfg.TaskCheckInterval)
 	// Output: 10ms
 }
