@@ -66,7 +66,11 @@ func (c *cli) deadList(ctx context.Context, args []string) error {
 		out := make([]deadEventJSON, len(events))
 		for i, ev := range events {
 			out[i] = deadEventJSON{EventID: ev.EventID.String(), Name: ev.Name, Queue: ev.Queue, Attempts: ev.Attempts,
-				CreatedAt: ev.CreatedAt.UTC(), DeadAt: ev.DeadAt, LastError: ev.LastError}
+				CreatedAt: ev.CreatedAt.UTC(), LastError: ev.LastError}
+			if ev.DeadAt != nil {
+				at := ev.DeadAt.UTC()
+				out[i].DeadAt = &at
+			}
 		}
 		return c.printJSON(out)
 	}
