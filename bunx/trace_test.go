@@ -39,6 +39,7 @@ func TestTraceFromProducerToHandler(t *testing.T) {
 	t.Cleanup(func() { _ = tp.Shutdown(context.WithoutCancel(ctx)) })
 	queue := randomQueue(t)
 	redisOpt := asynq.RedisClientOpt{Addr: outboxtest.RedisAddr()}
+	t.Cleanup(func() { deleteQueue(redisOpt, queue) }) // runs last, after the server stopped
 
 	// The producer: a span around the business transaction that records both events.
 	ob := bunx.New(db)
@@ -201,4 +202,10 @@ func TestTraceMiddlewareAroundInbox(t *testing.T) {
 	require.Equal(t, codes.Error, spans[0].Status.Code)
 	require.Equal(t, "no.headers", attrMap(spans[0].Attributes)["bunbox.event_name"])
 	require.False(t, spans[0].Parent.IsValid(), "no producer context in the headers: a root span")
+}
+
+func deleteQueue(opt asynq.RedisConnOpt, queue string) {
+	ins := asynq.NewInspector(opt)
+	_ = ins.DeleteQueue(queue, true)
+	_ = ins.Close()
 }

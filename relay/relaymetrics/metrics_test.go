@@ -79,6 +79,11 @@ func TestMetricsAfterDrain(t *testing.T) {
 	db, _ := outboxtest.Schema(t)
 	ctx := context.Background()
 	queue := fmt.Sprintf("metrics_%d", time.Now().UnixNano())
+	t.Cleanup(func() {
+		ins := asynq.NewInspector(asynq.RedisClientOpt{Addr: outboxtest.RedisAddr()})
+		_ = ins.DeleteQueue(queue, true)
+		_ = ins.Close()
+	})
 	const n = 30
 	for i := range n {
 		ev, err := model.NewEvent(fmt.Sprintf("metrics.e%d", i%3), map[string]int{"i": i}, model.WithQueue(queue))
