@@ -89,14 +89,20 @@ func requireDeployMetricsExported(t *testing.T, body string) {
 	}
 }
 
+// TestAlertRulesPromtool checks the alert rules with promtool: their syntax (check rules) and their unit
+// tests in deploy/prometheus/bunbox-alerts_test.yml (test rules).
 func TestAlertRulesPromtool(t *testing.T) {
 	t.Parallel()
 	require.NotEmpty(t, deployQueries(t))
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
-		t.Skip("promtool not found, skipping `promtool check rules` (Debian's prometheus package provides it)")
+		t.Skip("promtool not found, skipping `promtool check rules` and `promtool test rules` (Debian's prometheus package provides it)")
 	}
 	out, err := exec.Command(promtool, "check", "rules", alertRulesFile).CombinedOutput()
 	require.NoError(t, err, "promtool check rules:\n%s", out)
+	require.Contains(t, string(out), "SUCCESS")
+	// The rules' unit tests: each alert fires on the series it is about, and not before its time.
+	out, err = exec.Command(promtool, "test", "rules", strings.TrimSuffix(alertRulesFile, ".yml")+"_test.yml").CombinedOutput()
+	require.NoError(t, err, "promtool test rules:\n%s", out)
 	require.Contains(t, string(out), "SUCCESS")
 }
