@@ -104,6 +104,9 @@ func TestTraceFromProducerToHandler(t *testing.T) {
 		require.Equal(t, queue, attrs["messaging.destination.name"])
 		require.Contains(t, eventIDs, attrs["messaging.message.id"])
 		require.Equal(t, eventIDs[attrs["messaging.message.id"]], attrs["bunbox.event_name"])
+		if attrs["bunbox.event_name"] == "traced.inbox" {
+			require.Equal(t, "notify", attrs["bunbox.handler"], "the Inbox names its handler")
+		}
 	}
 	var sends int
 	for _, s := range spansOfKind(spans, trace.SpanKindProducer) {
