@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -11,15 +12,12 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
+
+	"github.com/bunbox/bunbox/relay"
 )
 
 // readyTimeout bounds each check of one /readyz request.
 const readyTimeout = 2 * time.Second
-
-// schemaProbe reads no row but needs the outbox table and every column the relay uses: it fails, naming
-// what is missing, on a database that bunbox's migrations have not (fully) reached.
-const schemaProbe = `SELECT id, event_id, event_name, queue, payload, metadata, created_at, published_at,
-  attempts, next_attempt_at, last_error, dead_at FROM outbox_events LIMIT 0`
 
 // health serves the standalone relay's probes: /healthz (the process is alive and serving) and /readyz
 // (PostgreSQL and Redis answer and the schema is there).
@@ -68,11 +66,14 @@ func (h *health) check(ctx context.Context) readyReport {
 	rep := readyReport{Postgres: "ok", Schema: "ok", Redis: "ok"}
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if err := h.db.NewRaw("SELECT 1").Scan(ctx, new(int)); err != nil {
+		if _, err := h.db.ExecContext(ctx, "SELECT 1"); err != nil {
 			rep.Postgres, rep.Schema = err.Error(), "unknown: PostgreSQL does not answer"
 			return
 		}
-		if _, err := h.db.ExecContext(ctx, schemaProbe); err != nil {
+		switch err := relay.CheckSchema(ctx, h.db); {
+		case errors.Is(err, relay.ErrNoSchema):
+			rep.Schema = err.Error() // it says what to run
+		case err != nil:
 			rep.Schema = fmt.Sprintf("%v (run `bunbox migrate up`)", err)
 		}
 	})
