@@ -51,8 +51,8 @@ type consumerSpanKey struct{}
 // headers) with the application's propagator (otel.GetTextMapPropagator) and runs the handler in a
 // consumer span that is the producer's span's child. The span follows the OpenTelemetry messaging
 // conventions: named "process <queue>", with messaging.system "asynq", messaging.destination.name the
-// queue, messaging.message.id the event id and messaging.operation.type "process"; a handler's error is
-// recorded on it.
+// queue, messaging.message.id the event id and messaging.operation.type "process", plus bunbox.event_name
+// and, for a fanned-out task, bunbox.listener; a handler's error is recorded on it.
 //
 // Use it for plain asynq handlers (mux.Use(bunx.TraceMiddleware())); handlers wrapped by an Inbox start
 // the same span themselves, and behind this middleware they reuse its span.
@@ -82,10 +82,17 @@ func (t *tracing) run(ctx context.Context, task *asynq.Task, handler string, fn 
 	if id := task.Headers()[model.HeaderEventID]; id != "" {
 		attrs = append(attrs, semconv.MessagingMessageID(id))
 	}
+	if l := task.Headers()[model.HeaderListener]; l != "" {
+		attrs = append(attrs, attribute.String("bunbox.listener", l))
+	}
 	if handler != "" {
 		attrs = append(attrs, attribute.String("bunbox.handler", handler))
 	}
-	ctx, span := t.tracer.Start(ctx, "process "+queue, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+	name := "process"
+	if queue != "" {
+		name += " " + queue
+	}
+	ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
 	defer span.End()
 	err := fn(context.WithValue(ctx, consumerSpanKey{}, true))
 	if err != nil {

@@ -204,6 +204,7 @@ func TestTraceMiddlewareAroundInbox(t *testing.T) {
 	require.Equal(t, trace.SpanKindConsumer, spans[0].SpanKind)
 	require.Equal(t, codes.Error, spans[0].Status.Code)
 	require.Equal(t, "no.headers", attrMap(spans[0].Attributes)["bunbox.event_name"])
+	require.Equal(t, "process", spans[0].Name, "no queue outside an asynq server")
 	require.False(t, spans[0].Parent.IsValid(), "no producer context in the headers: a root span")
 }
 
