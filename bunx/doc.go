@@ -42,7 +42,8 @@
 //
 // For consumers, [Inbox] makes asynq handlers exactly-once in effect: the event id is recorded in the
 // handler's own transaction, so a repeated delivery is acknowledged without running the work again.
-// [ServerConfig] gives an asynq server bunbox's worker defaults (TaskCheckInterval 10ms rather than 1s).
+// [ServerConfig] gives an asynq server bunbox's worker defaults (TaskCheckInterval 10ms rather than 1s,
+// DelayedTaskCheckInterval 100ms rather than 5s).
 //
 // Tracing: Record and the hooks add the OpenTelemetry trace context of ctx to each event's metadata with
 // the application's propagator (otel.GetTextMapPropagator). [TraceMiddleware], for plain asynq handlers,

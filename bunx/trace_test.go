@@ -149,9 +149,12 @@ func TestRecordInjectsWithTheGlobalPropagator(t *testing.T) {
 
 func TestServerConfig(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, bunx.TaskCheckIntervalDefault, bunx.ServerConfig(asynq.Config{}).TaskCheckInterval)
-	cfg := bunx.ServerConfig(asynq.Config{TaskCheckInterval: time.Second, Concurrency: 3})
+	cfg := bunx.ServerConfig(asynq.Config{})
+	require.Equal(t, bunx.TaskCheckIntervalDefault, cfg.TaskCheckInterval)
+	require.Equal(t, bunx.DelayedTaskCheckIntervalDefault, cfg.DelayedTaskCheckInterval)
+	cfg = bunx.ServerConfig(asynq.Config{TaskCheckInterval: time.Second, DelayedTaskCheckInterval: 2 * time.Second, Concurrency: 3})
 	require.Equal(t, time.Second, cfg.TaskCheckInterval, "a value given is kept")
+	require.Equal(t, 2*time.Second, cfg.DelayedTaskCheckInterval, "a value given is kept")
 	require.Equal(t, 3, cfg.Concurrency)
 }
 

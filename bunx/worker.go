@@ -6,8 +6,11 @@ import (
 	"github.com/hibiken/asynq"
 )
 
-// TaskCheckIntervalDefault is the TaskCheckInterval that ServerConfig gives a worker.
-const TaskCheckIntervalDefault = 10 * time.Millisecond
+// The worker defaults that ServerConfig fills in.
+const (
+	TaskCheckIntervalDefault        = 10 * time.Millisecond
+	DelayedTaskCheckIntervalDefault = 100 * time.Millisecond
+)
 
 // ServerConfig returns cfg with bunbox's worker defaults in its zero fields, for asynq.NewServer:
 //
@@ -16,12 +19,21 @@ const TaskCheckIntervalDefault = 10 * time.Millisecond
 //     waits up to a second for a worker, however fast the relay was. 10ms costs one cheap Redis poll per
 //     10ms per idle server. The README's "Worker defaults" section has the measured difference.
 //
+//   - DelayedTaskCheckInterval: 100ms (asynq's default is 5s). asynq moves scheduled tasks
+//     (model.WithProcessAt, WithProcessIn) and tasks waiting for a retry into their queue only every
+//     DelayedTaskCheckInterval, so with asynq's default a scheduled event runs up to 5s after its time. 100ms
+//     costs two cheap script calls per queue per 100ms per server. asynq keeps the scheduled time in whole
+//     seconds, so a scheduled task may still run up to 1s before its time, whatever the interval.
+//
 // Every other field is left as given: asynq's own defaults apply to those still zero.
 //
 //	srv := asynq.NewServer(redisOpt, bunx.ServerConfig(asynq.Config{Concurrency: 20}))
 func ServerConfig(cfg asynq.Config) asynq.Config {
 	if cfg.TaskCheckInterval == 0 {
 		cfg.TaskCheckInterval = TaskCheckIntervalDefault
+	}
+	if cfg.DelayedTaskCheckInterval == 0 {
+		cfg.DelayedTaskCheckInterval = DelayedTaskCheckIntervalDefault
 	}
 	return cfg
 }
