@@ -188,6 +188,6 @@ func measureToHandler(b *testing.B, cfg asynq.Config, rate int, d, schedule time
 	}
 	slices.Sort(lat)
 	q := func(p float64) float64 { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
-	b.Logf("%d events at %d/s (scheduled %s ahead): p50 %.1f ms, p99 %.1f ms, max %.1f ms", len(lat), rate, schedule, q(0.5), q(0.99), lat[len(lat)-1])
+	b.Logf("%d events at %d/s, scheduled %s ahead: p50 %.1f ms, p99 %.1f ms, max %.1f ms", len(lat), rate, schedule, q(0.5), q(0.99), lat[len(lat)-1])
 	return q(0.5), q(0.99)
 }
