@@ -14,12 +14,15 @@ with_services = $(DEV) up && eval "$$($(DEV) env)" && $(1); rc=$$?; $(DEV) down;
 help: ## list the targets
 	@grep -hE '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-test: ## every test with -race: test/unit, then test/fault
+test: ## every test with -race: test/unit (on pgdriver, then on pgx), then test/fault (on pgdriver)
 	@$(MAKE) --no-print-directory test/unit
 	@$(MAKE) --no-print-directory test/fault
 
-test/unit: ## start the services, run the unit and integration tests with -race, stop the services
-	@$(call with_services,$(GO) test -race -count=1 -timeout 30m ./...)
+# The database/sql drivers under bun that test/unit runs every test with, one after the other (BUNBOX_TEST_DRIVER).
+DRIVERS ?= pgdriver pgx
+
+test/unit: ## start the services, run the unit and integration tests with -race once per driver in DRIVERS (pgdriver pgx), stop the services
+	@$(call with_services,for d in $(DRIVERS); do echo "== BUNBOX_TEST_DRIVER=$$d"; BUNBOX_TEST_DRIVER=$$d $(GO) test -race -count=1 -timeout 30m ./... || { fail=1; break; }; done; [ -z "$$fail" ])
 
 test/race: test ## alias of test: the race detector is always on
 
