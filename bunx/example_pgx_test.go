@@ -24,23 +24,22 @@ func Example_pgx() {
 	ctx := context.Background()
 	cfg, err := pgx.ParseConfig(cmp.Or(os.Getenv("DATABASE_URL"), "postgres://postgres@127.0.0.1:55432/postgres?sslmode=disable"))
 	if err != nil {
-		fmt.Println(err)
-		return
+			return
 	}
 	db := bun.NewDB(stdlib.OpenDB(*cfg), pgdialect.New())
 	defer db.Close()
 	if err := bunboxmigrate.Up(ctx, db); err != nil {
-		fmt.Println(err)
-		return
+			return
 	}
 	ob := bunx.New(db)
 
 	ev, _ := model.NewEvent("order.placed", map[string]int{"order_id": 1})
+	again, _ := model.NewEvent("order.placed", map[string]int{"order_id": 1}, model.WithEventID(ev.EventID))
 	err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		if err := ob.Record(ctx, tx, ev); err != nil {
 			return err
 		}
-		return ob.Record(ctx, tx, ev) // the same id again: the insert fails, the transaction rolls back
+		return ob.Record(ctx, tx, again) // the same id again: the insert fails, the transaction rolls back
 	})
 	var dup *bunx.DuplicateEventError
 	fmt.Println(errors.As(err, &dup) && dup.EventID == ev.EventID)
