@@ -42,4 +42,9 @@
 //
 // For consumers, [Inbox] makes asynq handlers exactly-once in effect: the event id is recorded in the
 // handler's own transaction, so a repeated delivery is acknowledged without running the work again.
+// [InboxCleaner] deletes the records older than a window that must outlast asynq's longest redelivery
+// span ([AsynqRedeliverySpan]).
+//
+// bunx works on bun over pgdriver and over pgx (github.com/jackc/pgx/v5/stdlib) alike: it reads server
+// errors by SQLSTATE and constraint name, never by the driver's error type.
 package bunx
