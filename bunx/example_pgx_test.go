@@ -24,11 +24,13 @@ func Example_pgx() {
 	ctx := context.Background()
 	cfg, err := pgx.ParseConfig(cmp.Or(os.Getenv("DATABASE_URL"), "postgres://postgres@127.0.0.1:55432/postgres?sslmode=disable"))
 	if err != nil {
+		fmt.Println(err)
 		return
 	}
 	db := bun.NewDB(stdlib.OpenDB(*cfg), pgdialect.New())
 	defer db.Close()
 	if err := bunboxmigrate.Up(ctx, db); err != nil {
+		fmt.Println(err)
 		return
 	}
 	ob := bunx.New(db)
