@@ -54,8 +54,8 @@ func ExampleInboxCleaner() {
 	var db *bun.DB // the worker's database
 	inbox := bunx.NewInbox(db)
 	cleaner, err := bunx.NewInboxCleaner(inbox, bunx.InboxCleanerConfig{
-		MaxRetry:    5,                // the largest asynq.MaxRetry of the handled tasks
-		TaskTimeout: 10 * time.Minute, // the largest asynq.Timeout of the handled tasks
+		MaxRetry:    5,                // the largest model.WithMaxRetry of the handled events
+		TaskTimeout: 10 * time.Minute, // the largest model.WithTimeout of the handled events
 		Window:      72 * time.Hour,   // refused if shorter than cleaner.Config().MinWindow()
 	})
 	if err != nil {

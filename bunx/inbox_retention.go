@@ -57,12 +57,12 @@ type InboxCleanerConfig struct {
 	// longest time asynq may deliver a task again (see AsynqRedeliverySpan for MaxRetry and TaskTimeout,
 	// or RedeliverySpan), and never below InboxMinWindow. Defaults to 720h (30 days).
 	Window time.Duration
-	// MaxRetry is the largest asynq MaxRetry (asynq.MaxRetry) of the tasks the Inbox's handlers process,
-	// 0 to 100. 0 means the default: for tasks that never retry, give RedeliverySpan instead. Defaults to
-	// 25, asynq's default.
+	// MaxRetry is the largest MaxRetry of the tasks the Inbox's handlers process (model.WithMaxRetry of
+	// their events; asynq's default for the others), 0 to 100. 0 means the default: for tasks that never
+	// retry, give RedeliverySpan instead. Defaults to 25, asynq's default.
 	MaxRetry int
-	// TaskTimeout is the longest one attempt of those tasks may run: the largest asynq Timeout (or time to
-	// a Deadline) among them. Defaults to 30m, asynq's default.
+	// TaskTimeout is the longest one attempt of those tasks may run: the largest Timeout among them
+	// (model.WithTimeout; asynq's default for the others). Defaults to 30m, asynq's default.
 	TaskTimeout time.Duration
 	// RedeliverySpan replaces AsynqRedeliverySpan(MaxRetry, TaskTimeout) as the longest redelivery span,
 	// for workers with a RetryDelayFunc of their own: the sum of its largest delays plus, per attempt, the
