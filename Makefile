@@ -14,19 +14,22 @@ with_services = $(DEV) up && eval "$$($(DEV) env)" && $(1); rc=$$?; $(DEV) down;
 help: ## list the targets
 	@grep -hE '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-test: ## every test with -race: test/unit, then test/fault
+test: ## every test with -race: test/unit (on pgdriver, then on pgx), then test/fault (on pgdriver)
 	@$(MAKE) --no-print-directory test/unit
 	@$(MAKE) --no-print-directory test/fault
 
-test/unit: ## start the services, run the unit and integration tests with -race, stop the services
-	@$(call with_services,$(GO) test -race -count=1 -timeout 30m ./...)
+# The database/sql drivers under bun that test/unit runs every test with, one after the other (BUNBOX_TEST_DRIVER).
+DRIVERS ?= pgdriver pgx
+
+test/unit: ## start the services, run the unit and integration tests with -race once per driver in DRIVERS (pgdriver pgx), stop the services
+	@$(call with_services,for d in $(DRIVERS); do echo "== BUNBOX_TEST_DRIVER=$$d"; s=$$SECONDS; BUNBOX_TEST_DRIVER=$$d $(GO) test -race -count=1 -timeout 30m ./... || { fail=1; break; }; echo "== BUNBOX_TEST_DRIVER=$$d passed in $$((SECONDS-s))s"; done; [ -z "$$fail" ])
 
 test/race: test ## alias of test: the race detector is always on
 
 # The suite starts private PostgreSQL and Redis servers that it kills and restarts, so it needs no shared services;
 # devservices.sh only installs redis-server when it is missing (in a directory of its own, stopped at once).
 test/fault: export BUNBOX_DEV_DIR := $(CURDIR)/.dev/fault
-test/fault: ## the fault-injection suite (~2.5 min): real processes SIGKILLed, Redis and PostgreSQL restarted; FAULT_SEED=n replays a run
+test/fault: ## the fault-injection suite (~2.5 min): real processes SIGKILLed, Redis and PostgreSQL restarted; FAULT_SEED=n replays a run, BUNBOX_TEST_DRIVER=pgx runs it on pgx
 	@command -v redis-server >/dev/null || { $(DEV) up >/dev/null; $(DEV) down; }
 	FAULT_RACE=$${FAULT_RACE:-1} $(GO) test -race -count=1 -tags fault -timeout 15m -v -run TestFault ./internal/faultsuite/
 

@@ -49,4 +49,9 @@
 // the application's propagator (otel.GetTextMapPropagator). [TraceMiddleware], for plain asynq handlers,
 // and the [Inbox]'s handlers read it back from the task headers and run the handler in a consumer span
 // ("process <queue>", messaging conventions) that is the producer's span's child.
+// [InboxCleaner] deletes the records older than a window that must outlast asynq's longest redelivery
+// span ([AsynqRedeliverySpan]).
+//
+// bunx works on bun over pgdriver and over pgx (github.com/jackc/pgx/v5/stdlib) alike: it reads server
+// errors by SQLSTATE and constraint name, never by the driver's error type.
 package bunx

@@ -10,10 +10,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/driver/pgdriver"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 
+	"github.com/bunbox/bunbox/internal/pgerr"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -151,15 +151,14 @@ next:
 	}
 }
 
-// insertError turns the unique violation on event_id into a *DuplicateEventError naming the id.
+// insertError turns the unique violation on event_id into a *DuplicateEventError naming the id. It reads
+// the SQLSTATE and the constraint name, so it works with pgdriver and with pgx alike.
 func insertError(err error) error {
-	var pgErr pgdriver.Error
-	if errors.As(err, &pgErr) && pgErr.Field('C') == "23505" && pgErr.Field('n') == "outbox_events_event_id_key" {
+	if f, ok := pgerr.From(err); ok && f.Code == pgerr.UniqueViolation && f.Constraint == "outbox_events_event_id_key" {
 		// Detail: Key (event_id)=(0192...) already exists.
-		detail := pgErr.Field('D')
-		if i, j := strings.Index(detail, "=("), strings.LastIndex(detail, ")"); i >= 0 && j > i {
-			if id, perr := uuid.Parse(detail[i+2 : j]); perr == nil {
-				return fmt.Errorf("%w (%s)", &DuplicateEventError{EventID: id}, pgErr.Field('M'))
+		if i, j := strings.Index(f.Detail, "=("), strings.LastIndex(f.Detail, ")"); i >= 0 && j > i {
+			if id, perr := uuid.Parse(f.Detail[i+2 : j]); perr == nil {
+				return fmt.Errorf("%w (%s)", &DuplicateEventError{EventID: id}, f.Message)
 			}
 		}
 		return fmt.Errorf("%w: %w", ErrDuplicateEvent, err)
@@ -170,7 +169,4 @@ func insertError(err error) error {
 	return fmt.Errorf("bunbox: write outbox events: %w", err)
 }
 
-func isUndefinedTable(err error) bool {
-	var pgErr pgdriver.Error
-	return errors.As(err, &pgErr) && pgErr.Field('C') == "42P01"
-}
+func isUndefinedTable(err error) bool { return pgerr.Is(err, pgerr.UndefinedTable) }

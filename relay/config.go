@@ -68,8 +68,9 @@ type Config struct {
 	// relay last saw rows; then the wait doubles with every empty round up to PollInterval. It is the idle
 	// latency under traffic when no NOTIFY trigger is installed. Defaults to 5ms.
 	MinPollInterval time.Duration
-	// DisableNotify turns off listening on NotifyChannel (which needs the pgdriver driver and the trigger
-	// of EnableNotify to be useful). Defaults to false: the relay listens when the driver is pgdriver.
+	// DisableNotify turns off listening on NotifyChannel (which needs the pgdriver or pgx driver and the
+	// trigger of EnableNotify to be useful). Defaults to false: the relay listens when the driver is
+	// pgdriver or pgx (github.com/jackc/pgx/v5/stdlib).
 	DisableNotify bool
 	// TaskRetention is how long asynq keeps a completed task, which is how long its TaskID dedupes a
 	// repeated enqueue of the same event. Defaults to 24h.

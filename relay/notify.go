@@ -3,10 +3,12 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"time"
 
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/driver/pgdriver"
 )
@@ -45,8 +47,14 @@ const listenCheckInterval = 100 * time.Millisecond
 // listen forwards notifications on NotifyChannel to wake as hints, until ctx ends. A notification sent
 // while the listener reconnects is lost: the poll interval covers that, and a reconnect wakes the loop.
 func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
-	if _, ok := r.db.Driver().(pgdriver.Driver); !ok {
-		r.log.LogAttrs(ctx, slog.LevelInfo, "bunbox relay: the driver is not pgdriver; polling without notifications")
+	switch r.db.Driver().(type) {
+	case pgdriver.Driver:
+	case *stdlib.Driver:
+		r.listenPgx(ctx, wake)
+		return
+	default:
+		r.log.LogAttrs(ctx, slog.LevelInfo, "bunbox relay: the driver is neither pgdriver nor pgx; polling without notifications",
+			slog.String("driver", fmt.Sprintf("%T", r.db.Driver())))
 		return
 	}
 	ln := pgdriver.NewListener(r.db)

@@ -26,8 +26,8 @@ import (
 	"syscall"
 
 	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/driver/pgdriver"
 
+	"github.com/bunbox/bunbox/internal/pgerr"
 	"github.com/bunbox/bunbox/internal/pgopen"
 )
 
@@ -175,8 +175,7 @@ func (c *cli) open(ctx context.Context) (*bun.DB, error) {
 
 // explain adds what to do to errors an operator can fix.
 func explain(err error) error {
-	var pgErr pgdriver.Error
-	if errors.As(err, &pgErr) && pgErr.Field('C') == "42P01" {
+	if pgerr.Is(err, pgerr.UndefinedTable) {
 		return fmt.Errorf("%w\n(the outbox table does not exist: run `bunbox migrate up`)", err)
 	}
 	return err

@@ -9,7 +9,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"database/sql"
 	"encoding/hex"
 
 	"log/slog"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
-	"github.com/uptrace/bun/driver/pgdriver"
 
 	bunboxmigrate "github.com/bunbox/bunbox/migrate"
 )
@@ -60,11 +58,10 @@ func OpenURL(tb testing.TB, url string, params map[string]any) *bun.DB {
 
 func open(tb testing.TB, url string, params map[string]any, hint string) *bun.DB {
 	tb.Helper()
-	opts := []pgdriver.Option{pgdriver.WithDSN(url), pgdriver.WithTimeout(30 * time.Second)}
-	if len(params) > 0 {
-		opts = append(opts, pgdriver.WithConnParams(params))
+	sqldb, err := OpenSQL(url, params)
+	if err != nil {
+		tb.Fatalf("open PostgreSQL: %v", err)
 	}
-	sqldb := sql.OpenDB(pgdriver.NewConnector(opts...))
 	sqldb.SetMaxOpenConns(20)
 	sqldb.SetMaxIdleConns(20) // no churn: database/sql keeps only 2 idle connections by default
 	db := bun.NewDB(sqldb, pgdialect.New())

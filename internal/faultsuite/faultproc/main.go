@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 	"github.com/uptrace/bun/driver/pgdriver"
@@ -70,9 +72,21 @@ func logger(id string) *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With(slog.String("proc", id))
 }
 
-// openDB opens a small pool; it does not ping, so a process can start while PostgreSQL is down.
+// openDB opens a small pool; it does not ping, so a process can start while PostgreSQL is down. The
+// driver is pgdriver, or pgx when BUNBOX_TEST_DRIVER=pgx (as for the test kit).
 func openDB(url string, maxConns int) *bun.DB {
-	sqldb := sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(url), pgdriver.WithTimeout(5*time.Second)))
+	var sqldb *sql.DB
+	if os.Getenv("BUNBOX_TEST_DRIVER") == "pgx" {
+		cfg, err := pgx.ParseConfig(url)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "faultproc: parse database URL:", err)
+			os.Exit(2)
+		}
+		cfg.ConnectTimeout = 5 * time.Second
+		sqldb = stdlib.OpenDB(*cfg)
+	} else {
+		sqldb = sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(url), pgdriver.WithTimeout(5*time.Second)))
+	}
 	sqldb.SetMaxOpenConns(maxConns)
 	sqldb.SetConnMaxIdleTime(30 * time.Second)
 	return bun.NewDB(sqldb, pgdialect.New())

@@ -1,0 +1,65 @@
+package bunx_test
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+
+	"github.com/bunbox/bunbox/bunx"
+	bunboxmigrate "github.com/bunbox/bunbox/migrate"
+	"github.com/bunbox/bunbox/model"
+)
+
+// bun over pgx's database/sql driver works like bun over pgdriver: errors are read by SQLSTATE and
+// constraint name, so an event id already in the outbox is a *bunx.DuplicateEventError either way.
+func Example_pgx() {
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(cmp.Or(os.Getenv("DATABASE_URL"), "postgres://postgres@127.0.0.1:55432/postgres?sslmode=disable"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	db := bun.NewDB(stdlib.OpenDB(*cfg), pgdialect.New())
+	defer db.Close()
+	if err := bunboxmigrate.Up(ctx, db); err != nil {
+		fmt.Println(err)
+		return
+	}
+	ob := bunx.New(db)
+
+	ev, _ := model.NewEvent("order.placed", map[string]int{"order_id": 1})
+	again, _ := model.NewEvent("order.placed", map[string]int{"order_id": 1}, model.WithEventID(ev.EventID))
+	err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if err := ob.Record(ctx, tx, ev); err != nil {
+			return err
+		}
+		return ob.Record(ctx, tx, again) // the same id again: the insert fails, the transaction rolls back
+	})
+	var dup *bunx.DuplicateEventError
+	fmt.Println(errors.As(err, &dup) && dup.EventID == ev.EventID)
+	// Output: true
+}
+
+// An InboxCleaner keeps inbox_events from growing forever. Run it next to the asynq worker; its Window
+// must outlast the time asynq may deliver a task again (about 21 days with asynq's defaults).
+func ExampleInboxCleaner() {
+	var db *bun.DB // the worker's database
+	inbox := bunx.NewInbox(db)
+	cleaner, err := bunx.NewInboxCleaner(inbox, bunx.InboxCleanerConfig{
+		MaxRetry:    5,                // the largest model.WithMaxRetry of the handled events
+		TaskTimeout: 10 * time.Minute, // the largest model.WithTimeout of the handled events
+		Window:      72 * time.Hour,   // refused if shorter than cleaner.Config().MinWindow()
+	})
+	if err != nil {
+		panic(err)
+	}
+	go func() { _ = cleaner.Run(context.Background()) }()
+}

@@ -1,0 +1,214 @@
+package bunx
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+)
+
+// Defaults applied by NewInboxCleaner to the zero fields of an InboxCleanerConfig.
+const (
+	InboxWindowDefault          = 30 * 24 * time.Hour
+	InboxMaxRetryDefault        = 25               // asynq's default MaxRetry
+	InboxTaskTimeoutDefault     = 30 * time.Minute // asynq's default Timeout
+	InboxCleanupBatchDefault    = 1000
+	InboxCleanupIntervalDefault = time.Hour
+)
+
+// InboxMinWindow is the shortest Window NewInboxCleaner accepts, whatever the asynq settings. Besides asynq's
+// own retries, the relay's Reconciler may enqueue a handled event again when Redis lost its completed task:
+// for rows published within its Window (1h by default), which it keeps below the relay's TaskRetention
+// (24h by default). A record must outlive that too.
+const InboxMinWindow = 24 * time.Hour
+
+// asynqRecoverySpan is the longest asynq takes to notice that a worker died holding a task: the lease
+// (30s, asynq's internal rdb.LeaseDuration), the recoverer's allowance for clock skew (30s) and its
+// interval (1m), all fixed in asynq v0.26.
+const asynqRecoverySpan = 2 * time.Minute
+
+// AsynqRedeliverySpan is the longest time over which asynq v0.26 may deliver one task again after its
+// first delivery, for a task of maxRetry retries whose attempts each run at most timeout, with the
+// server's default RetryDelayFunc (asynq.DefaultRetryDelayFunc, taken at its largest: n⁴+15+29(n+1)
+// seconds before retry n+1): the sum of every retry delay, plus, for every attempt, the timeout and the
+// time asynq takes to recover a task whose worker died (2m). With asynq's defaults (25 retries, 30m) it
+// is about 21 days. It saturates at the largest time.Duration.
+func AsynqRedeliverySpan(maxRetry int, timeout time.Duration) time.Duration {
+	var secs float64
+	for n := range max(maxRetry, 0) {
+		f := float64(n)
+		secs += f*f*f*f + 15 + 29*(f+1)
+	}
+	total := secs*float64(time.Second) + float64(max(maxRetry, 0)+1)*float64(max(timeout, 0)+asynqRecoverySpan)
+	if total >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(total)
+}
+
+// InboxCleanerConfig tunes an InboxCleaner. The zero value is ready to use with asynq's default retry
+// settings.
+type InboxCleanerConfig struct {
+	// Window is how long the record of a handled event is kept: a repeated delivery within Window is
+	// recognised and skipped, one after it runs the handler again. It must be at least MinWindow: the
+	// longest time asynq may deliver a task again (see AsynqRedeliverySpan for MaxRetry and TaskTimeout,
+	// or RedeliverySpan), and never below InboxMinWindow. Defaults to 720h (30 days).
+	Window time.Duration
+	// MaxRetry is the largest MaxRetry of the tasks the Inbox's handlers process (model.WithMaxRetry of
+	// their events; asynq's default for the others), 0 to 100. 0 means the default: for tasks that never
+	// retry, give RedeliverySpan instead. Defaults to 25, asynq's default.
+	MaxRetry int
+	// TaskTimeout is the longest one attempt of those tasks may run: the largest Timeout among them
+	// (model.WithTimeout; asynq's default for the others). Defaults to 30m, asynq's default.
+	TaskTimeout time.Duration
+	// RedeliverySpan replaces AsynqRedeliverySpan(MaxRetry, TaskTimeout) as the longest redelivery span,
+	// for workers with a RetryDelayFunc of their own: the sum of its largest delays plus, per attempt, the
+	// timeout and 2m. Defaults to 0: computed from MaxRetry and TaskTimeout with asynq's default delays.
+	RedeliverySpan time.Duration
+	// BatchSize is how many records one DELETE removes, 1 to 10000: small statements hold few locks and
+	// never run long. Defaults to 1000.
+	BatchSize int
+	// Interval is the pause between two passes of Run. Defaults to 1h.
+	Interval time.Duration
+}
+
+// withDefaults fills the zero fields.
+func (c InboxCleanerConfig) withDefaults() InboxCleanerConfig {
+	c.Window = cmp.Or(c.Window, InboxWindowDefault)
+	if c.MaxRetry == 0 {
+		c.MaxRetry = InboxMaxRetryDefault
+	}
+	c.TaskTimeout = cmp.Or(c.TaskTimeout, InboxTaskTimeoutDefault)
+	c.BatchSize = cmp.Or(c.BatchSize, InboxCleanupBatchDefault)
+	c.Interval = cmp.Or(c.Interval, InboxCleanupIntervalDefault)
+	return c
+}
+
+// MinWindow is the shortest Window the configuration accepts: the longest redelivery span, and at least
+// InboxMinWindow. Call it on a configuration with its defaults applied (InboxCleaner.Config).
+func (c InboxCleanerConfig) MinWindow() time.Duration {
+	span := c.RedeliverySpan
+	if span == 0 {
+		span = AsynqRedeliverySpan(c.MaxRetry, c.TaskTimeout)
+	}
+	return max(span, InboxMinWindow)
+}
+
+func (c InboxCleanerConfig) validate() error {
+	var errs []error
+	if c.MaxRetry < 0 || c.MaxRetry > 100 {
+		errs = append(errs, fmt.Errorf("MaxRetry must be between 0 and 100, got %d", c.MaxRetry))
+	}
+	if c.TaskTimeout < 0 {
+		errs = append(errs, fmt.Errorf("TaskTimeout must not be negative, got %s", c.TaskTimeout))
+	}
+	if c.RedeliverySpan < 0 {
+		errs = append(errs, fmt.Errorf("RedeliverySpan must not be negative, got %s", c.RedeliverySpan))
+	}
+	if c.BatchSize < 1 || c.BatchSize > 10000 {
+		errs = append(errs, fmt.Errorf("BatchSize must be between 1 and 10000, got %d", c.BatchSize))
+	}
+	if c.Interval < 0 {
+		errs = append(errs, fmt.Errorf("Interval must not be negative, got %s", c.Interval))
+	}
+	if len(errs) == 0 {
+		if minW := c.MinWindow(); c.Window < minW {
+			why := fmt.Sprintf("asynq may deliver a task again up to %s after its first delivery (MaxRetry %d, TaskTimeout %s)",
+				minW, c.MaxRetry, c.TaskTimeout)
+			if c.RedeliverySpan != 0 {
+				why = fmt.Sprintf("RedeliverySpan is %s", c.RedeliverySpan)
+			}
+			if minW == InboxMinWindow {
+				why = fmt.Sprintf("a reconciler may enqueue a handled event again within the relay's TaskRetention (InboxMinWindow, %s)", InboxMinWindow)
+			}
+			errs = append(errs, fmt.Errorf("Window %s is too short: %s; a record deleted sooner lets a redelivered task run its handler twice: make Window at least %s",
+				c.Window, why, minW))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("bunx: invalid InboxCleanerConfig: %w", err)
+	}
+	return nil
+}
+
+// InboxCleaner deletes the inbox_events records older than its Window, so that the inbox does not grow
+// forever. Run it in the worker process (or any one process per database: several cleaners are safe, they
+// skip each other's rows).
+//
+//	cleaner, err := bunx.NewInboxCleaner(inbox, bunx.InboxCleanerConfig{})
+//	go cleaner.Run(ctx)
+type InboxCleaner struct {
+	in  *Inbox
+	cfg InboxCleanerConfig
+}
+
+// NewInboxCleaner returns a cleaner of in's records. It applies cfg's defaults and refuses a configuration
+// whose Window is shorter than MinWindow, with an error that names the field.
+func NewInboxCleaner(in *Inbox, cfg InboxCleanerConfig) (*InboxCleaner, error) {
+	if in == nil {
+		return nil, errors.New("bunx: NewInboxCleaner: the inbox must not be nil")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &InboxCleaner{in: in, cfg: cfg}, nil
+}
+
+// Config returns the configuration in effect, defaults applied.
+func (c *InboxCleaner) Config() InboxCleanerConfig { return c.cfg }
+
+// Run cleans now and then every Interval until ctx ends, and returns nil then. A failed pass is logged
+// (with the Inbox's logger) and retried at the next interval.
+func (c *InboxCleaner) Run(ctx context.Context) error {
+	ticker := time.NewTicker(c.cfg.Interval)
+	defer ticker.Stop()
+	for {
+		if _, err := c.Cleanup(ctx); err != nil && ctx.Err() == nil {
+			c.in.logger.LogAttrs(ctx, slog.LevelWarn, "bunbox inbox: cleanup failed", slog.Any("err", err))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+// cleanupSQL deletes up to a batch of the oldest expired records: handled_at is compared with the
+// database's clock, which also wrote it. SKIP LOCKED lets cleaners run side by side.
+const cleanupSQL = `DELETE FROM inbox_events WHERE (event_id, handler) IN (
+  SELECT event_id, handler FROM inbox_events
+  WHERE handled_at < now() - ? * interval '1 microsecond'
+  ORDER BY handled_at LIMIT ? FOR UPDATE SKIP LOCKED)`
+
+// Cleanup makes one pass: it deletes the records handled more than Window ago, BatchSize per statement
+// (each its own transaction), until none is left or ctx ends, and returns how many it deleted.
+func (c *InboxCleaner) Cleanup(ctx context.Context) (int64, error) {
+	var total int64
+	for ctx.Err() == nil {
+		res, err := c.in.db.NewRaw(cleanupSQL, c.cfg.Window.Microseconds(), c.cfg.BatchSize).Exec(ctx)
+		if err != nil {
+			if isUndefinedTable(err) {
+				return total, fmt.Errorf("bunbox: the inbox table is missing: apply the migrations (bunboxmigrate.Up, or `bunbox migrate up`): %w", err)
+			}
+			return total, fmt.Errorf("bunbox inbox: cleanup: %w", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return total, fmt.Errorf("bunbox inbox: cleanup: %w", err)
+		}
+		total += n
+		if n < int64(c.cfg.BatchSize) {
+			break
+		}
+	}
+	if total > 0 {
+		c.in.logger.LogAttrs(ctx, slog.LevelInfo, "bunbox inbox: deleted records past the window",
+			slog.Int64("rows", total), slog.Duration("window", c.cfg.Window))
+	}
+	return total, ctx.Err()
+}

@@ -1,0 +1,193 @@
+package bunx_test
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+	"github.com/uptrace/bun/driver/pgdriver"
+
+	"github.com/bunbox/bunbox/bunx"
+	"github.com/bunbox/bunbox/internal/outboxtest"
+)
+
+func TestAsynqRedeliverySpan(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		maxRetry int
+		timeout  time.Duration
+		want     time.Duration
+	}{
+		// One attempt: its timeout and the recovery of a dead worker's task.
+		{"NoRetry", 0, time.Minute, 3 * time.Minute},
+		// Retry 1 waits at most 0+15+29 s.
+		{"OneRetry", 1, 0, 44*time.Second + 2*2*time.Minute},
+		// asynq's defaults: Σ n⁴ (n < 25) = 1,763,020 s, Σ 15 = 375 s, Σ 29(n+1) = 9,425 s, 26 × 32m.
+		{"AsynqDefaults", 25, 30 * time.Minute, 1_772_820*time.Second + 26*32*time.Minute},
+		{"Saturates", 1 << 20, time.Hour, 1<<63 - 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, bunx.AsynqRedeliverySpan(tc.maxRetry, tc.timeout))
+		})
+	}
+	require.Greater(t, bunx.AsynqRedeliverySpan(25, 30*time.Minute), 21*24*time.Hour)
+	require.Less(t, bunx.AsynqRedeliverySpan(25, 30*time.Minute), bunx.InboxWindowDefault)
+}
+
+func TestInboxCleanerConfig(t *testing.T) {
+	t.Parallel()
+	// A pool that never connects: the configuration is checked without a server.
+	sqldb := sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN("postgres://nobody@127.0.0.1:1/none?sslmode=disable")))
+	t.Cleanup(func() { _ = sqldb.Close() })
+	in := bunx.NewInbox(bun.NewDB(sqldb, pgdialect.New()))
+	c, err := bunx.NewInboxCleaner(in, bunx.InboxCleanerConfig{})
+	require.NoError(t, err)
+	cfg := c.Config()
+	require.Equal(t, bunx.InboxWindowDefault, cfg.Window)
+	require.Equal(t, 25, cfg.MaxRetry)
+	require.Equal(t, 30*time.Minute, cfg.TaskTimeout)
+	require.Equal(t, 1000, cfg.BatchSize)
+	require.Equal(t, time.Hour, cfg.Interval)
+	require.Equal(t, bunx.AsynqRedeliverySpan(25, 30*time.Minute), cfg.MinWindow())
+
+	for _, tc := range []struct {
+		name string
+		cfg  bunx.InboxCleanerConfig
+		want string // "" = valid
+	}{
+		{"ShorterThanAsynqDefaults", bunx.InboxCleanerConfig{Window: 7 * 24 * time.Hour},
+			"Window 168h0m0s is too short: asynq may deliver a task again up to 506h"},
+		{"ShortWithFewRetries", bunx.InboxCleanerConfig{Window: 48 * time.Hour, MaxRetry: 3, TaskTimeout: time.Minute}, ""},
+		{"ShorterThanFloor", bunx.InboxCleanerConfig{Window: time.Hour, MaxRetry: 1, TaskTimeout: time.Minute},
+			"Window 1h0m0s is too short: a reconciler may enqueue a handled event again"},
+		{"ShorterThanGivenSpan", bunx.InboxCleanerConfig{Window: 48 * time.Hour, RedeliverySpan: 72 * time.Hour},
+			"Window 48h0m0s is too short: RedeliverySpan is 72h0m0s"},
+		{"GivenSpan", bunx.InboxCleanerConfig{Window: 4 * 24 * time.Hour, RedeliverySpan: 72 * time.Hour}, ""},
+		{"Negative", bunx.InboxCleanerConfig{Window: -time.Hour}, "Window -1h0m0s is too short"},
+		{"MaxRetry", bunx.InboxCleanerConfig{MaxRetry: 101}, "MaxRetry must be between 0 and 100, got 101"},
+		{"TaskTimeout", bunx.InboxCleanerConfig{TaskTimeout: -1}, "TaskTimeout must not be negative"},
+		{"RedeliverySpan", bunx.InboxCleanerConfig{RedeliverySpan: -1}, "RedeliverySpan must not be negative"},
+		{"BatchSize", bunx.InboxCleanerConfig{BatchSize: 10001}, "BatchSize must be between 1 and 10000, got 10001"},
+		{"Interval", bunx.InboxCleanerConfig{Interval: -time.Second}, "Interval must not be negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := bunx.NewInboxCleaner(in, tc.cfg)
+			if tc.want == "" {
+				require.NoError(t, err)
+				require.NotNil(t, c)
+				return
+			}
+			require.ErrorContains(t, err, "bunx: invalid InboxCleanerConfig: ")
+			require.ErrorContains(t, err, tc.want)
+			require.Nil(t, c)
+		})
+	}
+	_, err = bunx.NewInboxCleaner(nil, bunx.InboxCleanerConfig{})
+	require.ErrorContains(t, err, "the inbox must not be nil")
+}
+
+// deleteSizes records the rows each DELETE statement on inbox_events removed.
+type deleteSizes struct {
+	mu    sync.Mutex
+	sizes []int64
+}
+
+func (*deleteSizes) BeforeQuery(ctx context.Context, _ *bun.QueryEvent) context.Context { return ctx }
+
+func (d *deleteSizes) AfterQuery(_ context.Context, ev *bun.QueryEvent) {
+	if !strings.HasPrefix(ev.Query, "DELETE FROM inbox_events") || ev.Err != nil || ev.Result == nil {
+		return
+	}
+	n, _ := ev.Result.RowsAffected()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.sizes = append(d.sizes, n)
+}
+
+func (d *deleteSizes) get() []int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]int64(nil), d.sizes...)
+}
+
+// seedInbox writes n records of handler, handled age ago.
+func seedInbox(t *testing.T, db bun.IDB, handler string, n int, age time.Duration) {
+	t.Helper()
+	for range n {
+		_, err := db.NewRaw("INSERT INTO inbox_events (event_id, handler, handled_at) VALUES (?, ?, now() - ? * interval '1 second')",
+			uuid.Must(uuid.NewV7()), handler, int64(age.Seconds())).Exec(context.Background())
+		require.NoError(t, err)
+	}
+}
+
+// TestInboxCleanerDeletesOldRecordsInBatches: records past the window go, in statements of at most
+// BatchSize rows; records within it stay, and so does their dedupe.
+func TestInboxCleanerDeletesOldRecordsInBatches(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, _ := outboxtest.Schema(t)
+	deletes := &deleteSizes{}
+	db.AddQueryHook(deletes)
+	window := 48 * time.Hour
+	seedInbox(t, db, "ship", 23, window+time.Hour)
+	seedInbox(t, db, "audit", 2, 90*24*time.Hour)
+	seedInbox(t, db, "ship", 4, window-time.Hour)
+	seedInbox(t, db, "ship", 1, 0)
+
+	in := bunx.NewInbox(db, bunx.WithInboxLogger(outboxtest.Logger(t)))
+	c, err := bunx.NewInboxCleaner(in, bunx.InboxCleanerConfig{Window: window, MaxRetry: 3, TaskTimeout: time.Minute, BatchSize: 10})
+	require.NoError(t, err)
+	n, err := c.Cleanup(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 25, n)
+	require.Equal(t, []int64{10, 10, 5}, deletes.get(), "one statement per batch of at most BatchSize")
+	require.EqualValues(t, 5, outboxtest.Count(t, db, "inbox_events", ""))
+	require.EqualValues(t, 0, outboxtest.Count(t, db, "inbox_events", "handled_at < now() - interval '48 hours'"))
+
+	// A second pass finds nothing: one statement that deletes nothing.
+	n, err = c.Cleanup(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.Equal(t, []int64{10, 10, 5, 0}, deletes.get())
+}
+
+// TestInboxCleanerRun cleans at once when started and returns nil when its context ends.
+func TestInboxCleanerRun(t *testing.T) {
+	t.Parallel()
+	db, _ := outboxtest.Schema(t)
+	seedInbox(t, db, "ship", 3, 40*24*time.Hour)
+	seedInbox(t, db, "ship", 2, time.Minute)
+	c, err := bunx.NewInboxCleaner(bunx.NewInbox(db), bunx.InboxCleanerConfig{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	outboxtest.WaitFor(t, 10*time.Second, "the first pass", func() bool {
+		return outboxtest.Count(t, db, "inbox_events", "") == 2
+	})
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+}
+
+// TestInboxCleanerMissingTable names the fix.
+func TestInboxCleanerMissingTable(t *testing.T) {
+	t.Parallel()
+	db := outboxtest.Open(t, map[string]any{"search_path": outboxtest.NewSchema(t)})
+	c, err := bunx.NewInboxCleaner(bunx.NewInbox(db), bunx.InboxCleanerConfig{})
+	require.NoError(t, err)
+	_, err = c.Cleanup(context.Background())
+	require.ErrorContains(t, err, "the inbox table is missing: apply the migrations")
+}

@@ -1,0 +1,115 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// listenPgx is listen for a *bun.DB over pgx's database/sql driver (github.com/jackc/pgx/v5/stdlib). It
+// LISTENs on a connection of its own, outside the pool (as pgdriver's Listener does), dialed with the
+// configuration of one of the pool's connections, so TLS, credentials and runtime parameters are the
+// pool's. A notification sent while it reconnects is lost: the poll interval covers that, and every
+// (re)connect wakes the loop once.
+func (r *Relay) listenPgx(ctx context.Context, wake chan<- struct{}) {
+	signal := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	failures := 0
+	for ctx.Err() == nil {
+		err := r.listenPgxOnce(ctx, signal, func() { failures = 0 })
+		if ctx.Err() != nil {
+			return
+		}
+		failures++
+		delay := r.cfg.roundBackoff(failures)
+		r.log.LogAttrs(ctx, slog.LevelDebug, "bunbox relay: listener failed, retrying",
+			slog.Int("attempt", failures), slog.Duration("delay", delay), slog.Any("err", err))
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// listenPgxOnce connects, LISTENs and forwards notifications until ctx ends (nil) or the connection
+// fails (the error). listening is called once the LISTEN is in effect.
+func (r *Relay) listenPgxOnce(ctx context.Context, signal, listening func()) error {
+	cfg, err := r.pgxConfig(ctx)
+	if err != nil {
+		return err
+	}
+	// A wait that times out must leave the connection usable: interrupt it with a read deadline (pgx's
+	// default, made explicit in case the pool's configuration cancels by another means).
+	cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: pc.Conn()}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("connect the listener: %w", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	// Exec waits for the server's reply: once it returns, the LISTEN is in effect.
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{NotifyChannel}.Sanitize()); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	listening()
+	r.log.LogAttrs(ctx, slog.LevelDebug, "bunbox relay: listening for notifications",
+		slog.String("channel", NotifyChannel))
+	// What was committed before the LISTEN took effect sent no notification we can see: look now.
+	signal()
+	for {
+		wctx, cancel := context.WithTimeout(ctx, r.cfg.PollInterval)
+		_, err := conn.WaitForNotification(wctx)
+		timedOut := wctx.Err() != nil
+		cancel()
+		switch {
+		case err == nil:
+			signal()
+		case ctx.Err() != nil:
+			return nil
+		case timedOut && pgconn.Timeout(err) && !conn.IsClosed():
+			// Nothing within PollInterval: wait again on the same connection.
+		default:
+			return fmt.Errorf("wait for notifications: %w", err)
+		}
+	}
+}
+
+// pgxConfig returns the connection configuration of one of the pool's connections.
+func (r *Relay) pgxConfig(ctx context.Context) (*pgx.ConnConfig, error) {
+	c, err := r.db.DB.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	var cfg *pgx.ConnConfig
+	err = c.Raw(func(dc any) error {
+		sc, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return fmt.Errorf("the driver's connection is a %T, not pgx's *stdlib.Conn", dc)
+		}
+		cfg = sc.Conn().Config()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
