@@ -182,14 +182,33 @@ type Postgres struct {
 	port int
 	cred *syscall.Credential
 
+	config  []string // extra -c name=value settings, sorted
+
 	mu      sync.Mutex
 	running bool
+}
+
+// PostgresOptions tunes StartPostgresWith.
+type PostgresOptions struct {
+	// Files are written to the data directory after initdb, before the first start, owned by the server's
+	// user with mode 0600: certificates and keys (name them in Config, relative to the data directory),
+	// or a pg_hba.conf that replaces initdb's.
+	Files map[string][]byte
+	// Config holds server settings passed as -c name=value at every start, such as
+	// {"ssl": "on", "ssl_cert_file": "server.crt", "ssl_key_file": "server.key"}.
+	Config map[string]string
 }
 
 // StartPostgres creates a cluster with initdb (trust authentication, user postgres) in a fresh directory
 // under the system temp dir and starts it on a free loopback port. fsync stays on: a restart keeps what
 // the server acknowledged.
 func StartPostgres(tb testing.TB) *Postgres {
+	tb.Helper()
+	return StartPostgresWith(tb, PostgresOptions{})
+}
+
+// StartPostgresWith is StartPostgres with files in the data directory and extra server settings.
+func StartPostgresWith(tb testing.TB, opts PostgresOptions) *Postgres {
 	tb.Helper()
 	SkipShort(tb)
 	bin, err := pgBin()
@@ -230,6 +249,21 @@ func StartPostgres(tb testing.TB) *Postgres {
 		"--auth=trust", "-E", "UTF8", "--no-instructions", "--no-sync").CombinedOutput(); err != nil {
 		tb.Fatalf("initdb: %v\n%s", err, out)
 	}
+	for name, b := range opts.Files {
+		path := filepath.Join(p.dataDir(), name)
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			tb.Fatalf("write %s: %v", path, err)
+		}
+		if p.cred != nil {
+			if err := os.Chown(path, int(p.cred.Uid), int(p.cred.Gid)); err != nil {
+				tb.Fatalf("chown %s: %v", path, err)
+			}
+		}
+	}
+	for k, v := range opts.Config {
+		p.config = append(p.config, fmt.Sprintf(" -c '%s=%s'", k, v))
+	}
+	sort.Strings(p.config)
 	p.Start(tb)
 	return p
 }
@@ -252,7 +286,8 @@ func (p *Postgres) Start(tb testing.TB) {
 	if p.running {
 		tb.Fatalf("postgres on %s is already running", p.Addr())
 	}
-	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c max_connections=200", p.port, p.dir)
+	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c max_connections=200", p.port, p.dir) +
+		strings.Join(p.config, "")
 	if err := p.pgctl("start", "-w", "-t", "60", "-l", filepath.Join(p.dir, "server.log"), "-o", opts); err != nil {
 		tb.Fatalf("start postgres on %s: %v; log: %s", p.Addr(), err, tail(filepath.Join(p.dir, "server.log")))
 	}

@@ -1,0 +1,172 @@
+package connect_test
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/driver/pgdriver"
+
+	"github.com/bunbox/bunbox/connect"
+	"github.com/bunbox/bunbox/internal/outboxtest"
+)
+
+// tlsServer is a private PostgreSQL with ssl = on, listening on 127.0.0.1 and 127.0.0.2, with a
+// certificate for localhost and 127.0.0.1 only, signed by ca; wrongCA signed nothing it serves.
+type tlsServer struct {
+	pg          *outboxtest.Postgres
+	port        string
+	caFile      string
+	wrongCAFile string
+	clientCert  string // signed by ca, for the role certuser
+	clientKey   string
+}
+
+func startTLSServer(t *testing.T) *tlsServer {
+	t.Helper()
+	outboxtest.SkipShort(t)
+	ca, wrong := newTestCA(t, "bunbox test CA"), newTestCA(t, "some other CA")
+	srvCert, srvKey := ca.issue(t, "localhost", []string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1")}, x509.ExtKeyUsageServerAuth)
+	cliCert, cliKey := ca.issue(t, "certuser", nil, nil, x509.ExtKeyUsageClientAuth)
+	pg := outboxtest.StartPostgresWith(t, outboxtest.PostgresOptions{
+		Files: map[string][]byte{
+			"server.crt": srvCert, "server.key": srvKey, "ca.crt": ca.pem,
+			// certuser must show a client certificate whose CN is its name; everyone else is trusted.
+			"pg_hba.conf": []byte("local all all trust\n" +
+				"hostssl all certuser 127.0.0.0/8 trust clientcert=verify-full\n" +
+				"host all certuser 127.0.0.0/8 reject\n" +
+				"host all all 127.0.0.0/8 trust\n"),
+		},
+		Config: map[string]string{
+			"ssl": "on", "ssl_cert_file": "server.crt", "ssl_key_file": "server.key", "ssl_ca_file": "ca.crt",
+			"listen_addresses": "127.0.0.1,127.0.0.2",
+		},
+	})
+	_, port, err := net.SplitHostPort(pg.Addr())
+	require.NoError(t, err)
+	_, err = pg.Open(t, nil).ExecContext(context.Background(), "CREATE ROLE certuser LOGIN SUPERUSER")
+	require.NoError(t, err)
+	dir := t.TempDir()
+	return &tlsServer{
+		pg: pg, port: port,
+		caFile:      writeFile(t, dir, "ca.pem", ca.pem),
+		wrongCAFile: writeFile(t, dir, "wrong-ca.pem", wrong.pem),
+		clientCert:  writeFile(t, dir, "client.crt", cliCert),
+		clientKey:   writeFile(t, dir, "client.key", cliKey),
+	}
+}
+
+// dsn is a URL for host on the server with the given query.
+func (s *tlsServer) dsn(user, host string, query url.Values) string {
+	return fmt.Sprintf("postgres://%s@%s/postgres?%s", user, net.JoinHostPort(host, s.port), query.Encode())
+}
+
+// sslInUse reports whether the session of db runs over TLS, as the server sees it.
+func sslInUse(t *testing.T, db *bun.DB) bool {
+	t.Helper()
+	var ssl bool
+	require.NoError(t, db.NewRaw("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").Scan(context.Background(), &ssl))
+	return ssl
+}
+
+func TestPostgresTLS(t *testing.T) {
+	t.Parallel()
+	srv := startTLSServer(t)
+	plain := outboxtest.StartPostgres(t) // ssl = off
+	_, plainPort, err := net.SplitHostPort(plain.Addr())
+	require.NoError(t, err)
+
+	q := func(kv ...string) url.Values {
+		v := url.Values{}
+		for i := 0; i < len(kv); i += 2 {
+			v.Set(kv[i], kv[i+1])
+		}
+		return v
+	}
+	tests := []struct {
+		name    string
+		dsn     string
+		wantSSL bool
+		wantErr string // "" means the connection works
+	}{
+		{"VerifyFullRightCA", srv.dsn("postgres", "127.0.0.1", q("sslmode", "verify-full", "sslrootcert", srv.caFile)), true, ""},
+		{"VerifyFullByName", srv.dsn("postgres", "localhost", q("sslmode", "verify-full", "sslrootcert", srv.caFile)), true, ""},
+		{"VerifyFullWrongCA", srv.dsn("postgres", "127.0.0.1", q("sslmode", "verify-full", "sslrootcert", srv.wrongCAFile)), false, "certificate signed by unknown authority"},
+		{"VerifyFullSystemRoots", srv.dsn("postgres", "127.0.0.1", q("sslmode", "verify-full")), false, "certificate signed by unknown authority"},
+		{"VerifyFullWrongHost", srv.dsn("postgres", "127.0.0.2", q("sslmode", "verify-full", "sslrootcert", srv.caFile)), false, "not 127.0.0.2"},
+		{"VerifyCAWrongHost", srv.dsn("postgres", "127.0.0.2", q("sslmode", "verify-ca", "sslrootcert", srv.caFile)), true, ""},
+		{"VerifyCAWrongCA", srv.dsn("postgres", "127.0.0.2", q("sslmode", "verify-ca", "sslrootcert", srv.wrongCAFile)), false, "certificate signed by unknown authority"},
+		{"Require", srv.dsn("postgres", "127.0.0.2", q("sslmode", "require")), true, ""},
+		// libpq: require with a root certificate verifies the chain, as verify-ca.
+		{"RequireWithRootCertWrongCA", srv.dsn("postgres", "127.0.0.2", q("sslmode", "require", "sslrootcert", srv.wrongCAFile)), false, "certificate signed by unknown authority"},
+		{"RequireWithRootCertWrongHost", srv.dsn("postgres", "127.0.0.2", q("sslmode", "require", "sslrootcert", srv.caFile)), true, ""},
+		{"Prefer", srv.dsn("postgres", "127.0.0.1", q("sslmode", "prefer")), true, ""},
+		{"NoSSLModeIsPrefer", srv.dsn("postgres", "127.0.0.1", nil), true, ""},
+		{"Allow", srv.dsn("postgres", "127.0.0.1", q("sslmode", "allow")), true, ""},
+		{"Disable", srv.dsn("postgres", "127.0.0.1", q("sslmode", "disable")), false, ""},
+		{"KeyValueVerifyFull", fmt.Sprintf("host=localhost port=%s user=postgres dbname=postgres sslmode=verify-full sslrootcert='%s'", srv.port, srv.caFile), true, ""},
+		{"ClientCert", srv.dsn("certuser", "127.0.0.1", q("sslmode", "verify-full", "sslrootcert", srv.caFile, "sslcert", srv.clientCert, "sslkey", srv.clientKey)), true, ""},
+		{"ClientCertMissing", srv.dsn("certuser", "127.0.0.1", q("sslmode", "verify-full", "sslrootcert", srv.caFile)), false, "certificate"},
+
+		// A server without TLS: prefer (and no sslmode) fall back to plain text, require refuses.
+		{"PlainServerPrefer", fmt.Sprintf("postgres://postgres@127.0.0.1:%s/postgres?sslmode=prefer", plainPort), false, ""},
+		{"PlainServerNoSSLMode", fmt.Sprintf("postgres://postgres@127.0.0.1:%s/postgres", plainPort), false, ""},
+		{"PlainServerAllow", fmt.Sprintf("postgres://postgres@127.0.0.1:%s/postgres?sslmode=allow", plainPort), false, ""},
+		{"PlainServerRequire", fmt.Sprintf("postgres://postgres@127.0.0.1:%s/postgres?sslmode=require", plainPort), false, "does not accept TLS"},
+		{"PlainServerVerifyFull", fmt.Sprintf("postgres://postgres@127.0.0.1:%s/postgres?sslmode=verify-full&sslrootcert=%s", plainPort, srv.caFile), false, "does not accept TLS"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			db, err := connect.Postgres(context.Background(), tt.dsn, connect.Options{MaxOpenConns: 2})
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				var cerr *connect.Error
+				require.ErrorAs(t, err, &cerr)
+				return
+			}
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = db.Close() })
+			require.Equal(t, tt.wantSSL, sslInUse(t, db))
+		})
+	}
+}
+
+func TestPostgresTLSPoolAndListener(t *testing.T) {
+	t.Parallel()
+	srv := startTLSServer(t)
+	dsn := srv.dsn("postgres", "localhost", url.Values{"sslmode": {"verify-full"}, "sslrootcert": {srv.caFile}})
+	db, err := connect.Postgres(context.Background(), dsn, connect.Options{Params: map[string]any{"search_path": "pg_catalog"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+
+	// Options.Params reach every connection, over TLS.
+	var path string
+	require.NoError(t, db.NewRaw("SHOW search_path").Scan(context.Background(), &path))
+	require.Equal(t, "pg_catalog", path)
+	require.True(t, sslInUse(t, db))
+
+	// pgdriver's Listener (the relay's wake-up) dials through the same connector, so over TLS too.
+	ln := pgdriver.NewListener(db)
+	t.Cleanup(func() { _ = ln.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, ln.Listen(ctx, "connect_test"))
+	// A NOTIFY that races the LISTEN can be missed: send until one arrives, within ctx's deadline.
+	for {
+		require.NoError(t, pgdriver.Notify(ctx, db, "connect_test", "hello"))
+		channel, payload, err := ln.ReceiveTimeout(ctx, time.Second)
+		if err == nil {
+			require.Equal(t, "connect_test", channel)
+			require.Equal(t, "hello", payload)
+			return
+		}
+		require.NoError(t, ctx.Err(), "no notification over TLS: %v", err)
+	}
+}

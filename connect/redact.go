@@ -1,0 +1,155 @@
+package connect
+
+import (
+	"net/url"
+	"strings"
+)
+
+// Mask is what Redact writes in place of a password.
+const Mask = "xxxxx"
+
+// Redact returns the connection string s with every password replaced by Mask, whatever its form:
+//
+//   - URL userinfo: postgres://user:secret@host/db, redis://:secret@host, rediss://user:secret@host,
+//     redis-sentinel://:secret@h1,h2?master=m, redis-cluster://:secret@h1:7000,h2:7001
+//   - parameters whose name contains "pass" (password, sslpassword, sentinel_password...), in a URL's
+//     query (?password=secret&sslmode=require) or in libpq's key=value form (password=secret,
+//     password='se cret', with \' and \\ escapes)
+//   - input that url.Parse rejects (postgres://u:Pa%ZZsecret1@h/db) or that has unescaped @, /, ? or #
+//     in the password: everything between "://" and the last "@" but the user name is masked.
+//
+// Redact never fails and never returns its input's password: when it cannot tell where a password ends,
+// it masks more, not less (a URL with an '@' in its path or query loses what lies before that '@'). It
+// takes one connection string (a URL, possibly with several comma-separated hosts, or a key=value list),
+// not free text.
+func Redact(s string) string {
+	if i := schemeEnd(s); i > 0 {
+		return redactParams(s[:i]+redactUserinfo(s[i:]), true)
+	}
+	return redactParams(s, false)
+}
+
+// schemeEnd returns the index just after the "scheme://" that s starts with, or 0.
+func schemeEnd(s string) int {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z':
+		case i > 0 && (c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.'):
+		case i > 0 && strings.HasPrefix(s[i:], "://"):
+			return i + 3
+		default:
+			return 0
+		}
+	}
+	return 0
+}
+
+// redactUserinfo masks the password of the userinfo in rest, the part of a URL after "://". The userinfo
+// ends at the last '@', since a password may hold unescaped '@', '/', '?' or '#' (url.Parse rejects
+// such a URL, or worse, reads part of the password as a port and the rest as a path), and the user name
+// at the first ':'.
+func redactUserinfo(rest string) string {
+	at := strings.LastIndexByte(rest, '@')
+	if at < 0 {
+		return rest
+	}
+	user, _, hasPassword := strings.Cut(rest[:at], ":")
+	if !hasPassword {
+		return rest
+	}
+	return user + ":" + Mask + rest[at:]
+}
+
+// redactParams masks the value of every parameter whose name contains "pass". In a URL (inURL) a value
+// ends at '&' or '#'; in key=value form at white space, and a value in single quotes at the closing
+// quote, with backslash escapes as libpq reads them.
+func redactParams(s string, inURL bool) string {
+	var b strings.Builder
+	i := 0
+	for i < len(s) {
+		valStart, ok := nextPassKey(s, i, inURL)
+		if !ok {
+			b.WriteString(s[i:])
+			break
+		}
+		valEnd := valueEnd(s, valStart, inURL)
+		b.WriteString(s[i:valStart])
+		b.WriteString(Mask)
+		i = valEnd
+	}
+	return b.String()
+}
+
+// nextPassKey finds, from i on, the next "name=" whose name contains "pass" (case-insensitive, and
+// percent-decoded in a URL), and returns where its value starts.
+func nextPassKey(s string, i int, inURL bool) (valStart int, ok bool) {
+	for i < len(s) {
+		eq := strings.IndexByte(s[i:], '=')
+		if eq < 0 {
+			return 0, false
+		}
+		eq += i
+		// The name runs back from '=' over spaces (key = value is allowed) and name characters.
+		j := eq
+		for j > 0 && (s[j-1] == ' ' || s[j-1] == '\t') && !inURL {
+			j--
+		}
+		k := j
+		for k > 0 && isNameByte(s[k-1], inURL) {
+			k--
+		}
+		name := s[k:j]
+		if inURL {
+			if d, err := url.QueryUnescape(name); err == nil {
+				name = d
+			}
+		}
+		v := eq + 1
+		for !inURL && v < len(s) && (s[v] == ' ' || s[v] == '\t') {
+			v++
+		}
+		if strings.Contains(strings.ToLower(name), "pass") {
+			return v, true
+		}
+		i = eq + 1
+	}
+	return 0, false
+}
+
+func isNameByte(c byte, inURL bool) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-', c == '.':
+		return true
+	case inURL && (c == '%' || c == '+'):
+		return true
+	}
+	return false
+}
+
+// valueEnd returns where the value starting at i ends.
+func valueEnd(s string, i int, inURL bool) int {
+	if i < len(s) && s[i] == '\'' {
+		for j := i + 1; j < len(s); j++ {
+			switch s[j] {
+			case '\\':
+				j++
+			case '\'':
+				return j + 1
+			}
+		}
+		return len(s) // an unclosed quote: the rest is the value
+	}
+	for j := i; j < len(s); j++ {
+		c := s[j]
+		switch {
+		case c == '\\' && !inURL:
+			j++
+		case inURL && (c == '&' || c == '#'):
+			return j
+		case !inURL && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
+			return j
+		}
+	}
+	return len(s)
+}
