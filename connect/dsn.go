@@ -14,11 +14,11 @@ import (
 // pgSettings is what a PostgreSQL connection string says, read from either form.
 type pgSettings struct {
 	network, addr, host string // host: the name TLS checks (verify-full); "" for a Unix socket
-	user, password     string
-	database, appName  string
-	timeouts           map[string]time.Duration // connect_timeout, dial_timeout, read_timeout, write_timeout, timeout
-	ssl                sslSettings
-	params             map[string]any // everything else: session parameters, SET at connect
+	user, password      string
+	database, appName   string
+	timeouts            map[string]time.Duration // connect_timeout, dial_timeout, read_timeout, write_timeout, timeout
+	ssl                 sslSettings
+	params              map[string]any // everything else: session parameters, SET at connect
 }
 
 // sslSettings are libpq's TLS parameters.

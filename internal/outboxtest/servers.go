@@ -182,7 +182,7 @@ type Postgres struct {
 	port int
 	cred *syscall.Credential
 
-	config  []string // extra -c name=value settings, sorted
+	config []string // extra -c name=value settings, sorted
 
 	mu      sync.Mutex
 	running bool
