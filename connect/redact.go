@@ -15,6 +15,7 @@ const Mask = "xxxxx"
 //   - parameters whose name contains "pass" (password, sslpassword, sentinel_password...), in a URL's
 //     query (?password=secret&sslmode=require) or in libpq's key=value form (password=secret,
 //     password='se cret', with \' and \\ escapes)
+//   - a URL without its scheme (user:secret@host:port)
 //   - input that url.Parse rejects (postgres://u:Pa%ZZsecret1@h/db) or that has unescaped @, /, ? or #
 //     in the password: everything between "://" and the last "@" but the user name is masked.
 //
@@ -25,6 +26,9 @@ const Mask = "xxxxx"
 func Redact(s string) string {
 	if i := schemeEnd(s); i > 0 {
 		return redactParams(s[:i]+redactUserinfo(s[i:]), true)
+	}
+	if at := strings.LastIndexByte(s, '@'); at > 0 && !strings.ContainsAny(s[:at], "= \t\n") {
+		return redactUserinfo(s) // a URL without its scheme: user:password@host
 	}
 	return redactParams(s, false)
 }

@@ -25,11 +25,11 @@ import (
 //	redis-cluster://[user:password@]host:port[,host:port...]    a Cluster: some of its nodes, comma-separated
 //	rediss-cluster://[user:password@]host:port[,host:port...]   the same over TLS
 //
-// The redis, rediss, redis-socket and redis-sentinel forms are read by asynq.ParseRedisURI, with the user
-// name (for Redis 6 ACLs), the default port, Sentinel's database and master password added, which it
-// leaves out; as there, the userinfo of a redis-sentinel URL authenticates to the sentinels. A parameter
-// that a form does not take is an error, not ignored. Every error is an *Error that shows the URL with its
-// password masked.
+// The redis, rediss and redis-socket forms are read by asynq.ParseRedisURI, with the user name (for Redis
+// 6 ACLs) and the default port added, which it leaves out. The redis-sentinel form reads as asynq's does
+// (the userinfo authenticates to the sentinels), and adds the database, the master's password and
+// sentinel lists whose hosts do not all have a port. A parameter that a form does not take is an error,
+// not ignored. Every error is an *Error that shows the URL with its password masked.
 func Redis(rawURL string) (asynq.RedisConnOpt, error) {
 	opt, err := parseRedis(rawURL)
 	if err != nil {
@@ -45,9 +45,9 @@ func parseRedis(rawURL string) (asynq.RedisConnOpt, error) {
 	if schemeEnd(rawURL) == 0 {
 		return nil, errors.New("it has no scheme: want redis://host:port, rediss://, redis-sentinel://, redis-cluster:// or redis-socket://")
 	}
-	u, err := url.Parse(rawURL)
+	u, hosts, err := parseHostList(rawURL)
 	if err != nil {
-		return nil, withoutURL(err)
+		return nil, err
 	}
 	q := u.Query()
 	switch u.Scheme {
@@ -57,6 +57,9 @@ func parseRedis(rawURL string) (asynq.RedisConnOpt, error) {
 		}
 		if u.Host == "" {
 			return nil, errors.New("the host is empty")
+		}
+		if len(hosts) > 1 {
+			return nil, errors.New("several hosts: use redis-cluster:// for a Cluster or redis-sentinel:// for Sentinel")
 		}
 		opt, err := asynq.ParseRedisURI(rawURL)
 		if err != nil {
@@ -78,20 +81,16 @@ func parseRedis(rawURL string) (asynq.RedisConnOpt, error) {
 		if q.Get("master") == "" {
 			return nil, errors.New("a redis-sentinel URL needs ?master=NAME, the name of the master the sentinels watch")
 		}
-		opt, err := asynq.ParseRedisURI(rawURL)
-		if err != nil {
-			return nil, err
-		}
-		o := opt.(asynq.RedisFailoverClientOpt)
+		o := asynq.RedisFailoverClientOpt{MasterName: q.Get("master"), Password: q.Get("password")}
+		o.SentinelPassword, _ = u.User.Password()
 		if o.DB, err = dbNumber(u); err != nil {
 			return nil, err
 		}
-		o.Password = q.Get("password")
-		for i, a := range o.SentinelAddrs {
+		for _, a := range hosts {
 			if a == "" {
 				return nil, errors.New("a sentinel address is empty")
 			}
-			o.SentinelAddrs[i] = withPort(a, "26379")
+			o.SentinelAddrs = append(o.SentinelAddrs, withPort(a, "26379"))
 		}
 		return o, nil
 	case "redis-cluster", "rediss-cluster":
@@ -103,7 +102,7 @@ func parseRedis(rawURL string) (asynq.RedisConnOpt, error) {
 		}
 		o := asynq.RedisClusterClientOpt{Username: userName(u)}
 		o.Password, _ = u.User.Password()
-		for _, a := range strings.Split(u.Host, ",") {
+		for _, a := range hosts {
 			if a == "" {
 				return nil, errors.New("a node address is empty")
 			}
@@ -117,6 +116,40 @@ func parseRedis(rawURL string) (asynq.RedisConnOpt, error) {
 	default:
 		return nil, fmt.Errorf("the scheme %q is not one of redis, rediss, redis-socket, redis-sentinel, redis-cluster, rediss-cluster", u.Scheme)
 	}
+}
+
+// parseHostList parses rawURL, whose host may be a comma-separated list (url.Parse refuses one whose hosts
+// do not all have a port, or all none), and returns the list apart.
+func parseHostList(rawURL string) (*url.URL, []string, error) {
+	i := schemeEnd(rawURL)
+	rest := rawURL[i:]
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	at := strings.LastIndexByte(rest[:end], '@')
+	hostList := rest[at+1 : end]
+	if !strings.Contains(hostList, ",") {
+		u, err := url.Parse(rawURL)
+		if err != nil {
+			return nil, nil, withoutURL(err)
+		}
+		return u, []string{u.Host}, nil
+	}
+	u, err := url.Parse(rawURL[:i] + rest[:at+1] + "list" + rest[end:])
+	if err != nil {
+		return nil, nil, withoutURL(err)
+	}
+	hosts := strings.Split(hostList, ",")
+	for _, h := range hosts {
+		if h != "" {
+			if _, err := url.Parse("redis://" + h); err != nil {
+				return nil, nil, withoutURL(err)
+			}
+		}
+	}
+	u.Host = hostList
+	return u, hosts, nil
 }
 
 // onlyParams refuses query parameters other than the allowed ones, naming the first it finds.

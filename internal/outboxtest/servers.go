@@ -37,6 +37,9 @@ import (
 type RedisOptions struct {
 	// NoPersistence disables the append-only file: a restart then starts empty, like losing Redis.
 	NoPersistence bool
+	// Password, when set, is required from clients (requirepass); reach the server with a URL such as
+	// redis://:PASSWORD@ADDR. Defaults to none.
+	Password string
 }
 
 // Redis is a private redis-server process.
@@ -93,10 +96,13 @@ func (r *Redis) Start(tb testing.TB) {
 	if err != nil {
 		tb.Fatalf("redis log: %v", err)
 	}
-	cmd := exec.Command("redis-server",
-		"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--dir", r.dir,
+	args := []string{"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--dir", r.dir,
 		"--appendonly", appendonly, "--appendfsync", "always", "--save", "",
-		"--daemonize", "no", "--protected-mode", "no")
+		"--daemonize", "no", "--protected-mode", "no"}
+	if r.opts.Password != "" {
+		args = append(args, "--requirepass", r.opts.Password)
+	}
+	cmd := exec.Command("redis-server", args...)
 	cmd.Stdout, cmd.Stderr = out, out
 	// Pdeathsig: a test binary killed by -timeout takes its server down with it, instead of leaking it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -106,7 +112,7 @@ func (r *Redis) Start(tb testing.TB) {
 	}
 	r.cmd, r.out = cmd, out
 	deadline := time.Now().Add(30 * time.Second)
-	for !redisPing(r.Addr()) {
+	for !redisPing(r.Addr(), r.opts.Password) {
 		if time.Now().After(deadline) {
 			tb.Fatalf("redis on %s did not answer within 30s; log: %s", r.Addr(), tail(filepath.Join(r.dir, "redis.log")))
 		}
@@ -159,18 +165,28 @@ func (r *Redis) kill() {
 	r.cmd, r.out = nil, nil
 }
 
-// redisPing reports whether a Redis server answers PING with PONG (not LOADING) on addr.
-func redisPing(addr string) bool {
+// redisPing reports whether a Redis server answers PING with PONG (not LOADING) on addr, after AUTH
+// with password if it is not empty.
+func redisPing(addr, password string) bool {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return false
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(time.Second))
+	rd := bufio.NewReader(c)
+	if password != "" {
+		if _, err := fmt.Fprintf(c, "*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n", len(password), password); err != nil {
+			return false
+		}
+		if line, err := rd.ReadString('\n'); err != nil || !strings.HasPrefix(line, "+OK") {
+			return false
+		}
+	}
 	if _, err := c.Write([]byte("PING\r\n")); err != nil {
 		return false
 	}
-	line, err := bufio.NewReader(c).ReadString('\n')
+	line, err := rd.ReadString('\n')
 	return err == nil && strings.HasPrefix(line, "+PONG")
 }
 

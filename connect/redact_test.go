@@ -1,0 +1,162 @@
+package connect_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bunbox/bunbox/connect"
+)
+
+func TestRedact(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct{ in, want string }{
+		{"postgres://u:hunter2@h/db", "postgres://u:xxxxx@h/db"},
+		{"postgres://u@h/db", "postgres://u@h/db"},
+		{"postgres://h:5432/db?sslmode=verify-full", "postgres://h:5432/db?sslmode=verify-full"},
+		{"postgres://u:Pa%ZZsecret1@127.0.0.1:1/db", "postgres://u:xxxxx@127.0.0.1:1/db"},
+		{"postgres://u:pa/ss?wo#rd@h/db", "postgres://u:xxxxx@h/db"},
+		{"postgres://u:p@ss@h/db", "postgres://u:xxxxx@h/db"},
+		{"postgres://u@127.0.0.1:1/db?password=secret2&sslmode=disable", "postgres://u@127.0.0.1:1/db?password=xxxxx&sslmode=disable"},
+		{"postgres://u@h/db?sslmode=require&sslpassword=keypass", "postgres://u@h/db?sslmode=require&sslpassword=xxxxx"},
+		{"postgres://u@h/db?pass%77ord=secret", "postgres://u@h/db?pass%77ord=xxxxx"},
+		{"postgres://u@h/db?p%61ssword=secret#x", "postgres://u@h/db?p%61ssword=xxxxx#x"},
+		{"host=h user=u password=secret dbname=db", "host=h user=u password=xxxxx dbname=db"},
+		{"host=h password = secret dbname=db", "host=h password = xxxxx dbname=db"},
+		{"host=h password='se cret' dbname=db", "host=h password=xxxxx dbname=db"},
+		{`host=h password='it\'s a secret' dbname=db`, "host=h password=xxxxx dbname=db"},
+		{`host=h password=se\ cret dbname=db`, "host=h password=xxxxx dbname=db"},
+		{"host=h password='unclosed secret", "host=h password=xxxxx"},
+		{"redis://:pw@h:6379/0", "redis://:xxxxx@h:6379/0"},
+		{"rediss://user:pw@h:6380", "rediss://user:xxxxx@h:6380"},
+		{"redis-sentinel://:pw@h1:26379,h2:26379?master=m&password=mpw", "redis-sentinel://:xxxxx@h1:26379,h2:26379?master=m&password=xxxxx"},
+		{"redis-cluster://u:pw@h1:7000,h2:7001", "redis-cluster://u:xxxxx@h1:7000,h2:7001"},
+		{"redis://:pw1@h1:1,redis://:pw2@h2:2", "redis://:xxxxx@h2:2"},
+		{"127.0.0.1:6379", "127.0.0.1:6379"},
+		{"", ""},
+	}
+	for _, tt := range tests {
+		require.Equal(t, tt.want, connect.Redact(tt.in), "in %q", tt.in)
+	}
+}
+
+// secretForms are connection strings that each hold a secret, in every form a user may write, for the
+// tests that feed them through the CLI, the example and the relay.
+func secretForms(secret string) []string {
+	return []string{
+		"postgres://u:" + secret + "@127.0.0.1:1/db?sslmode=disable",
+		"postgres://u:Pa%ZZ" + secret + "@127.0.0.1:1/db",
+		"postgres://u:" + secret + "/x@127.0.0.1:1/db",
+		"postgres://u@127.0.0.1:1/db?password=" + secret + "&sslmode=disable",
+		"postgres://u@127.0.0.1:1/db?sslmode=bogus&password=" + secret,
+		"host=127.0.0.1 port=1 user=u password=" + secret + " sslmode=disable",
+		"host=127.0.0.1 port=1 user=u password='" + secret + " x' sslmode=disable",
+		"host=127.0.0.1 port=1 user=u password='" + secret + "' sslmode=sometimes",
+		"mysql://u:" + secret + "@127.0.0.1:1/db",
+	}
+}
+
+func TestPostgresErrorsHideThePassword(t *testing.T) {
+	t.Parallel()
+
+	const secret = "s3cretPW"
+	for _, dsn := range secretForms(secret) {
+		t.Run(dsn, func(t *testing.T) {
+			t.Parallel()
+			db, err := connect.Postgres(context.Background(), dsn, connect.Options{})
+			if db != nil {
+				_ = db.Close()
+			}
+			require.Error(t, err)
+			for _, s := range []string{err.Error(), fmt.Sprintf("%+v", err), fmt.Sprintf("%#v", err)} {
+				require.NotContains(t, s, secret)
+			}
+			var cerr *connect.Error
+			require.ErrorAs(t, err, &cerr)
+			require.Equal(t, "PostgreSQL", cerr.Kind)
+		})
+	}
+}
+
+func TestRedisErrorsHideThePassword(t *testing.T) {
+	t.Parallel()
+
+	const secret = "s3cretPW"
+	for _, u := range []string{
+		"redis://:Pa%ZZ" + secret + "@h:6379",
+		"redis://:" + secret + "@h:6379/notanumber",
+		"redis://:" + secret + "/x@h:6379",
+		"rediss://u:" + secret + "@h:6379?tls=maybe",
+		"redis-sentinel://:" + secret + "@h1,h2",
+		"redis-cluster://:" + secret + "@h1:1,,h2:2",
+		"memcached://:" + secret + "@h",
+		":" + secret + "@h:6379",
+	} {
+		_, err := connect.Redis(u)
+		require.Error(t, err, u)
+		require.NotContains(t, err.Error(), secret, u)
+		require.NotContains(t, fmt.Sprintf("%#v", err), secret, u)
+	}
+}
+
+// FuzzRedact checks that a password written in any form never survives Redact, and that Redact never
+// panics. The password is encoded as each form needs (percent-encoding in a URL, quotes and backslashes
+// in key=value) and also written raw, as users do.
+func FuzzRedact(f *testing.F) {
+	for _, s := range []string{"hunter2", "Pa%ZZsecret1", "p@ss", "a/b?c#d", "se cret", `it's`, `back\slash`,
+		"with&amp", "pass=word", "xxxxx", "://", "@", ":", "'", "é日本"} {
+		f.Add(s, uint8(0))
+	}
+	f.Fuzz(func(t *testing.T, pw string, form uint8) {
+		if pw == "" || !utf8Valid(pw) {
+			return
+		}
+		build := func(p string) string {
+			switch form % 10 {
+			case 0:
+				return "postgres://user:" + url.UserPassword("user", p).String()[len("user:"):] + "@db.example.com:5432/app?sslmode=verify-full"
+			case 1:
+				return "postgres://user:" + p + "@db.example.com:5432/app?sslmode=verify-full"
+			case 2:
+				return "postgres://user@db.example.com/app?password=" + url.QueryEscape(p) + "&sslmode=require"
+			case 3:
+				if strings.ContainsAny(p, "&#") {
+					return "" // a raw & or # ends a query value: what follows is not the password
+				}
+				return "postgres://user@db.example.com/app?sslmode=require&password=" + p
+			case 4:
+				return "host=db.example.com user=user password='" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(p) + "' dbname=app"
+			case 5:
+				return "host=db.example.com user=user password=" + strings.NewReplacer(`\`, `\\`, " ", `\ `, "\t", "\\\t", "\n", "\\\n", "\r", "\\\r").Replace(p) + " dbname=app"
+			case 6:
+				return "redis://:" + p + "@cache.example.com:6379/0"
+			case 7:
+				return "rediss://app:" + p + "@cache.example.com:6380"
+			case 8:
+				return "redis-sentinel://:" + p + "@s1.example.com:26379,s2.example.com:26379?master=mymaster"
+			default:
+				return "redis-cluster://app:" + p + "@n1.example.com:7000,n2.example.com:7001"
+			}
+		}
+		in := build(pw)
+		if in == "" {
+			return
+		}
+		out := connect.Redact(in)
+		// The password may show up only if the text around it holds it anyway (a password such as "xxxxx",
+		// "user" or "example.com").
+		ref, around := connect.Redact(build("pw")), strings.ReplaceAll(build("\x00"), "\x00", "")
+		for _, written := range []string{pw, url.QueryEscape(pw), url.PathEscape(pw)} {
+			if strings.Contains(out, written) && !strings.Contains(ref, written) && !strings.Contains(around, written) {
+				t.Fatalf("password %q survives redaction:\n in: %s\nout: %s", written, in, out)
+			}
+		}
+	})
+}
+
+func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "") == s }

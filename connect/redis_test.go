@@ -1,0 +1,98 @@
+package connect_test
+
+import (
+	"crypto/tls"
+	"testing"
+
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bunbox/bunbox/connect"
+	"github.com/bunbox/bunbox/internal/outboxtest"
+)
+
+func TestRedis(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name string
+		url  string
+		want asynq.RedisConnOpt
+	}{
+		{"Plain", "redis://cache:6379", asynq.RedisClientOpt{Addr: "cache:6379"}},
+		{"DefaultPort", "redis://cache", asynq.RedisClientOpt{Addr: "cache:6379"}},
+		{"PasswordAndDB", "redis://:pw@cache:6379/3", asynq.RedisClientOpt{Addr: "cache:6379", Password: "pw", DB: 3}},
+		{"ACLUser", "redis://app:pw@cache:6379", asynq.RedisClientOpt{Addr: "cache:6379", Username: "app", Password: "pw"}},
+		{"EscapedPassword", "redis://:p%40ss%2Fw@cache", asynq.RedisClientOpt{Addr: "cache:6379", Password: "p@ss/w"}},
+		{"TLS", "rediss://app:pw@cache.example.com:6380/1", asynq.RedisClientOpt{
+			Addr: "cache.example.com:6380", Username: "app", Password: "pw", DB: 1,
+			TLSConfig: &tls.Config{ServerName: "cache.example.com"},
+		}},
+		{"Socket", "redis-socket://:pw@/run/redis.sock?db=2", asynq.RedisClientOpt{Network: "unix", Addr: "/run/redis.sock", Password: "pw", DB: 2}},
+		{"Sentinel", "redis-sentinel://:spw@s1:26379,s2?master=mymaster", asynq.RedisFailoverClientOpt{
+			MasterName: "mymaster", SentinelAddrs: []string{"s1:26379", "s2:26379"}, SentinelPassword: "spw",
+		}},
+		{"SentinelMasterPasswordAndDB", "redis-sentinel://s1:26379/4?master=m&password=mpw", asynq.RedisFailoverClientOpt{
+			MasterName: "m", SentinelAddrs: []string{"s1:26379"}, Password: "mpw", DB: 4,
+		}},
+		{"Cluster", "redis-cluster://app:pw@n1:7000,n2:7001,n3", asynq.RedisClusterClientOpt{
+			Addrs: []string{"n1:7000", "n2:7001", "n3:6379"}, Username: "app", Password: "pw",
+		}},
+		{"ClusterTLS", "rediss-cluster://n1:7000,n2:7001", asynq.RedisClusterClientOpt{
+			Addrs: []string{"n1:7000", "n2:7001"}, TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := connect.Redis(tt.url)
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestRedisInvalid(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct{ url, wantErr string }{
+		{"", "it is empty"},
+		{"cache:6379", "has no scheme"},
+		{"memcached://cache", `the scheme "memcached" is not one of`},
+		{"redis://", "the host is empty"},
+		{"redis://cache/zero", "database number"},
+		{"redis://cache?password=pw", `parameter "password" is not supported: this form takes none`},
+		{"redis-sentinel://s1:26379", "needs ?master=NAME"},
+		{"redis-sentinel://s1:26379/x?master=m", "database number"},
+		{"redis-sentinel://s1,,s2?master=m", "a sentinel address is empty"},
+		{"redis-cluster://n1:7000/1", "only database 0"},
+		{"redis-cluster://n1:7000,,n2", "a node address is empty"},
+		{"redis://:Pa%ZZpw@cache", "invalid %-escape"},
+	}
+	for _, tt := range tests {
+		_, err := connect.Redis(tt.url)
+		require.ErrorContains(t, err, tt.wantErr, tt.url)
+		var cerr *connect.Error
+		require.ErrorAs(t, err, &cerr, tt.url)
+		require.Equal(t, "Redis", cerr.Kind)
+	}
+}
+
+func TestRedisPassword(t *testing.T) {
+	t.Parallel()
+	rd := outboxtest.StartRedis(t, &outboxtest.RedisOptions{Password: "redis-pw-1"})
+
+	ok, err := connect.Redis("redis://:redis-pw-1@" + rd.Addr() + "/2")
+	require.NoError(t, err)
+	c := asynq.NewClient(ok)
+	t.Cleanup(func() { _ = c.Close() })
+	require.NoError(t, c.Ping())
+
+	wrong, err := connect.Redis("redis://:wrong-pw@" + rd.Addr())
+	require.NoError(t, err)
+	w := asynq.NewClient(wrong)
+	t.Cleanup(func() { _ = w.Close() })
+	err = w.Ping()
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "wrong-pw")
+}
