@@ -15,14 +15,15 @@ type Error struct {
 	Kind string
 	// URL is the connection string, its password masked by Redact.
 	URL string
-	// Msg says what is wrong, without the password.
+	// Msg says what is wrong, such as "invalid PostgreSQL URL postgres://u:xxxxx@h/db", with the URL
+	// redacted.
 	Msg string
 	// Err is the cause, if any; it never quotes the connection string.
 	Err error
 }
 
 func (e *Error) Error() string {
-	s := fmt.Sprintf("connect: %s URL %s: %s", e.Kind, e.URL, e.Msg)
+	s := "connect: " + e.Msg
 	if e.Err != nil {
 		s += ": " + e.Err.Error()
 	}
@@ -31,9 +32,10 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// newError makes an Error for the connection string s, which it redacts.
-func newError(kind, s string, err error, format string, args ...any) *Error {
-	return &Error{Kind: kind, URL: Redact(s), Msg: fmt.Sprintf(format, args...), Err: withoutURL(err)}
+// newError makes an Error for the connection string s, which it redacts; format has one %s, for it.
+func newError(kind, s string, err error, format string) *Error {
+	u := Redact(s)
+	return &Error{Kind: kind, URL: u, Msg: fmt.Sprintf(format, u), Err: withoutURL(err)}
 }
 
 // withoutURL replaces an error of url.Parse, which quotes the URL or the part of it that it could not read

@@ -58,7 +58,7 @@ func Postgres(ctx context.Context, dsn string, opts Options) (*bun.DB, error) {
 	defer cancel()
 	if err := db.PingContext(pctx); err != nil {
 		_ = db.Close()
-		return nil, newError("PostgreSQL", dsn, err, "the server does not answer")
+		return nil, newError("PostgreSQL", dsn, err, "PostgreSQL at %s does not answer")
 	}
 	return db, nil
 }
@@ -68,15 +68,15 @@ func Postgres(ctx context.Context, dsn string, opts Options) (*bun.DB, error) {
 // pgdriver.NewListener (the relay's LISTEN/NOTIFY wake-up), since it is pgdriver's own connector.
 func PostgresConnector(dsn string, params map[string]any) (*pgdriver.Connector, error) {
 	if dsn == "" {
-		return nil, &Error{Kind: "PostgreSQL", Msg: "no connection string: set one such as postgres://user:pass@host:5432/db?sslmode=verify-full"}
+		return nil, &Error{Kind: "PostgreSQL", Msg: "no PostgreSQL URL: give one such as postgres://user:pass@host:5432/db?sslmode=verify-full"}
 	}
 	s, err := parseDSN(dsn)
 	if err != nil {
-		return nil, newError("PostgreSQL", dsn, err, "invalid")
+		return nil, newError("PostgreSQL", dsn, err, "invalid PostgreSQL URL %s")
 	}
 	policy, err := newTLSPolicy(s)
 	if err != nil {
-		return nil, newError("PostgreSQL", dsn, err, "TLS")
+		return nil, newError("PostgreSQL", dsn, err, "PostgreSQL URL %s: TLS")
 	}
 	o := []pgdriver.Option{pgdriver.WithNetwork(s.network), pgdriver.WithAddr(s.addr), pgdriver.WithTLSConfig(nil)}
 	if s.user != "" {
@@ -115,7 +115,7 @@ func PostgresConnector(dsn string, params map[string]any) (*pgdriver.Connector, 
 	d := &dialer{policy: policy, timeout: func() time.Duration { return conf.DialTimeout }}
 	conf.Dialer = d.dial
 	if conf.User == "" {
-		return nil, newError("PostgreSQL", dsn, errors.New("no user name"), "invalid")
+		return nil, newError("PostgreSQL", dsn, errors.New("no user name"), "invalid PostgreSQL URL %s")
 	}
 	return c, nil
 }

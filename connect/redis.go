@@ -33,7 +33,7 @@ import (
 func Redis(rawURL string) (asynq.RedisConnOpt, error) {
 	opt, err := parseRedis(rawURL)
 	if err != nil {
-		return nil, newError("Redis", rawURL, err, "invalid")
+		return nil, newError("Redis", rawURL, err, "invalid Redis URL %s")
 	}
 	return opt, nil
 }

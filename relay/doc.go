@@ -12,11 +12,18 @@
 // WithRetention) become the task's asynq options (see [Task]); a scheduled event is enqueued at once and
 // waits in asynq's scheduled set.
 //
-//	db := bun.NewDB(sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(dsn))), pgdialect.New())
+//	db, err := connect.Postgres(ctx, dsn, connect.Options{}) // dsn: postgres://...?sslmode=verify-full
+//	if err != nil {
+//		return err
+//	}
 //	if err := bunboxmigrate.Up(ctx, db); err != nil {
 //		return err
 //	}
-//	r, err := relay.New(db, asynq.RedisClientOpt{Addr: "localhost:6379"}, relay.Config{
+//	redisOpt, err := connect.Redis(redisURL) // redis://:password@host:6379/0, rediss://, redis-sentinel://...
+//	if err != nil {
+//		return err
+//	}
+//	r, err := relay.New(db, redisOpt, relay.Config{
 //		Logger: slog.Default(),
 //	})
 //	if err != nil {

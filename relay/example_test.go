@@ -2,17 +2,12 @@ package relay_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"log/slog"
 	"os"
 	"time"
 
-	"github.com/hibiken/asynq"
-	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/dialect/pgdialect"
-	"github.com/uptrace/bun/driver/pgdriver"
-
+	"github.com/bunbox/bunbox/connect"
 	bunboxmigrate "github.com/bunbox/bunbox/migrate"
 	"github.com/bunbox/bunbox/relay"
 )
@@ -21,7 +16,11 @@ import (
 func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db := bun.NewDB(sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(os.Getenv("DATABASE_URL")))), pgdialect.New())
+	// TLS as the URL's sslmode says: ...?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem in production.
+	db, err := connect.Postgres(ctx, os.Getenv("DATABASE_URL"), connect.Options{})
+	if err != nil {
+		panic(err) // the error shows the URL with its password masked
+	}
 	if err := bunboxmigrate.Up(ctx, db); err != nil {
 		panic(err)
 	}
@@ -29,7 +28,11 @@ func Example() {
 	if err := relay.EnableNotifyTrigger(ctx, db); err != nil {
 		panic(err)
 	}
-	r, err := relay.New(db, asynq.RedisClientOpt{Addr: os.Getenv("REDIS_ADDR")}, relay.Config{
+	redisOpt, err := connect.Redis(os.Getenv("REDIS_URL")) // e.g. redis://:password@127.0.0.1:6379/0
+	if err != nil {
+		panic(err)
+	}
+	r, err := relay.New(db, redisOpt, relay.Config{
 		Logger: slog.Default(),
 	})
 	if err != nil {
@@ -58,7 +61,10 @@ func ExampleConfigFromEnv() {
 // The operator lists the dead events and, once the cause is fixed, puts them back in line.
 func ExampleRetryDead() {
 	ctx := context.Background()
-	db := bun.NewDB(sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(os.Getenv("DATABASE_URL")))), pgdialect.New())
+	db, err := connect.Postgres(ctx, os.Getenv("DATABASE_URL"), connect.Options{})
+	if err != nil {
+		panic(err)
+	}
 	dead, err := relay.DeadEvents(ctx, db, 50)
 	if err != nil {
 		panic(err)

@@ -10,8 +10,10 @@
 //	bunbox reconcile [-window 1h] [-json] one reconciler pass: re-deliver the events whose task Redis lost
 //	bunbox relay [-metrics-addr ...]      run a relay until SIGINT/SIGTERM, with /metrics, /healthz, /readyz
 //
-// The database is DATABASE_URL (or -database-url), Redis is REDIS_ADDR (or -redis-addr), and the relay
-// reads its settings from OUTBOX_* (see relay.ConfigFromEnv). Exit codes: 0 success, 1 failure, 2 bad
+// The database is DATABASE_URL (or -database-url), opened with connect.Postgres (TLS as libpq's sslmode
+// says); Redis is REDIS_URL (or -redis-url, any form connect.Redis reads: password, TLS, Sentinel,
+// Cluster), else REDIS_ADDR (or -redis-addr); the relay reads its settings from OUTBOX_* (see
+// relay.ConfigFromEnv). No password reaches the output: connection strings are shown redacted. Exit codes: 0 success, 1 failure, 2 bad
 // usage.
 package main
 
@@ -27,11 +29,11 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/bunbox/bunbox/connect"
 	"github.com/bunbox/bunbox/internal/pgerr"
-	"github.com/bunbox/bunbox/internal/pgopen"
 )
 
-const usage = `usage: bunbox [-database-url URL] [-redis-addr host:port] <command> [arguments]
+const usage = `usage: bunbox [-database-url URL] [-redis-url URL | -redis-addr host:port] <command> [arguments]
 
 commands:
   migrate up              apply bunbox's migrations (creates outbox_events)
@@ -54,8 +56,10 @@ commands:
                           the probes A/healthz (alive) and A/readyz (PostgreSQL, Redis, schema)
 
 environment:
-  DATABASE_URL  PostgreSQL URL, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full
-  REDIS_ADDR    Redis host:port for the relay (default 127.0.0.1:6379)
+  DATABASE_URL  PostgreSQL URL, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full&sslrootcert=ca.pem
+  REDIS_URL     Redis URL for the relay: redis://:pass@host:6379/0, rediss://... (TLS),
+                redis-sentinel://host:26379?master=NAME, redis-cluster://host:7000,host:7001
+  REDIS_ADDR    Redis host:port, when REDIS_URL is not set (default 127.0.0.1:6379)
   OUTBOX_*      relay settings: OUTBOX_BATCH_SIZE, OUTBOX_POLL_INTERVAL, OUTBOX_TASK_RETENTION, ...
 
 exit codes: 0 success, 1 failure, 2 bad usage
@@ -80,6 +84,7 @@ func usageError(w io.Writer, format string, args ...any) error {
 // cli is one invocation: its settings and where it writes.
 type cli struct {
 	databaseURL string
+	redisURL    string // wins over redisAddr
 	redisAddr   string
 	stdout      io.Writer
 	stderr      io.Writer
@@ -92,6 +97,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage) }
 	fs.StringVar(&c.databaseURL, "database-url", getenv("DATABASE_URL"), "PostgreSQL URL (default $DATABASE_URL)")
+	fs.StringVar(&c.redisURL, "redis-url", getenv("REDIS_URL"), "Redis URL, wins over -redis-addr (default $REDIS_URL)")
 	fs.StringVar(&c.redisAddr, "redis-addr", or(getenv("REDIS_ADDR"), "127.0.0.1:6379"), "Redis host:port (default $REDIS_ADDR)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -170,7 +176,7 @@ func (c *cli) open(ctx context.Context) (*bun.DB, error) {
 	if c.databaseURL == "" {
 		return nil, errors.New("no database: set DATABASE_URL or pass -database-url")
 	}
-	return pgopen.Open(ctx, c.databaseURL, pgopen.Options{MaxOpenConns: 20})
+	return connect.Postgres(ctx, c.databaseURL, connect.Options{MaxOpenConns: 20})
 }
 
 // explain adds what to do to errors an operator can fix.

@@ -67,8 +67,8 @@ func TestUsage(t *testing.T) {
 		{"DeadListBadLimit", nil, []string{"dead", "list", "-limit", "0"}, 2, "", "-limit must be positive"},
 		{"RelayBadLogLevel", nil, []string{"relay", "-log-level", "loud"}, 2, "", "-log-level"},
 		{"NoDatabaseURL", nil, []string{"status"}, 1, "", "set DATABASE_URL"},
-		{"BrokenDatabaseURL", map[string]string{"DATABASE_URL": "postgres://%zz"}, []string{"status"}, 1, "", "invalid database URL"},
-		{"WrongScheme", map[string]string{"DATABASE_URL": "mysql://root@localhost/db"}, []string{"status"}, 1, "", "the scheme must be postgres://"},
+		{"BrokenDatabaseURL", map[string]string{"DATABASE_URL": "postgres://%zz"}, []string{"status"}, 1, "", "invalid PostgreSQL URL"},
+		{"WrongScheme", map[string]string{"DATABASE_URL": "mysql://root@localhost/db"}, []string{"status"}, 1, "", "want postgres://"},
 		{"UnreachableDatabase", map[string]string{"DATABASE_URL": "postgres://u:secret@127.0.0.1:1/db?sslmode=disable"}, []string{"status"}, 1, "", "does not answer"},
 	}
 	for _, tt := range tests {

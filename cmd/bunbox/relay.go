@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hibiken/asynq"
-
 	"github.com/bunbox/bunbox/relay"
 	"github.com/bunbox/bunbox/relay/relaymetrics"
 )
@@ -46,6 +44,10 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 	}
 	cfg.Hooks = metrics.Hooks(cfg.Hooks)
 
+	redisOpt, redisName, err := c.redis()
+	if err != nil {
+		return err
+	}
 	db, err := c.open(ctx)
 	if err != nil {
 		return err
@@ -56,21 +58,21 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 			return fmt.Errorf("install the notify trigger: %w", err)
 		}
 	}
-	r, err := relay.New(db, asynq.RedisClientOpt{Addr: c.redisAddr, DialTimeout: 5 * time.Second}, cfg)
+	r, err := relay.New(db, redisOpt, cfg)
 	if err != nil {
-		return fmt.Errorf("relay (Redis at %s): %w", c.redisAddr, err)
+		return fmt.Errorf("relay (Redis at %s): %w", redisName, err)
 	}
 	defer r.Close()
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if *reconcileWindow > 0 {
-		rc, err := relay.NewReconciler(db, asynq.RedisClientOpt{Addr: c.redisAddr, DialTimeout: 5 * time.Second}, relay.ReconcilerConfig{
+		rc, err := relay.NewReconciler(db, redisOpt, relay.ReconcilerConfig{
 			Window: *reconcileWindow, Interval: *reconcileInterval,
 			TaskRetention: cfg.TaskRetention, Routes: cfg.Routes, Logger: cfg.Logger,
 		})
 		if err != nil {
-			return fmt.Errorf("reconciler: %w", err)
+			return fmt.Errorf("reconciler (Redis at %s): %w", redisName, err)
 		}
 		defer rc.Close()
 		reconcileDone := make(chan struct{})

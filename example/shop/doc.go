@@ -8,20 +8,20 @@
 // writes the confirmation it would send as a row in the confirmations table, keyed by order id, so a
 // repeated delivery is counted rather than hidden.
 //
-//	db, _ := pgopen.Open(ctx, os.Getenv("DATABASE_URL"), pgopen.Options{})
+//	db, _ := connect.Postgres(ctx, os.Getenv("DATABASE_URL"), connect.Options{}) // TLS as sslmode says
+//	redisOpt, _ := connect.Redis(os.Getenv("REDIS_URL"))                        // redis://:pass@host:6379/0
 //	_ = shop.Migrate(ctx, db)                       // bunbox's schema, then the shop's tables
 //	shop.Register(db, "default")                   // order.placed, on insert of an Order
-//	r, _ := relay.New(db, asynq.RedisClientOpt{Addr: addr}, relay.Config{})
+//	r, _ := relay.New(db, redisOpt, relay.Config{})
 //	go r.Run(ctx)                                  // committed events -> asynq
-//	go shop.RunWorker(ctx, asynq.RedisClientOpt{Addr: addr}, db, shop.WorkerConfig{})
+//	go shop.RunWorker(ctx, redisOpt, db, shop.WorkerConfig{})
 //	order, err := shop.PlaceOrder(ctx, db, shop.PlaceOrderRequest{
 //		Customer: "ada@example.com",
 //		Lines:    []shop.LineRequest{{SKU: "tea", Quantity: 2, PriceCents: 450}},
 //	})
 //
-// pgopen.Open is the module's internal helper around pgdriver: outside this module, open the database with
-// pgdriver.NewConnector(pgdriver.WithDSN(dsn)) and mind that pgdriver v1.2.18's default TLS does not verify
-// the server's certificate; pgopen turns verification on when the URL says sslmode=require/verify-full.
+// connect.Postgres opens bun over pgdriver with TLS as libpq's sslmode says (use sslmode=verify-full in
+// production), where pgdriver.WithDSN alone encrypts without checking the server's certificate.
 //
 // The command example/cmd/shop runs the API, the relay and the worker together or apart, and its demo
 // subcommand (make demo) places a few thousand orders, rolls some back on purpose, and checks that every

@@ -9,11 +9,10 @@ import (
 	"os"
 	"os/signal"
 
-	"github.com/hibiken/asynq"
 	"github.com/uptrace/bun"
 
+	"github.com/bunbox/bunbox/connect"
 	"github.com/bunbox/bunbox/example/shop"
-	"github.com/bunbox/bunbox/internal/pgopen"
 	"github.com/bunbox/bunbox/relay"
 )
 
@@ -23,7 +22,7 @@ func Example() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
-	db, err := pgopen.Open(ctx, os.Getenv("DATABASE_URL"), pgopen.Options{})
+	db, err := connect.Postgres(ctx, os.Getenv("DATABASE_URL"), connect.Options{}) // e.g. ...?sslmode=verify-full
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -33,7 +32,10 @@ func Example() {
 	}
 	shop.Register(db, "default") // every Order insert now writes order.placed in its transaction
 
-	redis := asynq.RedisClientOpt{Addr: os.Getenv("REDIS_ADDR")}
+	redis, err := connect.Redis(os.Getenv("REDIS_URL")) // e.g. redis://:password@127.0.0.1:6379/0
+	if err != nil {
+		log.Fatal(err)
+	}
 	r, err := relay.New(db, redis, relay.Config{})
 	if err != nil {
 		log.Fatal(err)

@@ -16,8 +16,8 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/uptrace/bun"
 
+	"github.com/bunbox/bunbox/connect"
 	"github.com/bunbox/bunbox/example/shop"
-	"github.com/bunbox/bunbox/internal/pgopen"
 	"github.com/bunbox/bunbox/relay"
 )
 
@@ -125,7 +125,10 @@ func demo(ctx context.Context, args []string, e env, stdout, stderr io.Writer) e
 
 func runDemo(ctx context.Context, cfg demoConfig, e env, stdout, stderr io.Writer) (err error) {
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	redisOpt := asynq.RedisClientOpt{Addr: e.redisAddr}
+	redisOpt, redisName, err := e.redis()
+	if err != nil {
+		return err
+	}
 	rate := "as fast as they go"
 	if cfg.rate > 0 {
 		rate = fmt.Sprintf("%d/s", cfg.rate)
@@ -133,10 +136,10 @@ func runDemo(ctx context.Context, cfg demoConfig, e env, stdout, stderr io.Write
 	fmt.Fprintf(stdout, "bunbox demo: %d orders from %d producers at %s, %.0f%% of them rolled back on purpose\n",
 		cfg.orders, cfg.producers, rate, cfg.rollback*100)
 	fmt.Fprintf(stdout, "  PostgreSQL %s (schema %s), Redis %s (queue %s)\n",
-		pgopen.Redact(e.databaseURL), cfg.schema, e.redisAddr, cfg.queue)
+		connect.Redact(e.databaseURL), cfg.schema, redisName, cfg.queue)
 
 	// A clean state: a fresh schema and an empty queue.
-	admin, err := pgopen.Open(ctx, e.databaseURL, pgopen.Options{})
+	admin, err := connect.Postgres(ctx, e.databaseURL, connect.Options{})
 	if err != nil {
 		return err
 	}
@@ -151,7 +154,7 @@ func runDemo(ctx context.Context, cfg demoConfig, e env, stdout, stderr io.Write
 			}
 		}()
 	}
-	if err := pingRedis(e.redisAddr); err != nil {
+	if err := pingRedis(redisOpt, redisName); err != nil {
 		return err
 	}
 	inspector := asynq.NewInspector(redisOpt)
@@ -165,7 +168,7 @@ func runDemo(ctx context.Context, cfg demoConfig, e env, stdout, stderr io.Write
 		}
 	}()
 
-	db, err := pgopen.Open(ctx, e.databaseURL, pgopen.Options{
+	db, err := connect.Postgres(ctx, e.databaseURL, connect.Options{
 		Params:       map[string]any{"search_path": cfg.schema},
 		MaxOpenConns: cfg.producers + 40,
 	})

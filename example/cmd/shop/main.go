@@ -7,8 +7,10 @@
 //	shop all    [-addr 127.0.0.1:8080] [-queue default]   the three in one process
 //	shop demo   [-orders 3000] [-rollback 0.1] ...         places orders, drains, checks, prints a summary
 //
-// Settings come from the environment: DATABASE_URL (postgres://...) and REDIS_ADDR (host:port), which
-// default to the servers of scripts/devservices.sh. The relay also reads OUTBOX_* (see relay.ConfigFromEnv).
+// Settings come from the environment: DATABASE_URL (postgres://..., opened with connect.Postgres) and
+// REDIS_URL (redis://:pass@host:port/db, rediss://, redis-sentinel://, redis-cluster://: see
+// connect.Redis) or REDIS_ADDR (host:port), which default to the servers of scripts/devservices.sh. The
+// relay also reads OUTBOX_* (see relay.ConfigFromEnv).
 // SIGINT and SIGTERM stop every subcommand gracefully: the library never touches signals, this main does.
 package main
 
@@ -31,8 +33,8 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/uptrace/bun"
 
+	"github.com/bunbox/bunbox/connect"
 	"github.com/bunbox/bunbox/example/shop"
-	"github.com/bunbox/bunbox/internal/pgopen"
 	"github.com/bunbox/bunbox/relay"
 )
 
@@ -52,7 +54,8 @@ commands:
 
 environment:
   DATABASE_URL  PostgreSQL URL (default ` + defaultDatabaseURL + `)
-  REDIS_ADDR    Redis host:port (default ` + defaultRedisAddr + `)
+  REDIS_URL     Redis URL: redis://:pass@host:6379/0, rediss://, redis-sentinel://, redis-cluster://
+  REDIS_ADDR    Redis host:port when REDIS_URL is not set (default ` + defaultRedisAddr + `)
   OUTBOX_*      relay settings, e.g. OUTBOX_BATCH_SIZE, OUTBOX_POLL_INTERVAL (relay, all)
 
 Run "shop <command> -h" for the command's flags.
@@ -68,14 +71,29 @@ func main() {
 // env is what every command reads from the environment.
 type env struct {
 	databaseURL string
+	redisURL    string // wins over redisAddr
 	redisAddr   string
 }
 
 func readEnv() env {
 	return env{
 		databaseURL: cmp.Or(os.Getenv("DATABASE_URL"), defaultDatabaseURL),
+		redisURL:    os.Getenv("REDIS_URL"),
 		redisAddr:   cmp.Or(os.Getenv("REDIS_ADDR"), defaultRedisAddr),
 	}
+}
+
+// redis returns the Redis options of REDIS_URL, or else REDIS_ADDR, and how to name that Redis in
+// messages, with its password masked.
+func (e env) redis() (asynq.RedisConnOpt, string, error) {
+	if e.redisURL == "" {
+		return asynq.RedisClientOpt{Addr: e.redisAddr}, e.redisAddr, nil
+	}
+	opt, err := connect.Redis(e.redisURL)
+	if err != nil {
+		return nil, "", err
+	}
+	return opt, connect.Redact(e.redisURL), nil
 }
 
 // run runs one command and returns the process's exit code: 0 success, 1 failure, 2 bad usage.
@@ -139,7 +157,11 @@ func serve(ctx context.Context, cmd string, args []string, e env, stderr io.Writ
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
-	db, err := pgopen.Open(ctx, e.databaseURL, pgopen.Options{})
+	redisOpt, redisName, err := e.redis()
+	if err != nil {
+		return err
+	}
+	db, err := connect.Postgres(ctx, e.databaseURL, connect.Options{})
 	if err != nil {
 		return err
 	}
@@ -147,7 +169,6 @@ func serve(ctx context.Context, cmd string, args []string, e env, stderr io.Writ
 	if err := shop.Migrate(ctx, db); err != nil {
 		return err
 	}
-	redisOpt := asynq.RedisClientOpt{Addr: e.redisAddr}
 	shop.Register(db, *queue) // before db is shared between goroutines
 
 	var parts []func(context.Context) error
@@ -162,13 +183,13 @@ func serve(ctx context.Context, cmd string, args []string, e env, stderr io.Writ
 		cfg.Logger = logger
 		r, err := relay.New(db, redisOpt, cfg)
 		if err != nil {
-			return fmt.Errorf("relay (Redis at %s): %w", e.redisAddr, err)
+			return fmt.Errorf("relay (Redis at %s): %w", redisName, err)
 		}
 		defer r.Close()
 		parts = append(parts, r.Run)
 	}
 	if cmd == "worker" || cmd == "all" {
-		if err := pingRedis(e.redisAddr); err != nil {
+		if err := pingRedis(redisOpt, redisName); err != nil {
 			return err
 		}
 		parts = append(parts, func(ctx context.Context) error {
@@ -231,11 +252,12 @@ func serveAPI(ctx context.Context, addr string, db *bun.DB, logger *slog.Logger)
 	return nil
 }
 
-func pingRedis(addr string) error {
-	c := asynq.NewClient(asynq.RedisClientOpt{Addr: addr, DialTimeout: 5 * time.Second})
+// pingRedis checks that the Redis of opt answers; name is how messages show it (its password masked).
+func pingRedis(opt asynq.RedisConnOpt, name string) error {
+	c := asynq.NewClient(opt)
 	defer c.Close()
 	if err := c.Ping(); err != nil {
-		return fmt.Errorf("redis at %s does not answer: %w", addr, err)
+		return fmt.Errorf("redis at %s does not answer: %w", name, err)
 	}
 	return nil
 }

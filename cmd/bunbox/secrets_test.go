@@ -1,0 +1,148 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/model"
+)
+
+// databaseURLsWithSecret are DATABASE_URLs that each hold secret in a form users write, none of which
+// opens a database.
+func databaseURLsWithSecret(secret string) []string {
+	return []string{
+		"postgres://u:" + secret + "@127.0.0.1:1/db?sslmode=disable",
+		"postgres://u:Pa%ZZ" + secret + "@127.0.0.1:1/db",
+		"postgres://u:" + secret + "/x@127.0.0.1:1/db",
+		"postgres://u:" + secret + "@127.0.0.1:1/db?sslmode=sometimes",
+		"postgres://u@127.0.0.1:1/db?password=" + secret + "&sslmode=disable",
+		"postgres://u@127.0.0.1:1/db?sslmode=verify-full&sslrootcert=/nonexistent&password=" + secret,
+		"host=127.0.0.1 port=1 user=u password=" + secret + " sslmode=disable",
+		"host=127.0.0.1 port=1 user=u password='" + secret + " x' sslmode=disable",
+		"host=127.0.0.1 port=1 user=u password='" + secret,
+		"mysql://u:" + secret + "@127.0.0.1:1/db",
+	}
+}
+
+// redisURLsWithSecret are REDIS_URLs that each hold secret, none of which reaches a Redis.
+func redisURLsWithSecret(secret string) []string {
+	return []string{
+		"redis://:" + secret + "@127.0.0.1:1/0",
+		"redis://:Pa%ZZ" + secret + "@127.0.0.1:1",
+		"redis://u:" + secret + "/x@127.0.0.1:1",
+		"rediss://u:" + secret + "@127.0.0.1:1",
+		"redis://:" + secret + "@127.0.0.1:1/notadb",
+		"redis-sentinel://:" + secret + "@127.0.0.1:1,127.0.0.1:2?master=m&password=" + secret,
+		"redis-sentinel://:" + secret + "@127.0.0.1:1",
+		"redis-cluster://u:" + secret + "@127.0.0.1:1,127.0.0.1:2",
+		"redis-cluster://u:" + secret + "@127.0.0.1:1,,127.0.0.1:2",
+		":" + secret + "@127.0.0.1:1",
+	}
+}
+
+// TestNoSecretInOutput runs the CLI with passwords in every form in DATABASE_URL, -database-url and
+// REDIS_URL, and checks that none reaches its output or its logs.
+func TestNoSecretInOutput(t *testing.T) {
+	t.Parallel()
+
+	const secret = "Sup3rS3cret"
+	for i, dsn := range databaseURLsWithSecret(secret) {
+		for _, args := range [][]string{{"status"}, {"dead", "list"}, {"migrate", "status"}, {"relay", "-metrics-addr", ""}} {
+			t.Run(fmt.Sprintf("DatabaseURL%d/%s", i, args[0]), func(t *testing.T) {
+				t.Parallel()
+				code, stdout, stderr := runCLI(t, map[string]string{"DATABASE_URL": dsn}, args...)
+				require.Equal(t, 1, code, stderr)
+				require.NotContains(t, stdout+stderr, secret)
+				require.Contains(t, stderr, "xxxxx", "the connection string is shown, redacted")
+				// The flag says the same as the variable.
+				code, stdout, stderr = runCLI(t, nil, append([]string{"-database-url", dsn}, args...)...)
+				require.Equal(t, 1, code, stderr)
+				require.NotContains(t, stdout+stderr, secret)
+			})
+		}
+	}
+
+	if testing.Short() {
+		return // the Redis cases need a database to get that far
+	}
+	schema := outboxtest.NewSchema(t)
+	databaseURL := withParam(outboxtest.DatabaseURL(), "search_path="+schema)
+	code, _, stderr := runCLI(t, map[string]string{"DATABASE_URL": databaseURL}, "migrate", "up")
+	require.Equal(t, 0, code, stderr)
+	for i, u := range redisURLsWithSecret(secret) {
+		t.Run(fmt.Sprintf("RedisURL%d", i), func(t *testing.T) {
+			t.Parallel()
+			code, stdout, stderr := runCLI(t, map[string]string{"DATABASE_URL": databaseURL, "REDIS_URL": u},
+				"relay", "-metrics-addr", "", "-reconcile-window", "10m", "-log-level", "debug")
+			require.Equal(t, 1, code, stderr)
+			require.NotContains(t, stdout+stderr, secret)
+		})
+	}
+	t.Run("WrongRedisPassword", func(t *testing.T) {
+		t.Parallel()
+		rd := outboxtest.StartRedis(t, &outboxtest.RedisOptions{Password: "the-right-one"})
+		code, stdout, stderr := runCLI(t, map[string]string{"DATABASE_URL": databaseURL, "REDIS_URL": "redis://:" + secret + "@" + rd.Addr()},
+			"relay", "-metrics-addr", "", "-log-level", "debug")
+		require.Equal(t, 1, code, stderr)
+		require.Contains(t, stderr, "WRONGPASS")
+		require.NotContains(t, stdout+stderr, secret)
+	})
+}
+
+// TestRelayRedisURL runs `bunbox relay` against a password-protected Redis given by URL, with the
+// reconciler on, and checks that it delivers an event and prints no password.
+func TestRelayRedisURL(t *testing.T) {
+	t.Parallel()
+	outboxtest.SkipShort(t)
+
+	const password = "r3dis-Pa55"
+	rd := outboxtest.StartRedis(t, &outboxtest.RedisOptions{Password: password})
+	db, schema := outboxtest.Schema(t)
+	ev, err := model.NewEvent("order.placed", map[string]int{"order_id": 7})
+	require.NoError(t, err)
+	_, err = db.NewInsert().Model(ev).Exec(context.Background())
+	require.NoError(t, err)
+
+	env := map[string]string{
+		"DATABASE_URL": withParam(outboxtest.DatabaseURL(), "search_path="+schema),
+		"REDIS_URL":    "redis://:" + password + "@" + rd.Addr() + "/3",
+		"REDIS_ADDR":   "127.0.0.1:1", // the URL wins
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"relay", "-metrics-addr", "", "-reconcile-window", "10m", "-log-level", "debug"},
+			func(k string) string { return env[k] }, &stdout, &stderr)
+	}()
+
+	ins := asynq.NewInspector(asynq.RedisClientOpt{Addr: rd.Addr(), Password: password, DB: 3})
+	defer ins.Close()
+	outboxtest.WaitFor(t, 20*time.Second, "the event in Redis database 3", func() bool {
+		info, err := ins.GetTaskInfo("default", ev.EventID.String())
+		return err == nil && info.Type == "order.placed"
+	})
+	outboxtest.WaitFor(t, 20*time.Second, "the row marked published", func() bool {
+		return outboxtest.Count(t, db, "outbox_events", "published_at IS NOT NULL") == 1
+	})
+	cancel()
+	require.Equal(t, 0, <-done, stderr.String())
+	require.NotContains(t, stdout.String()+stderr.String(), password)
+}
+
+// withParam adds a query parameter to a URL.
+func withParam(url, param string) string {
+	if strings.Contains(url, "?") {
+		return url + "&" + param
+	}
+	return url + "?" + param
+}
