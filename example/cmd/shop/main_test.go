@@ -56,7 +56,7 @@ func TestServeBadDatabaseURL(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
 	err := serve(context.Background(), "api", nil, env{databaseURL: "postgres://%zz", redisAddr: "127.0.0.1:1"}, &out)
-	require.ErrorContains(t, err, "invalid database URL")
+	require.ErrorContains(t, err, "invalid PostgreSQL URL")
 }
 
 func TestDemo(t *testing.T) {
