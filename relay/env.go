@@ -18,7 +18,8 @@ import (
 //	OUTBOX_RETENTION, OUTBOX_CLEANUP_INTERVAL, OUTBOX_CLEANUP_BATCH_SIZE
 //
 // and OUTBOX_ROUTES for Config.Routes, as "event=listener,listener;event=listener"
-// (e.g. "order.placed=send-confirmation,reserve-stock").
+// (e.g. "order.placed=send-confirmation,reserve-stock"). The Redis to relay to is not in Config:
+// RedisFromEnv reads it from OUTBOX_REDIS_URL.
 func ConfigFromEnv() (Config, error) { return configFromLookup(os.LookupEnv) }
 
 func configFromLookup(lookup func(string) (string, bool)) (Config, error) {

@@ -59,6 +59,7 @@ environment:
   DATABASE_URL  PostgreSQL URL, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full&sslrootcert=ca.pem
   REDIS_URL     Redis URL for the relay: redis://:pass@host:6379/0, rediss://... (TLS),
                 redis-sentinel://host:26379?master=NAME, redis-cluster://host:7000,host:7001
+                (OUTBOX_REDIS_URL is read when REDIS_URL is not set)
   REDIS_ADDR    Redis host:port, when REDIS_URL is not set (default 127.0.0.1:6379)
   OUTBOX_*      relay settings: OUTBOX_BATCH_SIZE, OUTBOX_POLL_INTERVAL, OUTBOX_TASK_RETENTION, ...
 
@@ -97,7 +98,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage) }
 	fs.StringVar(&c.databaseURL, "database-url", getenv("DATABASE_URL"), "PostgreSQL URL (default $DATABASE_URL)")
-	fs.StringVar(&c.redisURL, "redis-url", getenv("REDIS_URL"), "Redis URL, wins over -redis-addr (default $REDIS_URL)")
+	fs.StringVar(&c.redisURL, "redis-url", or(getenv("REDIS_URL"), getenv("OUTBOX_REDIS_URL")), "Redis URL, wins over -redis-addr (default $REDIS_URL, else $OUTBOX_REDIS_URL)")
 	fs.StringVar(&c.redisAddr, "redis-addr", or(getenv("REDIS_ADDR"), "127.0.0.1:6379"), "Redis host:port (default $REDIS_ADDR)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -97,10 +97,20 @@ func TestNoSecretInOutput(t *testing.T) {
 	})
 }
 
-// TestRelayRedisURL runs `bunbox relay` against a password-protected Redis given by URL, with the
-// reconciler on, and checks that it delivers an event and prints no password.
+// TestRelayRedisURL runs `bunbox relay` against a password-protected Redis given by URL (in REDIS_URL,
+// then in OUTBOX_REDIS_URL), with the reconciler on, and checks that it delivers an event and prints no
+// password.
 func TestRelayRedisURL(t *testing.T) {
 	t.Parallel()
+	for _, variable := range []string{"REDIS_URL", "OUTBOX_REDIS_URL"} {
+		t.Run(variable, func(t *testing.T) {
+			t.Parallel()
+			testRelayRedisURL(t, variable)
+		})
+	}
+}
+
+func testRelayRedisURL(t *testing.T, variable string) {
 	outboxtest.SkipShort(t)
 
 	const password = "r3dis-Pa55"
@@ -113,7 +123,7 @@ func TestRelayRedisURL(t *testing.T) {
 
 	env := map[string]string{
 		"DATABASE_URL": withParam(outboxtest.DatabaseURL(), "search_path="+schema),
-		"REDIS_URL":    "redis://:" + password + "@" + rd.Addr() + "/3",
+		variable:       "redis://:" + password + "@" + rd.Addr() + "/3",
 		"REDIS_ADDR":   "127.0.0.1:1", // the URL wins
 	}
 	ctx, cancel := context.WithCancel(context.Background())
