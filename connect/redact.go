@@ -28,7 +28,7 @@ func Redact(s string) string {
 		return redactParams(s[:i]+redactUserinfo(s[i:]), true)
 	}
 	if at := strings.LastIndexByte(s, '@'); at > 0 && !strings.ContainsAny(s[:at], "= \t\n") {
-		return redactUserinfo(s) // a URL without its scheme: user:password@host
+		return redactParams(redactUserinfo(s), true) // a URL without its scheme: user:password@host
 	}
 	return redactParams(s, false)
 }

@@ -70,6 +70,15 @@ func TestNoSecretInOutput(t *testing.T) {
 		}
 	}
 
+	t.Run("Help", func(t *testing.T) {
+		t.Parallel()
+		env := map[string]string{"DATABASE_URL": databaseURLsWithSecret(secret)[0], "REDIS_URL": redisURLsWithSecret(secret)[0]}
+		for _, args := range [][]string{{"-h"}, {"help"}, {"relay", "-h"}, {"-nosuchflag"}, {"frobnicate"}} {
+			_, stdout, stderr := runCLI(t, env, args...)
+			require.NotContains(t, stdout+stderr, secret, args)
+		}
+	})
+
 	if testing.Short() {
 		return // the Redis cases need a database to get that far
 	}
