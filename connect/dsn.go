@@ -96,7 +96,7 @@ func parseDSN(dsn string) (*pgSettings, error) {
 		return nil, errors.New("several hosts are not supported: give one host")
 	}
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-		return nil, fmt.Errorf("port %q is not a number", port)
+		return nil, fmt.Errorf("port %q is not a number from 0 to 65535", port)
 	}
 	if strings.HasPrefix(host, "/") {
 		// A Unix socket directory, as libpq reads it (a path to the socket itself is taken as is). libpq
