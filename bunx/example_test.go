@@ -3,15 +3,13 @@ package bunx_test
 import (
 	"cmp"
 	"context"
-	"database/sql"
 	"fmt"
 	"os"
 
 	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/dialect/pgdialect"
-	"github.com/uptrace/bun/driver/pgdriver"
 
 	"github.com/bunbox/bunbox/bunx"
+	"github.com/bunbox/bunbox/connect"
 	bunboxmigrate "github.com/bunbox/bunbox/migrate"
 	"github.com/bunbox/bunbox/model"
 )
@@ -29,9 +27,12 @@ type ShopOrder struct {
 // (see the relay package). The event commits, or rolls back, with the order.
 func Example() {
 	ctx := context.Background()
-	sqldb := sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(
-		cmp.Or(os.Getenv("DATABASE_URL"), "postgres://postgres@127.0.0.1:55432/postgres?sslmode=disable"))))
-	db := bun.NewDB(sqldb, pgdialect.New())
+	db, err := connect.Postgres(ctx, // TLS as sslmode says: verify-full in production
+		cmp.Or(os.Getenv("DATABASE_URL"), "postgres://postgres@127.0.0.1:55432/postgres?sslmode=disable"), connect.Options{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer db.Close()
 	if err := bunboxmigrate.Up(ctx, db); err != nil {
 		fmt.Println(err)
@@ -44,7 +45,7 @@ func Example() {
 		return []*model.Event{ev}, err
 	})
 
-	err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		_, err := tx.NewInsert().Model(&ShopOrder{Customer: "ada"}).Exec(ctx)
 		return err // the hook wrote order.placed in this same transaction
 	})
