@@ -121,6 +121,10 @@ func TestPostgresTLS(t *testing.T) {
 		{"PlainServerRequire", fmt.Sprintf("postgres://postgres@127.0.0.1:%s/postgres?sslmode=require", plainPort), false, "does not accept TLS"},
 		{"PlainServerVerifyFull", fmt.Sprintf("postgres://postgres@127.0.0.1:%s/postgres?sslmode=verify-full&sslrootcert=%s", plainPort, srv.caFile), false, "does not accept TLS"},
 	}
+	t.Run("PoolAndListener", func(t *testing.T) {
+		t.Parallel()
+		testPoolAndListener(t, srv)
+	})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -138,9 +142,8 @@ func TestPostgresTLS(t *testing.T) {
 	}
 }
 
-func TestPostgresTLSPoolAndListener(t *testing.T) {
-	t.Parallel()
-	srv := startTLSServer(t)
+// testPoolAndListener checks, on srv, that Options.Params and pgdriver's Listener work over TLS.
+func testPoolAndListener(t *testing.T, srv *tlsServer) {
 	dsn := srv.dsn("postgres", "localhost", url.Values{"sslmode": {"verify-full"}, "sslrootcert": {srv.caFile}})
 	db, err := connect.Postgres(context.Background(), dsn, connect.Options{Params: map[string]any{"search_path": "pg_catalog"}})
 	require.NoError(t, err)
