@@ -2,6 +2,8 @@ package connect_test
 
 import (
 	"crypto/tls"
+	"crypto/x509"
+	"net"
 	"testing"
 
 	"github.com/hibiken/asynq"
@@ -95,4 +97,41 @@ func TestRedisPassword(t *testing.T) {
 	err = w.Ping()
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "wrong-pw")
+}
+
+// rediss:// verifies the server's certificate: a TLS server with a certificate from an unknown CA is
+// refused during the handshake, before any Redis command (and so before the password) is sent.
+func TestRedisTLSVerifies(t *testing.T) {
+	t.Parallel()
+
+	ca := newTestCA(t, "untrusted CA")
+	certPEM, keyPEM := ca.issue(t, "localhost", []string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1")}, x509.ExtKeyUsageServerAuth)
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	require.NoError(t, err)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	received := make(chan []byte, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			buf := make([]byte, 512)
+			n, _ := c.Read(buf) // completes the handshake, or fails it
+			received <- buf[:n]
+			_ = c.Close()
+		}
+	}()
+
+	_, port, err := net.SplitHostPort(ln.Addr().String())
+	require.NoError(t, err)
+	opt, err := connect.Redis("rediss://:tls-secret@localhost:" + port)
+	require.NoError(t, err)
+	c := asynq.NewClient(opt)
+	t.Cleanup(func() { _ = c.Close() })
+	err = c.Ping()
+	require.ErrorContains(t, err, "certificate signed by unknown authority")
+	require.Empty(t, <-received, "nothing reached the server")
 }
