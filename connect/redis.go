@@ -30,6 +30,9 @@ import (
 // (the userinfo authenticates to the sentinels), and adds the database, the master's password and
 // sentinel lists whose hosts do not all have a port. A parameter that a form does not take is an error,
 // not ignored. Every error is an *Error that shows the URL with its password masked.
+//
+// rediss:// checks the server's certificate against the system's roots; for a private CA, set RootCAs on
+// the TLSConfig of the options it returns (a RedisClientOpt for rediss://).
 func Redis(rawURL string) (asynq.RedisConnOpt, error) {
 	opt, err := parseRedis(rawURL)
 	if err != nil {
