@@ -10,7 +10,7 @@
 //		"postgres://app:secret@db.internal:5432/app?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem",
 //		connect.Options{MaxOpenConns: 20})
 //	if err != nil {
-//		return err // e.g. connect: PostgreSQL at postgres://app:xxxxx@db.internal:5432/app?... does not answer: ...
+//		return err // e.g. connect: cannot connect to PostgreSQL at postgres://app:xxxxx@db.internal:5432/app?...: ...
 //	}
 //	redisOpt, err := connect.Redis("rediss://app:secret@cache.internal:6380/0")
 //	if err != nil {

@@ -7,7 +7,7 @@ import (
 )
 
 // Error is a connection string that could not be used: it does not parse, asks for something this
-// package does not do, or the server behind it does not answer. It holds the connection string with the
+// package does not do, or the server behind it cannot be reached. It holds the connection string with the
 // password already masked (Redact), so neither Error() nor %#v nor a log of its fields can show a secret,
 // and nothing upstream has to remember to redact.
 type Error struct {

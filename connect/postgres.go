@@ -58,7 +58,7 @@ func Postgres(ctx context.Context, dsn string, opts Options) (*bun.DB, error) {
 	defer cancel()
 	if err := db.PingContext(pctx); err != nil {
 		_ = db.Close()
-		return nil, newError("PostgreSQL", dsn, err, "PostgreSQL at %s does not answer")
+		return nil, newError("PostgreSQL", dsn, err, "cannot connect to PostgreSQL at %s")
 	}
 	return db, nil
 }

@@ -69,7 +69,7 @@ func TestUsage(t *testing.T) {
 		{"NoDatabaseURL", nil, []string{"status"}, 1, "", "set DATABASE_URL"},
 		{"BrokenDatabaseURL", map[string]string{"DATABASE_URL": "postgres://%zz"}, []string{"status"}, 1, "", "invalid PostgreSQL URL"},
 		{"WrongScheme", map[string]string{"DATABASE_URL": "mysql://root@localhost/db"}, []string{"status"}, 1, "", "want postgres://"},
-		{"UnreachableDatabase", map[string]string{"DATABASE_URL": "postgres://u:secret@127.0.0.1:1/db?sslmode=disable"}, []string{"status"}, 1, "", "does not answer"},
+		{"UnreachableDatabase", map[string]string{"DATABASE_URL": "postgres://u:secret@127.0.0.1:1/db?sslmode=disable"}, []string{"status"}, 1, "", "cannot connect to PostgreSQL at postgres://u:xxxxx@127.0.0.1:1/db"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
