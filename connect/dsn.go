@@ -169,7 +169,7 @@ func keyValuePairs(s string) ([][2]string, error) {
 	var kv [][2]string
 	i := 0
 	skipSpace := func() {
-		for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
+		for i < len(s) && isSpace(s[i]) {
 			i++
 		}
 	}
@@ -179,7 +179,7 @@ func keyValuePairs(s string) ([][2]string, error) {
 			return kv, nil
 		}
 		start := i
-		for i < len(s) && s[i] != '=' && s[i] != ' ' && s[i] != '\t' && s[i] != '\n' && s[i] != '\r' {
+		for i < len(s) && s[i] != '=' && !isSpace(s[i]) {
 			i++
 		}
 		key := s[start:i]
@@ -211,7 +211,7 @@ func keyValuePairs(s string) ([][2]string, error) {
 				return nil, fmt.Errorf("the value of %s has no closing quote", truncate(key, 40))
 			}
 		} else {
-			for i < len(s) && s[i] != ' ' && s[i] != '\t' && s[i] != '\n' && s[i] != '\r' {
+			for i < len(s) && !isSpace(s[i]) {
 				if s[i] == '\\' && i+1 < len(s) {
 					i++
 				}

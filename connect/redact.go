@@ -27,7 +27,7 @@ func Redact(s string) string {
 	if i := schemeEnd(s); i > 0 {
 		return redactParams(s[:i]+redactUserinfo(s[i:]), true)
 	}
-	if at := strings.LastIndexByte(s, '@'); at > 0 && !strings.ContainsAny(s[:at], "= \t\n") {
+	if at := strings.LastIndexByte(s, '@'); at > 0 && !strings.ContainsAny(s[:at], "= \t\n\v\f\r") {
 		return redactParams(redactUserinfo(s), true) // a URL without its scheme: user:password@host
 	}
 	return redactParams(s, false)
@@ -96,7 +96,7 @@ func nextPassKey(s string, i int, inURL bool) (valStart int, ok bool) {
 		eq += i
 		// The name runs back from '=' over spaces (key = value is allowed) and name characters.
 		j := eq
-		for j > 0 && (s[j-1] == ' ' || s[j-1] == '\t') && !inURL {
+		for j > 0 && !inURL && isSpace(s[j-1]) {
 			j--
 		}
 		k := j
@@ -110,7 +110,7 @@ func nextPassKey(s string, i int, inURL bool) (valStart int, ok bool) {
 			}
 		}
 		v := eq + 1
-		for !inURL && v < len(s) && (s[v] == ' ' || s[v] == '\t') {
+		for !inURL && v < len(s) && isSpace(s[v]) {
 			v++
 		}
 		if strings.Contains(strings.ToLower(name), "pass") {
@@ -151,9 +151,18 @@ func valueEnd(s string, i int, inURL bool) int {
 			j++
 		case inURL && (c == '&' || c == '#'):
 			return j
-		case !inURL && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
+		case !inURL && isSpace(c):
 			return j
 		}
 	}
 	return len(s)
+}
+
+// isSpace is C's isspace, which libpq uses to separate key=value pairs.
+func isSpace(c byte) bool {
+	switch c {
+	case ' ', '\t', '\n', '\v', '\f', '\r':
+		return true
+	}
+	return false
 }
