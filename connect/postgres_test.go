@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"testing"
@@ -30,10 +31,21 @@ type tlsServer struct {
 
 func startTLSServer(t *testing.T) *tlsServer {
 	t.Helper()
+	return startTLSServerWith(t, nil)
+}
+
+// startTLSServerWith is startTLSServer with extra server settings.
+func startTLSServerWith(t *testing.T, config map[string]string) *tlsServer {
+	t.Helper()
 	outboxtest.SkipShort(t)
 	ca, wrong := newTestCA(t, "bunbox test CA"), newTestCA(t, "some other CA")
 	srvCert, srvKey := ca.issue(t, "localhost", []string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1")}, x509.ExtKeyUsageServerAuth)
 	cliCert, cliKey := ca.issue(t, "certuser", nil, nil, x509.ExtKeyUsageClientAuth)
+	settings := map[string]string{
+		"ssl": "on", "ssl_cert_file": "server.crt", "ssl_key_file": "server.key", "ssl_ca_file": "ca.crt",
+		"listen_addresses": "127.0.0.1,127.0.0.2",
+	}
+	maps.Copy(settings, config)
 	pg := outboxtest.StartPostgresWith(t, outboxtest.PostgresOptions{
 		Files: map[string][]byte{
 			"server.crt": srvCert, "server.key": srvKey, "ca.crt": ca.pem,
@@ -43,10 +55,7 @@ func startTLSServer(t *testing.T) *tlsServer {
 				"host all certuser 127.0.0.0/8 reject\n" +
 				"host all all 127.0.0.0/8 trust\n"),
 		},
-		Config: map[string]string{
-			"ssl": "on", "ssl_cert_file": "server.crt", "ssl_key_file": "server.key", "ssl_ca_file": "ca.crt",
-			"listen_addresses": "127.0.0.1,127.0.0.2",
-		},
+		Config: settings,
 	})
 	_, port, err := net.SplitHostPort(pg.Addr())
 	require.NoError(t, err)
@@ -172,4 +181,19 @@ func testPoolAndListener(t *testing.T, srv *tlsServer) {
 		}
 		require.NoError(t, ctx.Err(), "no notification over TLS: %v", err)
 	}
+}
+
+// libpq's prefer starts again in plain text when the TLS handshake fails; require does not. The server
+// offers only TLS 1.1, which Go's client refuses.
+func TestPostgresPreferAfterAFailedHandshake(t *testing.T) {
+	t.Parallel()
+	srv := startTLSServerWith(t, map[string]string{"ssl_min_protocol_version": "TLSv1", "ssl_max_protocol_version": "TLSv1.1"})
+
+	db, err := connect.Postgres(context.Background(), srv.dsn("postgres", "127.0.0.1", url.Values{"sslmode": {"prefer"}}), connect.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	require.False(t, sslInUse(t, db))
+
+	_, err = connect.Postgres(context.Background(), srv.dsn("postgres", "127.0.0.1", url.Values{"sslmode": {"require"}}), connect.Options{})
+	require.ErrorContains(t, err, "TLS handshake")
 }
