@@ -30,7 +30,8 @@
 //	require       required                     checked with sslrootcert,  not checked
 //	                                           else not checked (libpq)
 //	prefer        if the server has it, else   not checked                not checked
-//	(the default) plain text
+//	(the default) plain text (also after a
+//	              failed handshake, as libpq)
 //	allow         as prefer (libpq tries plain text first; this package tries TLS first)
 //	disable       never                        -                          -
 //
