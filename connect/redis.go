@@ -64,7 +64,10 @@ func parseRedis(rawURL string) (asynq.RedisConnOpt, error) {
 		if len(hosts) > 1 {
 			return nil, errors.New("several hosts: use redis-cluster:// for a Cluster or redis-sentinel:// for Sentinel")
 		}
-		opt, err := asynq.ParseRedisURI(rawURL)
+		if strings.Trim(u.Path, "/") == "" {
+			u.Path, u.RawPath = "", "" // redis://host/ is database 0; asynq wants a number after the '/'
+		}
+		opt, err := asynq.ParseRedisURI(u.String())
 		if err != nil {
 			return nil, err
 		}

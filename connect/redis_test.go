@@ -23,6 +23,7 @@ func TestRedis(t *testing.T) {
 	}{
 		{"Plain", "redis://cache:6379", asynq.RedisClientOpt{Addr: "cache:6379"}},
 		{"DefaultPort", "redis://cache", asynq.RedisClientOpt{Addr: "cache:6379"}},
+		{"TrailingSlash", "redis://:pw@cache:6379/", asynq.RedisClientOpt{Addr: "cache:6379", Password: "pw"}},
 		{"PasswordAndDB", "redis://:pw@cache:6379/3", asynq.RedisClientOpt{Addr: "cache:6379", Password: "pw", DB: 3}},
 		{"ACLUser", "redis://app:pw@cache:6379", asynq.RedisClientOpt{Addr: "cache:6379", Username: "app", Password: "pw"}},
 		{"EscapedPassword", "redis://:p%40ss%2Fw@cache", asynq.RedisClientOpt{Addr: "cache:6379", Password: "p@ss/w"}},
