@@ -1,5 +1,5 @@
 // Package connect opens bunbox's connections from the strings operators write: a PostgreSQL DSN becomes a
-// *bun.DB whose TLS means exactly what libpq's sslmode says, a Redis URL becomes asynq's connection
+// *bun.DB whose TLS means what libpq's sslmode says (the two differences are below), a Redis URL becomes asynq's connection
 // options, and no password in either ever reaches an error, a log line or the output: every error
 // carries the string with its password masked (Redact).
 //
@@ -21,7 +21,7 @@
 // # sslmode
 //
 // pgdriver v1.2.18 on its own (pgdriver.WithDSN) encrypts without checking the server's certificate when
-// the DSN has no sslmode, or prefer, or require, and refuses a server without TLS where libpq would fall
+// the DSN has no sslmode, or allow, prefer, or require without sslrootcert, and refuses a server without TLS where libpq would fall
 // back to plain text. Postgres and PostgresConnector do what libpq does instead:
 //
 //	sslmode       TLS                          certificate chain          host name
