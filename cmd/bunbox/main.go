@@ -13,8 +13,8 @@
 // The database is DATABASE_URL (or -database-url), opened with connect.Postgres (TLS as libpq's sslmode
 // says); Redis is REDIS_URL (or -redis-url, any form connect.Redis reads: password, TLS, Sentinel,
 // Cluster), else REDIS_ADDR (or -redis-addr); the relay reads its settings from OUTBOX_* (see
-// relay.ConfigFromEnv). No password reaches the output: connection strings are shown redacted. Exit codes: 0 success, 1 failure, 2 bad
-// usage.
+// relay.ConfigFromEnv). No password reaches the output: connection strings are shown redacted. Exit
+// codes: 0 success, 1 failure, 2 bad usage.
 package main
 
 import (

@@ -9,8 +9,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/hibiken/asynq"
-
 	"github.com/bunbox/bunbox/relay"
 	"github.com/bunbox/bunbox/relay/relaymetrics"
 )
@@ -50,17 +48,21 @@ func (c *cli) reconcile(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	redisOpt, redisName, err := c.redis()
+	if err != nil {
+		return err
+	}
 	db, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
 	seen := &missingRecorder{next: slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})}
-	rc, err := relay.NewReconciler(db, asynq.RedisClientOpt{Addr: c.redisAddr, DialTimeout: 5 * time.Second}, relay.ReconcilerConfig{
+	rc, err := relay.NewReconciler(db, redisOpt, relay.ReconcilerConfig{
 		Window: *window, TaskRetention: cfg.TaskRetention, Routes: cfg.Routes, Logger: slog.New(seen),
 	})
 	if err != nil {
-		return fmt.Errorf("reconciler (Redis at %s): %w", c.redisAddr, err)
+		return fmt.Errorf("reconciler (Redis at %s): %w", redisName, err)
 	}
 	defer rc.Close()
 	res, err := rc.ReconcileOnce(ctx)

@@ -88,7 +88,7 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("metrics: listen on %s: %w", *metricsAddr, err)
 		}
-		probes, err := newHealth(db, asynq.RedisClientOpt{Addr: c.redisAddr, DialTimeout: 5 * time.Second})
+		probes, err := newHealth(db, redisOpt)
 		if err != nil {
 			_ = ln.Close()
 			return err

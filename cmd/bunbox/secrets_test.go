@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -55,7 +58,7 @@ func TestNoSecretInOutput(t *testing.T) {
 
 	const secret = "Sup3rS3cret"
 	for i, dsn := range databaseURLsWithSecret(secret) {
-		for _, args := range [][]string{{"status"}, {"dead", "list"}, {"migrate", "status"}, {"relay", "-metrics-addr", ""}} {
+		for _, args := range [][]string{{"status"}, {"dead", "list"}, {"migrate", "status"}, {"reconcile"}, {"relay", "-metrics-addr", ""}} {
 			t.Run(fmt.Sprintf("DatabaseURL%d/%s", i, args[0]), func(t *testing.T) {
 				t.Parallel()
 				code, stdout, stderr := runCLI(t, map[string]string{"DATABASE_URL": dsn}, args...)
@@ -89,10 +92,12 @@ func TestNoSecretInOutput(t *testing.T) {
 	for i, u := range redisURLsWithSecret(secret) {
 		t.Run(fmt.Sprintf("RedisURL%d", i), func(t *testing.T) {
 			t.Parallel()
-			code, stdout, stderr := runCLI(t, map[string]string{"DATABASE_URL": databaseURL, "REDIS_URL": u},
-				"relay", "-metrics-addr", "", "-reconcile-window", "10m", "-log-level", "debug")
-			require.Equal(t, 1, code, stderr)
-			require.NotContains(t, stdout+stderr, secret)
+			env := map[string]string{"DATABASE_URL": databaseURL, "REDIS_URL": u}
+			for _, args := range [][]string{{"relay", "-metrics-addr", "", "-reconcile-window", "10m", "-log-level", "debug"}, {"reconcile"}} {
+				code, stdout, stderr := runCLI(t, env, args...)
+				require.Equal(t, 1, code, stderr)
+				require.NotContains(t, stdout+stderr, secret)
+			}
 		})
 	}
 	t.Run("WrongRedisPassword", func(t *testing.T) {
@@ -139,8 +144,12 @@ func testRelayRedisURL(t *testing.T, variable string) {
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	done := make(chan int, 1)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	metricsAddr := ln.Addr().String()
+	require.NoError(t, ln.Close())
 	go func() {
-		done <- run(ctx, []string{"relay", "-metrics-addr", "", "-reconcile-window", "10m", "-log-level", "debug"},
+		done <- run(ctx, []string{"relay", "-metrics-addr", metricsAddr, "-reconcile-window", "10m", "-log-level", "debug"},
 			func(k string) string { return env[k] }, &stdout, &stderr)
 	}()
 
@@ -153,6 +162,19 @@ func testRelayRedisURL(t *testing.T, variable string) {
 	outboxtest.WaitFor(t, 20*time.Second, "the row marked published", func() bool {
 		return outboxtest.Count(t, db, "outbox_events", "published_at IS NOT NULL") == 1
 	})
+	// The readiness probe reaches the same Redis, by the same URL.
+	var ready string
+	outboxtest.WaitFor(t, 20*time.Second, "/readyz answering 200", func() bool {
+		resp, err := http.Get("http://" + metricsAddr + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		ready = string(b)
+		return resp.StatusCode == http.StatusOK
+	})
+	require.NotContains(t, ready, password)
 	cancel()
 	require.Equal(t, 0, <-done, stderr.String())
 	require.NotContains(t, stdout.String()+stderr.String(), password)
