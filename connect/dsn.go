@@ -23,9 +23,9 @@ type pgSettings struct {
 
 // sslSettings are libpq's TLS parameters.
 type sslSettings struct {
-	mode                  string // disable, allow, prefer, require, verify-ca, verify-full; "" means prefer
-	rootCert, cert, key   string
-	modeGiven, sniEnabled bool
+	mode                string // disable, allow, prefer, require, verify-ca, verify-full; "" means prefer
+	rootCert, cert, key string
+	sniEnabled          bool // sslsni: send the host name in the TLS handshake; defaults to true
 }
 
 // parseDSN reads a PostgreSQL URL (postgres://user:pass@host:port/db?param=value) or a libpq key=value
@@ -54,7 +54,7 @@ func parseDSN(dsn string) (*pgSettings, error) {
 		case "application_name":
 			s.appName = v
 		case "sslmode":
-			s.ssl.mode, s.ssl.modeGiven = v, true
+			s.ssl.mode = v
 		case "sslrootcert":
 			s.ssl.rootCert = v
 		case "sslcert":

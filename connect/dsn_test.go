@@ -17,7 +17,7 @@ func TestParseDSN(t *testing.T) {
 	}{
 		{"URL", "postgres://app:p%40ss@db.internal:6432/shop?sslmode=verify-full&sslrootcert=/ca.pem&application_name=relay", pgSettings{
 			network: "tcp", addr: "db.internal:6432", host: "db.internal", user: "app", password: "p@ss", database: "shop", appName: "relay",
-			ssl: sslSettings{mode: "verify-full", modeGiven: true, rootCert: "/ca.pem", sniEnabled: true}, params: map[string]any{},
+			ssl: sslSettings{mode: "verify-full", rootCert: "/ca.pem", sniEnabled: true}, params: map[string]any{},
 		}},
 		{"QueryOverridesURL", "postgresql://app:one@db/shop?password=two&user=other&dbname=x&port=7000&host=db2", pgSettings{
 			network: "tcp", addr: "db2:7000", host: "db2", user: "other", password: "two", database: "x",
@@ -36,7 +36,7 @@ func TestParseDSN(t *testing.T) {
 		}},
 		{"KeyValue", `host=db port=5433 user=app password='it\'s a secret' dbname = shop sslmode=require sslcert=/c.pem sslkey=/k.pem`, pgSettings{
 			network: "tcp", addr: "db:5433", host: "db", user: "app", password: "it's a secret", database: "shop",
-			ssl: sslSettings{mode: "require", modeGiven: true, cert: "/c.pem", key: "/k.pem", sniEnabled: true}, params: map[string]any{},
+			ssl: sslSettings{mode: "require", cert: "/c.pem", key: "/k.pem", sniEnabled: true}, params: map[string]any{},
 		}},
 		{"KeyValueEscapedSpace", `host=db user=app password=se\ cret`, pgSettings{
 			network: "tcp", addr: "db:5432", host: "db", user: "app", password: "se cret", ssl: sslSettings{sniEnabled: true}, params: map[string]any{},
