@@ -109,6 +109,8 @@ func TestPostgresTLS(t *testing.T) {
 		{"VerifyFullWrongCA", srv.dsn("postgres", "127.0.0.1", q("sslmode", "verify-full", "sslrootcert", srv.wrongCAFile)), false, "certificate signed by unknown authority"},
 		{"VerifyFullSystemRoots", srv.dsn("postgres", "127.0.0.1", q("sslmode", "verify-full")), false, "certificate signed by unknown authority"},
 		{"VerifyFullWrongHost", srv.dsn("postgres", "127.0.0.2", q("sslmode", "verify-full", "sslrootcert", srv.caFile)), false, "not 127.0.0.2"},
+		{"VerifyFullNoSNI", srv.dsn("postgres", "localhost", q("sslmode", "verify-full", "sslrootcert", srv.caFile, "sslsni", "0")), true, ""},
+		{"VerifyFullNoSNIWrongHost", srv.dsn("postgres", "127.0.0.2", q("sslmode", "verify-full", "sslrootcert", srv.caFile, "sslsni", "0")), false, "not 127.0.0.2"},
 		{"VerifyCAWrongHost", srv.dsn("postgres", "127.0.0.2", q("sslmode", "verify-ca", "sslrootcert", srv.caFile)), true, ""},
 		{"VerifyCAWrongCA", srv.dsn("postgres", "127.0.0.2", q("sslmode", "verify-ca", "sslrootcert", srv.wrongCAFile)), false, "certificate signed by unknown authority"},
 		{"Require", srv.dsn("postgres", "127.0.0.2", q("sslmode", "require")), true, ""},

@@ -69,19 +69,24 @@ func newTLSPolicy(s *pgSettings) (tlsPolicy, error) {
 			cfg.InsecureSkipVerify = true
 			break
 		}
-		verifyChainOnly(cfg, roots) // libpq: require with a root certificate verifies like verify-ca
+		verifyChain(cfg, roots, "") // libpq: require with a root certificate verifies like verify-ca
 	case "verify-ca":
-		verifyChainOnly(cfg, roots)
+		verifyChain(cfg, roots, "")
 	case "verify-full":
+		if !s.ssl.sniEnabled {
+			verifyChain(cfg, roots, s.host) // the name is checked, but not sent (sslsni=0)
+			break
+		}
 		cfg.RootCAs = roots
 		cfg.ServerName = s.host // also an IP address: Go then checks the certificate's IP SANs
 	}
 	return p, nil
 }
 
-// verifyChainOnly makes cfg check the server's certificate chain against roots, but not its name: Go's
-// TLS has no such mode, so verification is turned off and done again in VerifyConnection.
-func verifyChainOnly(cfg *tls.Config, roots *x509.CertPool) {
+// verifyChain makes cfg check the server's certificate chain against roots, and its name against host
+// unless host is "": Go's TLS cannot check a chain without a name, or a name it does not send, so its
+// verification is turned off and done here, in VerifyConnection.
+func verifyChain(cfg *tls.Config, roots *x509.CertPool, host string) {
 	cfg.InsecureSkipVerify = true
 	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
 		if len(cs.PeerCertificates) == 0 {
@@ -91,7 +96,7 @@ func verifyChainOnly(cfg *tls.Config, roots *x509.CertPool) {
 		for _, c := range cs.PeerCertificates[1:] {
 			inter.AddCert(c)
 		}
-		_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter})
+		_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, DNSName: host})
 		return err
 	}
 }
