@@ -38,7 +38,8 @@
 // sslrootcert names a PEM file of CA certificates; without it (or with sslrootcert=system) verify-ca and
 // verify-full check against the system's roots. Unlike libpq, the default files under ~/.postgresql
 // (root.crt, postgresql.crt, postgresql.key) are not read: name them. sslcert and sslkey give a client
-// certificate (an unencrypted key: sslpassword is refused). prefer, the default, protects only against
+// certificate (an unencrypted key: sslpassword is refused); sslsni=0 keeps the host name out of the
+// handshake (verify-full still checks it). prefer, the default, protects only against
 // passive eavesdropping: an attacker in the path can answer without TLS or with any certificate. A Unix
 // socket (host=/run/postgresql) never uses TLS, as in libpq. Other ssl* parameters, and libpq's routing
 // parameters that pgdriver does not implement (several hosts, hostaddr, service, target_session_attrs),
