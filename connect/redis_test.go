@@ -3,8 +3,12 @@ package connect_test
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"net"
+	"os/exec"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
@@ -135,4 +139,44 @@ func TestRedisTLSVerifies(t *testing.T) {
 	err = c.Ping()
 	require.ErrorContains(t, err, "certificate signed by unknown authority")
 	require.Empty(t, <-received, "nothing reached the server")
+}
+
+// A redis-sentinel:// URL reaches, through a real Sentinel, the password-protected master it watches.
+func TestRedisSentinel(t *testing.T) {
+	t.Parallel()
+	outboxtest.SkipShort(t)
+
+	const password = "sentinel-master-pw"
+	master := outboxtest.StartRedis(t, &outboxtest.RedisOptions{Password: password, NoPersistence: true})
+	masterHost, masterPort, err := net.SplitHostPort(master.Addr())
+	require.NoError(t, err)
+
+	// A Sentinel rewrites its config file, so it gets one of its own.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	sentinelAddr := l.Addr().String()
+	require.NoError(t, l.Close())
+	_, sentinelPort, _ := net.SplitHostPort(sentinelAddr)
+	dir := t.TempDir()
+	conf := writeFile(t, dir, "sentinel.conf", []byte(fmt.Sprintf(
+		"port %s\nbind 127.0.0.1\nprotected-mode no\ndir %s\nsentinel monitor mymaster %s %s 1\nsentinel auth-pass mymaster %s\n",
+		sentinelPort, dir, masterHost, masterPort, password)))
+	cmd := exec.Command("redis-server", conf, "--sentinel")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	opt, err := connect.Redis("redis-sentinel://" + sentinelAddr + "/0?master=mymaster&password=" + password)
+	require.NoError(t, err)
+	c := asynq.NewClient(opt)
+	t.Cleanup(func() { _ = c.Close() })
+	outboxtest.WaitFor(t, 20*time.Second, "the master through the Sentinel", func() bool { return c.Ping() == nil })
+	_, err = c.Enqueue(asynq.NewTask("sentinel.test", nil), asynq.TaskID("via-sentinel"))
+	require.NoError(t, err)
+
+	ins := asynq.NewInspector(asynq.RedisClientOpt{Addr: master.Addr(), Password: password})
+	t.Cleanup(func() { _ = ins.Close() })
+	info, err := ins.GetTaskInfo("default", "via-sentinel")
+	require.NoError(t, err)
+	require.Equal(t, "sentinel.test", info.Type)
 }
