@@ -132,7 +132,7 @@ func FuzzRedact(f *testing.F) {
 			case 4:
 				return "host=db.example.com user=user password='" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(p) + "' dbname=app"
 			case 5:
-				return "host=db.example.com user=user password=" + strings.NewReplacer(`\`, `\\`, " ", `\ `, "\t", "\\\t", "\n", "\\\n", "\r", "\\\r").Replace(p) + " dbname=app"
+				return "host=db.example.com user=user password=" + strings.NewReplacer(`\`, `\\`, " ", `\ `, "\t", "\\\t", "\n", "\\\n", "\v", "\\\v", "\f", "\\\f", "\r", "\\\r").Replace(p) + " dbname=app"
 			case 6:
 				return "redis://:" + p + "@cache.example.com:6379/0"
 			case 7:
