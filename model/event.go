@@ -63,4 +63,11 @@ type Event struct {
 	// DeadAt is when the relay gave up on the event after its maximum attempts; dead events are kept
 	// and can be retried by the operator.
 	DeadAt *time.Time `bun:"dead_at,nullzero"`
+
+	// OrderingKey puts the event in the ordered sequence of its key (see WithOrderingKey); empty (NULL)
+	// for an unordered event.
+	OrderingKey string `bun:"ordering_key,nullzero"`
+	// CompletedAt is when the relay saw the asynq task of a keyed event completed (every listener's task,
+	// with Routes), which releases the next event of its key; nil until then, and for unkeyed events.
+	CompletedAt *time.Time `bun:"completed_at,nullzero"`
 }

@@ -49,12 +49,16 @@ func NewEvent(name string, payload any, opts ...Option) (*Event, error) {
 			return nil, fmt.Errorf("bunbox: new event id: %w", err)
 		}
 	}
+	if o.orderingKeySet && o.orderingKey == "" {
+		return nil, fmt.Errorf("%w %q: OrderingKey must not be empty (leave WithOrderingKey out for no key)", ErrInvalidEvent, name)
+	}
 	ev := &Event{
-		EventID:  id,
-		Name:     name,
-		Queue:    o.queue,
-		Payload:  data,
-		Metadata: o.metadata,
+		EventID:     id,
+		Name:        name,
+		Queue:       o.queue,
+		Payload:     data,
+		Metadata:    o.metadata,
+		OrderingKey: o.orderingKey,
 	}
 	o.delivery.apply(ev)
 	if err := ev.Validate(o.maxPayload); err != nil {
@@ -90,6 +94,9 @@ func (e *Event) Validate(maxPayload int) error {
 	}
 	if !json.Valid(e.Payload) {
 		return fmt.Errorf("%w %q: Payload is not valid JSON", ErrInvalidEvent, e.Name)
+	}
+	if err := checkOrderingKey(e); err != nil {
+		return err
 	}
 	for k := range e.Metadata {
 		if k == "" {

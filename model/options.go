@@ -12,6 +12,9 @@ type options struct {
 	metadata   map[string]string
 	maxPayload int
 	delivery   delivery // delivery.go
+
+	orderingKey    string // WithOrderingKey, in ordering.go
+	orderingKeySet bool
 }
 
 // WithQueue sends the event to the named asynq queue instead of DefaultQueue.

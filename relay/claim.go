@@ -13,12 +13,17 @@ import (
 	"github.com/bunbox/bunbox/model"
 )
 
-// claimSQL locks the next batch of due rows. It walks the partial index outbox_events_pending_idx in id
-// order (so the cost does not grow with the published history) and skips rows other relays hold.
-const claimSQL = `SELECT id, event_id, event_name, queue, payload, metadata, created_at, attempts,
-  process_at, max_retry, coalesce(timeout_ns, 0), deadline, coalesce(task_group, ''), coalesce(retention_ns, 0)
+// claimColumns are the columns every claim reads, in the order claimBy scans them.
+const claimColumns = `id, event_id, event_name, queue, payload, metadata, created_at, attempts,
+  process_at, max_retry, coalesce(timeout_ns, 0), deadline, coalesce(task_group, ''), coalesce(retention_ns, 0),
+  coalesce(ordering_key, '')`
+
+// claimSQL locks the next batch of due unkeyed rows (keyed ones are claimed by keyedClaimSQL). It walks
+// the partial index outbox_events_unkeyed_pending_idx in id order (so the cost does not grow with the
+// published history, nor with keyed rows held back behind their key) and skips rows other relays hold.
+const claimSQL = `SELECT ` + claimColumns + `
 FROM outbox_events
-WHERE published_at IS NULL AND dead_at IS NULL
+WHERE published_at IS NULL AND dead_at IS NULL AND ordering_key IS NULL
   AND (next_attempt_at IS NULL OR next_attempt_at <= now())
 ORDER BY id
 LIMIT ?
@@ -29,8 +34,8 @@ FOR UPDATE SKIP LOCKED`
 func (r *Relay) due(ctx context.Context) bool {
 	var due bool
 	err := r.db.NewRaw(`SELECT EXISTS (SELECT 1 FROM outbox_events
-WHERE published_at IS NULL AND dead_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= now()))`).Scan(ctx, &due)
-	return err != nil || due
+WHERE published_at IS NULL AND dead_at IS NULL AND ordering_key IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= now()))`).Scan(ctx, &due)
+	return err != nil || due || r.dueKeyed(ctx)
 }
 
 // errMalformedRow marks a claimed row that cannot become a task; the round marks it dead at once.
@@ -40,19 +45,27 @@ var errMalformedRow = errors.New("bunbox: malformed outbox row")
 // in bad (index into events → error), to be marked dead rather than block the rows behind it. The scan
 // is by hand rather than through bun's model scan: it is the relay's hottest read.
 func claim(ctx context.Context, tx bun.Tx, n int) (events []model.Event, bad map[int]error, err error) {
-	rows, err := tx.QueryContext(ctx, claimSQL, n)
+	return claimBy(ctx, tx, make([]model.Event, 0, n), nil, claimSQL, n)
+}
+
+// claimBy runs query, which selects claimColumns, and appends the rows it locked to events (and their
+// malformations to bad, by index into events).
+func claimBy(ctx context.Context, tx bun.Tx, events []model.Event, bad map[int]error, query string, args ...any) (
+	_ []model.Event, _ map[int]error, err error,
+) {
+	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer rows.Close()
-	events = make([]model.Event, 0, n)
 	var metadata sql.RawBytes // valid until the next row: decoded at once
 	var timeoutNs, retentionNs int64
 	for rows.Next() {
 		var ev model.Event
 		payload := (*[]byte)(&ev.Payload) // database/sql copies into it
 		err := rows.Scan(&ev.ID, &ev.EventID, &ev.Name, &ev.Queue, payload, &metadata, &ev.CreatedAt, &ev.Attempts,
-			&ev.ProcessAt, &ev.MaxRetry, &timeoutNs, &ev.Deadline, &ev.Group, &retentionNs) // delivery options
+			&ev.ProcessAt, &ev.MaxRetry, &timeoutNs, &ev.Deadline, &ev.Group, &retentionNs, // delivery options
+			&ev.OrderingKey)
 		if err != nil {
 			return nil, nil, err
 		}

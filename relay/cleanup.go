@@ -25,13 +25,14 @@ func (r *Relay) cleanupLoop(ctx context.Context) {
 // cleanup deletes the rows published more than Retention ago, CleanupBatchSize per statement so that no
 // statement holds many locks or runs long, and returns how many it deleted. A row with a ProcessAt is kept
 // until Retention after that time, so that the reconciler can check a task scheduled far ahead and
-// `bunbox status` counts it.
+// `bunbox status` counts it; a keyed row is kept until it completed (an unfinished one holds its key).
 func (r *Relay) cleanup(ctx context.Context) (int64, error) {
 	cutoff := r.cfg.now().Add(-r.cfg.Retention)
 	var total int64
 	for ctx.Err() == nil {
 		res, err := r.db.NewRaw(`DELETE FROM outbox_events WHERE id IN (
   SELECT id FROM outbox_events WHERE published_at < ?0 AND (process_at IS NULL OR process_at < ?0)
+    AND (ordering_key IS NULL OR completed_at IS NOT NULL)
   ORDER BY published_at LIMIT ?1 FOR UPDATE SKIP LOCKED)`,
 			cutoff, r.cfg.CleanupBatchSize).Exec(ctx)
 		if err != nil {

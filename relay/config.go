@@ -31,6 +31,7 @@ const (
 	RetentionDefault        = 7 * 24 * time.Hour
 	CleanupIntervalDefault  = time.Minute
 	CleanupBatchSizeDefault = 1000
+	KeyCheckIntervalDefault = 10 * time.Millisecond
 	// NotifyChannel is the PostgreSQL channel the relay listens on and the trigger of EnableNotify notifies.
 	NotifyChannel = "bunbox_outbox"
 )
@@ -111,6 +112,13 @@ type Config struct {
 	// TracerProvider makes the relay's publish spans (one per enqueued row; see the package doc).
 	// Defaults to the global one, otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
+	// KeyCheckInterval is how often the relay looks up in asynq the tasks of keyed events (see
+	// model.WithOrderingKey) while some are in flight, to hand out the next event of a key once its task
+	// completed; it doubles while nothing changes, up to 10 times itself. Defaults to 10ms.
+	KeyCheckInterval time.Duration
+	// Inspector looks up the tasks of keyed events. Defaults to an asynq.Inspector on the Redis options
+	// given to New; with neither, keyed events are not relayed (they wait, and the relay says so in its log).
+	Inspector KeyInspector
 
 	now    func() time.Time
 	tracer trace.Tracer
@@ -133,6 +141,7 @@ func (c Config) withDefaults() Config {
 	c.CleanupInterval = cmp.Or(c.CleanupInterval, CleanupIntervalDefault)
 	c.CleanupBatchSize = cmp.Or(c.CleanupBatchSize, CleanupBatchSizeDefault)
 	c.Logger = cmp.Or(c.Logger, defaultLogger())
+	c.KeyCheckInterval = cmp.Or(c.KeyCheckInterval, KeyCheckIntervalDefault)
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -165,6 +174,7 @@ func (c Config) validate() error {
 	check(c.EnqueueTimeout > 0, "EnqueueTimeout must be positive, got %s", c.EnqueueTimeout)
 	check(c.CleanupInterval > 0, "CleanupInterval must be positive, got %s", c.CleanupInterval)
 	check(c.CleanupBatchSize >= 1 && c.CleanupBatchSize <= 100000, "CleanupBatchSize must be between 1 and 100000, got %d", c.CleanupBatchSize)
+	check(c.KeyCheckInterval > 0, "KeyCheckInterval must be positive, got %s", c.KeyCheckInterval)
 	if err := c.Routes.validate(); err != nil {
 		errs = append(errs, err)
 	}

@@ -31,12 +31,14 @@ func DeadEvents(ctx context.Context, db bun.IDB, limit int) ([]model.Event, erro
 
 // RetryDead puts the dead events with the given event ids back in line: their attempts are reset and the
 // relay picks them up on its next round (the last error is kept for reference). It returns how many rows
-// it revived; ids that are unknown or not dead are ignored.
+// it revived; ids that are unknown or not dead are ignored. A keyed event whose task asynq archived is
+// enqueued again: the relay deletes the archived task and enqueues a fresh one, and its key is unblocked
+// once that task completes.
 func RetryDead(ctx context.Context, db bun.IDB, eventIDs ...uuid.UUID) (int64, error) {
 	if len(eventIDs) == 0 {
 		return 0, nil
 	}
-	res, err := db.NewRaw(`UPDATE outbox_events SET dead_at = NULL, attempts = 0, next_attempt_at = NULL
+	res, err := db.NewRaw(`UPDATE outbox_events SET dead_at = NULL, attempts = 0, next_attempt_at = NULL, published_at = NULL
 WHERE event_id = ANY(?::uuid[]) AND dead_at IS NOT NULL`, pgdialect.Array(uuidStrings(eventIDs))).Exec(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("bunbox: retry dead events: %w", err)
@@ -64,6 +66,8 @@ type Backlog struct {
 	// ahead on the database's clock: their tasks wait in asynq's scheduled set. It is read from
 	// PostgreSQL, not from Redis: a task Redis lost still counts until the reconciler requeues it.
 	Scheduled int64
+	// BlockedKeys counts the ordering keys held by a dead event (see BlockedKeys).
+	BlockedKeys int64
 }
 
 // ReadBacklog reads the number of pending, dead and scheduled rows and the age of the oldest pending row,
@@ -77,8 +81,10 @@ func ReadBacklog(ctx context.Context, db bun.IDB) (Backlog, error) {
   (SELECT count(*) FROM outbox_events WHERE dead_at IS NOT NULL),
   coalesce((SELECT extract(epoch FROM clock_timestamp() - created_at)::float8 FROM outbox_events
     WHERE published_at IS NULL AND dead_at IS NULL ORDER BY id LIMIT 1), 0),
-  (SELECT count(*) FROM outbox_events WHERE process_at > now() AND published_at IS NOT NULL)`).
-		Scan(ctx, &b.Pending, &b.Dead, &lagSeconds, &b.Scheduled)
+  (SELECT count(*) FROM outbox_events WHERE process_at > now() AND published_at IS NOT NULL),
+  (SELECT count(DISTINCT ordering_key) FROM outbox_events
+    WHERE dead_at IS NOT NULL AND ordering_key IS NOT NULL AND completed_at IS NULL)`).
+		Scan(ctx, &b.Pending, &b.Dead, &lagSeconds, &b.Scheduled, &b.BlockedKeys)
 	if err != nil {
 		return Backlog{}, fmt.Errorf("bunbox: read outbox backlog: %w", err)
 	}

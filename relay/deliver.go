@@ -32,6 +32,9 @@ func Task(ev *model.Event, taskRetention time.Duration) (*asynq.Task, []asynq.Op
 	headers[model.HeaderEventID] = id
 	headers[model.HeaderEventName] = ev.Name
 	headers[model.HeaderCreatedAt] = ev.CreatedAt.UTC().Format(time.RFC3339Nano)
+	if ev.OrderingKey != "" {
+		headers[model.HeaderOrderingKey] = ev.OrderingKey
+	}
 	opts := []asynq.Option{
 		asynq.TaskID(id),
 		asynq.Queue(ev.Queue),
@@ -91,7 +94,7 @@ func (r *Relay) enqueue(ctx context.Context, ev *model.Event) error {
 	task, opts := Task(ev, r.cfg.TaskRetention)
 	listeners := r.cfg.Routes[ev.Name]
 	if len(listeners) == 0 {
-		return r.enqueueTask(ctx, task, opts)
+		return r.enqueueTask(ctx, ev, task, opts)
 	}
 	for _, l := range listeners {
 		headers := maps.Clone(task.Headers())
@@ -100,16 +103,19 @@ func (r *Relay) enqueue(ctx context.Context, ev *model.Event) error {
 		if ev.Group != "" {
 			lopts = append(lopts, asynq.Group(listenerGroup(ev.Group, l)))
 		}
-		if err := r.enqueueTask(ctx, asynq.NewTaskWithHeaders(ListenerTaskType(ev.Name, l), ev.Payload, headers), lopts); err != nil {
+		if err := r.enqueueTask(ctx, ev, asynq.NewTaskWithHeaders(ListenerTaskType(ev.Name, l), ev.Payload, headers), lopts); err != nil {
 			return fmt.Errorf("listener %s: %w", l, err)
 		}
 	}
 	return nil
 }
 
-func (r *Relay) enqueueTask(ctx context.Context, task *asynq.Task, opts []asynq.Option) error {
+func (r *Relay) enqueueTask(ctx context.Context, ev *model.Event, task *asynq.Task, opts []asynq.Option) error {
 	_, err := r.enq.EnqueueContext(ctx, task, opts...)
 	if errors.Is(err, asynq.ErrTaskIDConflict) {
+		if ev.OrderingKey != "" {
+			return r.rerunArchived(ctx, task, opts) // a keyed event retried by the operator
+		}
 		return nil // already delivered
 	}
 	return err

@@ -15,7 +15,7 @@ import (
 //	OUTBOX_BATCH_SIZE, OUTBOX_CONCURRENCY, OUTBOX_WORKERS, OUTBOX_POLL_INTERVAL, OUTBOX_MIN_POLL_INTERVAL,
 //	OUTBOX_DISABLE_NOTIFY, OUTBOX_TASK_RETENTION, OUTBOX_MAX_ATTEMPTS, OUTBOX_RETRY_BACKOFF,
 //	OUTBOX_RETRY_BACKOFF_MAX, OUTBOX_BACKOFF, OUTBOX_BACKOFF_MAX, OUTBOX_ENQUEUE_TIMEOUT,
-//	OUTBOX_RETENTION, OUTBOX_CLEANUP_INTERVAL, OUTBOX_CLEANUP_BATCH_SIZE
+//	OUTBOX_RETENTION, OUTBOX_CLEANUP_INTERVAL, OUTBOX_CLEANUP_BATCH_SIZE, OUTBOX_KEY_CHECK_INTERVAL
 //
 // and OUTBOX_ROUTES for Config.Routes, as "event=listener,listener;event=listener"
 // (e.g. "order.placed=send-confirmation,reserve-stock"). The Redis to relay to is not in Config:
@@ -57,6 +57,7 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 		{"OUTBOX_ENQUEUE_TIMEOUT", &c.EnqueueTimeout},
 		{"OUTBOX_RETENTION", &c.Retention},
 		{"OUTBOX_CLEANUP_INTERVAL", &c.CleanupInterval},
+		{"OUTBOX_KEY_CHECK_INTERVAL", &c.KeyCheckInterval},
 	}
 	for _, v := range durations {
 		if s, ok := lookup(v.name); ok && s != "" {

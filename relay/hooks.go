@@ -67,12 +67,13 @@ type Stats struct {
 	FailedRounds int64 // rounds that failed
 	Published    int64 // rows marked published
 	Failed       int64 // failed enqueues of single rows
-	Dead         int64 // rows marked dead
+	Dead         int64 // rows marked dead (keyed rows too, whose task asynq archived)
 	Cleaned      int64 // published rows deleted after Retention
+	Completed    int64 // keyed rows whose tasks this relay saw completed, releasing the next event of the key
 }
 
 type counters struct {
-	rounds, failedRounds, published, failed, dead, cleaned atomic.Int64
+	rounds, failedRounds, published, failed, dead, cleaned, completed atomic.Int64
 }
 
 // Stats returns the relay's counters since New. It is safe to call at any time.
@@ -85,6 +86,7 @@ func (r *Relay) Stats() Stats {
 		Failed:       c.failed.Load(),
 		Dead:         c.dead.Load(),
 		Cleaned:      c.cleaned.Load(),
+		Completed:    c.completed.Load(),
 	}
 }
 

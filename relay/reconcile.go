@@ -342,7 +342,8 @@ func (r *Reconciler) registerQueue(queue string) error {
 }
 
 // requeue clears published_at of the rows that are still exactly as read (same published_at), so the
-// relay enqueues them again. It returns how many rows it changed.
+// relay enqueues them again; never of a keyed row seen completed, which would be handled after the events
+// of its key that followed it. It returns how many rows it changed.
 func requeue(ctx context.Context, db bun.IDB, rows []reconcileRow) (int, error) {
 	ids := make([]int64, len(rows))
 	at := make([]time.Time, len(rows))
@@ -352,7 +353,7 @@ func requeue(ctx context.Context, db bun.IDB, rows []reconcileRow) (int, error) 
 	res, err := db.NewRaw(`UPDATE outbox_events AS o
 SET published_at = NULL, next_attempt_at = NULL, last_error = ?
 FROM unnest(?::bigint[], ?::timestamptz[]) AS m(id, published_at)
-WHERE o.id = m.id AND o.published_at = m.published_at`,
+WHERE o.id = m.id AND o.published_at = m.published_at AND o.completed_at IS NULL`,
 		reconcileLastError, pgdialect.Array(ids), pgdialect.Array(at)).Exec(ctx)
 	if err != nil {
 		return 0, err

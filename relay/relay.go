@@ -33,6 +33,7 @@ type Relay struct {
 	rdb     redis.UniversalClient // the connections of the client New made, closed by Close; nil with Config.Enqueuer
 	running atomic.Bool
 	sem     chan struct{} // bounds the enqueues in flight, over all workers
+	keys    *keyTracker   // hands out keyed events in order (ordering.go); nil without an inspector
 
 	counters counters
 }
@@ -63,6 +64,10 @@ func New(db *bun.DB, redis asynq.RedisConnOpt, cfg Config) (*Relay, error) {
 			return nil, err
 		}
 		r.rdb, r.enq = rdb, client
+	}
+	if err := r.newKeyTracker(redis); err != nil {
+		_ = r.Close()
+		return nil, err
 	}
 	r.pinger, _ = r.enq.(Pinger)
 	if r.pinger != nil {
@@ -99,10 +104,11 @@ func checkSchema(ctx context.Context, db bun.IDB) error {
 // Close releases the Redis connections of the client that New made (none when Config.Enqueuer was
 // given). Call it after Run has returned.
 func (r *Relay) Close() error {
+	err := r.keys.close()
 	if r.rdb == nil {
-		return nil
+		return err
 	}
-	return r.rdb.Close() // asynq refuses to close a client made on a go-redis client it was given
+	return errors.Join(err, r.rdb.Close()) // asynq refuses to close a client made on a go-redis client it was given
 }
 
 // Run relays until ctx is done, then finishes or releases the batch in flight and returns nil: enqueues
@@ -128,6 +134,10 @@ func (r *Relay) Run(ctx context.Context) error {
 	if r.cfg.Retention > 0 {
 		wg.Go(func() { r.cleanupLoop(ctx) })
 	}
+	if r.keys != nil {
+		wg.Go(func() { r.trackKeys(ctx, wake) })
+	}
+	r.warnKeyedWithoutInspector(ctx, r.db)
 	r.log.LogAttrs(ctx, slog.LevelInfo, "bunbox relay started",
 		slog.Int("batch_size", r.cfg.BatchSize), slog.Int("concurrency", r.cfg.Concurrency), slog.Int("workers", r.cfg.Workers),
 		slog.Duration("poll_interval", r.cfg.PollInterval))

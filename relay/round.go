@@ -37,7 +37,7 @@ func (r *Relay) runOnce(ctx context.Context) (res BatchEvent) {
 	}
 	defer func() { _ = tx.Rollback() }()
 
-	events, bad, err := claim(ctx, tx, r.cfg.BatchSize)
+	events, bad, err := r.claimRound(ctx, tx)
 	if err != nil {
 		if ctx.Err() == nil {
 			res.Err = fmt.Errorf("claim: %w", err)
@@ -104,6 +104,7 @@ func (r *Relay) runOnce(ctx context.Context) (res BatchEvent) {
 	}
 	res.Published = marked
 	res.Failed = len(fails)
+	r.keys.published(events)
 	for i, f := range fails {
 		ev := &events[failed[i]]
 		if !f.dead {

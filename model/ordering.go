@@ -1,0 +1,44 @@
+package model
+
+import (
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// MaxOrderingKeyLength is the longest ordering key, in bytes.
+const MaxOrderingKeyLength = 255
+
+// HeaderOrderingKey carries the event's ordering key (see WithOrderingKey); absent for an event without one.
+const HeaderOrderingKey = "bunbox-ordering-key"
+
+// WithOrderingKey puts the event in the ordered sequence of key, for example an account or order id: the
+// events of one key are handled one at a time, in the order of their outbox ids, by plain asynq handlers.
+// The relay hands event n+1 of a key to asynq only after the task of event n completed; events without a
+// key are never held back by keyed ones. A dead event (or one whose task asynq archived) blocks its key
+// until it is retried.
+//
+// The outbox id order is the commit order for transactions that serialize on the aggregate the key names
+// (they lock or update its row before they record the event): give such transactions' events the key.
+// The key must not be empty, is at most MaxOrderingKeyLength bytes of UTF-8 and holds no control
+// characters. See the relay package for what ordering costs.
+func WithOrderingKey(key string) Option {
+	return func(o *options) { o.orderingKey, o.orderingKeySet = key, true }
+}
+
+// checkOrderingKey validates the OrderingKey of e (empty means none).
+func checkOrderingKey(e *Event) error {
+	k := e.OrderingKey
+	switch {
+	case k == "":
+		return nil
+	case len(k) > MaxOrderingKeyLength:
+		return fmt.Errorf("%w %q: OrderingKey %.40q... is %d bytes, over the limit of %d", ErrInvalidEvent, e.Name, k, len(k), MaxOrderingKeyLength)
+	case !utf8.ValidString(k):
+		return fmt.Errorf("%w %q: OrderingKey %q is not valid UTF-8", ErrInvalidEvent, e.Name, k)
+	case strings.IndexFunc(k, unicode.IsControl) >= 0:
+		return fmt.Errorf("%w %q: OrderingKey %q must not contain control characters", ErrInvalidEvent, e.Name, k)
+	}
+	return nil
+}

@@ -1,0 +1,74 @@
+package relay
+
+import (
+	"context"
+
+	"github.com/uptrace/bun"
+
+	"github.com/bunbox/bunbox/model"
+)
+
+// keyedHeadsSQL is the common part of the keyed claim and of dueKeyed: the head of every key that has
+// pending rows, the head being the key's first row not yet completed. It walks the distinct keys of
+// outbox_events_keyed_pending_idx one index descent at a time (a skip scan), and finds each head with one
+// descent of outbox_events_keyed_open_idx: the cost follows the number of keys with pending rows, not the
+// number of rows queued behind them.
+const keyedHeadsSQL = `WITH RECURSIVE keys AS (
+  (SELECT ordering_key FROM outbox_events
+   WHERE ordering_key IS NOT NULL AND published_at IS NULL AND dead_at IS NULL
+   ORDER BY ordering_key LIMIT 1)
+  UNION ALL
+  SELECT (SELECT e.ordering_key FROM outbox_events e
+          WHERE e.ordering_key > keys.ordering_key AND e.published_at IS NULL AND e.dead_at IS NULL
+          ORDER BY e.ordering_key LIMIT 1)
+  FROM keys WHERE keys.ordering_key IS NOT NULL
+), heads AS (
+  SELECT (SELECT h.id FROM outbox_events h
+          WHERE h.ordering_key = keys.ordering_key AND h.completed_at IS NULL
+          ORDER BY h.id LIMIT 1) AS id
+  FROM keys WHERE keys.ordering_key IS NOT NULL
+)
+`
+
+// keyedClaimSQL locks the heads that are pending and due, oldest first. A head another relay holds is
+// skipped, and the rows behind it are not heads: two relays never hold two rows of one key. A head that
+// is published, dead or not yet due holds its key.
+//
+// The heads are found without locks, and the rows are then locked: a head that another relay published
+// in between fails the re-check of published_at that PostgreSQL makes on the locked row. A row stops
+// being its key's head only by being completed, which needs it published first.
+const keyedClaimSQL = keyedHeadsSQL + `SELECT ` + claimColumns + `
+FROM outbox_events
+WHERE id IN (SELECT id FROM heads)
+  AND published_at IS NULL AND dead_at IS NULL
+  AND (next_attempt_at IS NULL OR next_attempt_at <= now())
+ORDER BY id
+LIMIT ?
+FOR UPDATE SKIP LOCKED`
+
+// claimRound locks the batch of a round: the keyed heads first, at most half the batch so that unkeyed
+// rows always have room, then unkeyed rows to fill it. Without an inspector (see Config.Inspector) keyed
+// rows are left alone.
+func (r *Relay) claimRound(ctx context.Context, tx bun.Tx) ([]model.Event, map[int]error, error) {
+	n := r.cfg.BatchSize
+	if r.keys == nil {
+		return claim(ctx, tx, n)
+	}
+	events, bad, err := claimBy(ctx, tx, make([]model.Event, 0, n), nil, keyedClaimSQL, max(1, n/2))
+	if err != nil || len(events) == n {
+		return events, bad, err
+	}
+	return claimBy(ctx, tx, events, bad, claimSQL, n-len(events))
+}
+
+// dueKeyed reports whether a keyed row may be waiting to be claimed; an error says yes.
+func (r *Relay) dueKeyed(ctx context.Context) bool {
+	if r.keys == nil {
+		return false
+	}
+	var due bool
+	err := r.db.NewRaw(keyedHeadsSQL+`SELECT EXISTS (SELECT 1 FROM outbox_events
+WHERE id IN (SELECT id FROM heads) AND published_at IS NULL AND dead_at IS NULL
+  AND (next_attempt_at IS NULL OR next_attempt_at <= now()))`).Scan(ctx, &due)
+	return err != nil || due
+}
