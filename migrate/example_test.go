@@ -31,4 +31,5 @@ func ExampleRegister() {
 	// 20261129000001 bunbox_outbox_events
 	// 20261129000003 bunbox_inbox
 	// 20261201000003 bunbox_delivery_options
+	// 20261129000004 bunbox_ordering
 }

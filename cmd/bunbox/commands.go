@@ -104,6 +104,9 @@ type statusReport struct {
 	Scheduled        int64   `json:"scheduled"`
 	// Events breaks Pending and Dead down by queue and event name.
 	Events []eventStatus `json:"events"`
+	// BlockedKeys counts the ordering keys held by a dead event; Blocked lists the first of them.
+	BlockedKeys int64              `json:"blocked_keys"`
+	Blocked     []relay.BlockedKey `json:"blocked,omitempty"`
 }
 
 func (c *cli) status(ctx context.Context, args []string) error {
@@ -129,9 +132,15 @@ func (c *cli) status(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("count published: %w", err)
 	}
-	rep := statusReport{Pending: b.Pending, OldestPendingAge: b.Lag.Seconds(), Published: int64(published), Dead: b.Dead, Scheduled: b.Scheduled}
+	rep := statusReport{Pending: b.Pending, OldestPendingAge: b.Lag.Seconds(), Published: int64(published), Dead: b.Dead, Scheduled: b.Scheduled,
+		BlockedKeys: b.BlockedKeys}
 	if rep.Events, err = readEventStatus(ctx, db); err != nil {
 		return err
+	}
+	if b.BlockedKeys > 0 {
+		if rep.Blocked, err = relay.BlockedKeys(ctx, db, statusBlockedKeys); err != nil {
+			return fmt.Errorf("list blocked keys: %w", err)
+		}
 	}
 	if *asJSON {
 		return c.printJSON(rep)
@@ -142,11 +151,19 @@ func (c *cli) status(ctx context.Context, args []string) error {
 	fmt.Fprintf(tw, "published\t%d\n", rep.Published)
 	fmt.Fprintf(tw, "dead\t%d\n", rep.Dead)
 	fmt.Fprintf(tw, "scheduled\t%d\n", rep.Scheduled)
+	fmt.Fprintf(tw, "blocked keys\t%d\n", rep.BlockedKeys)
+	for _, k := range rep.Blocked {
+		fmt.Fprintf(tw, "  key %s\theld by dead event %s (%d waiting behind it): `bunbox dead retry %s`\n",
+			oneLine(k.Key, 60), k.EventID, k.Waiting, k.EventID)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	return c.printEventStatus(rep.Events)
 }
+
+// statusBlockedKeys is how many blocked keys `bunbox status` lists.
+const statusBlockedKeys = 10
 
 func formatAge(d time.Duration) string {
 	switch {

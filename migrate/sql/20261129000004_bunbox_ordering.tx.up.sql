@@ -1,5 +1,5 @@
 -- Per-key ordering (model.WithOrderingKey). A keyed row goes pending -> published (its task is in asynq)
--- -> completed (the relay saw the task completed), or dead; the next row of its key is claimed only when
+-- -> completed (the relay saw the task completed), or dead. The next row of its key is claimed only when
 -- no row of the key with a smaller id is still unfinished (completed_at IS NULL).
 ALTER TABLE outbox_events ADD COLUMN IF NOT EXISTS ordering_key text;
 

@@ -27,6 +27,8 @@ var (
 	descBacklog   = prometheus.NewDesc("bunbox_outbox_backlog", "Outbox rows waiting to be relayed (not published, not dead).", nil, nil)
 	descDeadRows  = prometheus.NewDesc("bunbox_outbox_dead", "Outbox rows the relay gave up on, kept for the operator.", nil, nil)
 	descLag       = prometheus.NewDesc("bunbox_outbox_lag_seconds", "Age of the oldest pending outbox row; 0 when none is pending.", nil, nil)
+	descBlocked   = prometheus.NewDesc("bunbox_outbox_blocked_keys", "Ordering keys held by a dead event: no later event of the key is relayed until it is retried.", nil, nil)
+	descCompleted = prometheus.NewDesc("bunbox_relay_keyed_completed_total", "Keyed events whose asynq tasks this relay saw completed, releasing the next event of their key.", nil, nil)
 	descUp        = prometheus.NewDesc("bunbox_outbox_up", "1 when the backlog query of this scrape succeeded.", nil, nil)
 	descPublished = prometheus.NewDesc("bunbox_relay_published_total", "Rows this relay marked published.", nil, nil)
 	descFailed    = prometheus.NewDesc("bunbox_relay_failed_total", "Failed enqueues of single rows by this relay.", nil, nil)
@@ -50,11 +52,11 @@ func NewCollector(db bun.IDB, r *relay.Relay) *Collector { return &Collector{db:
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descBacklog, descDeadRows, descLag, descUp} {
+	for _, d := range []*prometheus.Desc{descBacklog, descDeadRows, descLag, descBlocked, descUp} {
 		ch <- d
 	}
 	if c.relay != nil {
-		for _, d := range []*prometheus.Desc{descPublished, descFailed, descDead, descRounds, descFailedRds, descCleaned} {
+		for _, d := range []*prometheus.Desc{descPublished, descFailed, descDead, descRounds, descFailedRds, descCleaned, descCompleted} {
 			ch <- d
 		}
 	}
@@ -72,6 +74,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descBacklog, prometheus.GaugeValue, float64(b.Pending))
 		ch <- prometheus.MustNewConstMetric(descDeadRows, prometheus.GaugeValue, float64(b.Dead))
 		ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, b.Lag.Seconds())
+		ch <- prometheus.MustNewConstMetric(descBlocked, prometheus.GaugeValue, float64(b.BlockedKeys))
 	}
 	if c.relay == nil {
 		return
@@ -82,7 +85,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		v int64
 	}{
 		{descPublished, s.Published}, {descFailed, s.Failed}, {descDead, s.Dead},
-		{descRounds, s.Rounds}, {descFailedRds, s.FailedRounds}, {descCleaned, s.Cleaned},
+		{descRounds, s.Rounds}, {descFailedRds, s.FailedRounds}, {descCleaned, s.Cleaned}, {descCompleted, s.Completed},
 	} {
 		ch <- prometheus.MustNewConstMetric(m.d, prometheus.CounterValue, float64(m.v))
 	}

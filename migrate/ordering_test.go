@@ -1,0 +1,62 @@
+package migrate_test
+
+import (
+	"context"
+	"io/fs"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/stretchr/testify/require"
+	bunmigrate "github.com/uptrace/bun/migrate"
+
+	"github.com/bunbox/bunbox/internal/outboxtest"
+	bunboxmigrate "github.com/bunbox/bunbox/migrate"
+)
+
+// TestOrderingMigrationUpgradesAndRollsBack applies the migrations before 004 (per-key ordering), writes
+// rows, then upgrades with Up: the rows stay and are unkeyed. Rolling 004 back keeps them too.
+func TestOrderingMigrationUpgradesAndRollsBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	name := outboxtest.NewSchema(t)
+	db := outboxtest.Open(t, map[string]any{"search_path": name})
+
+	before := fstest.MapFS{}
+	require.NoError(t, fs.WalkDir(bunboxmigrate.FS(), ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasPrefix(path, "20261129000004") {
+			return err
+		}
+		data, err := fs.ReadFile(bunboxmigrate.FS(), path)
+		before[path] = &fstest.MapFile{Data: data}
+		return err
+	}))
+	old := bunmigrate.NewMigrations()
+	require.NoError(t, old.Discover(before))
+	m := bunmigrate.NewMigrator(db, old, bunmigrate.WithTableName(bunboxmigrate.TableName),
+		bunmigrate.WithLocksTableName(bunboxmigrate.LocksTableName), bunmigrate.WithMarkAppliedOnSuccess(true))
+	require.NoError(t, m.Init(ctx))
+	_, err := m.Migrate(ctx)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, payload, published_at)
+VALUES (gen_random_uuid(), 'a', '{}', NULL), (gen_random_uuid(), 'b', '{}', now())`)
+	require.NoError(t, err)
+
+	require.NoError(t, bunboxmigrate.Up(ctx, db))
+	require.EqualValues(t, 2, outboxtest.Count(t, db, "outbox_events", "ordering_key IS NULL AND completed_at IS NULL"))
+	var indexes int
+	require.NoError(t, db.NewRaw("SELECT count(*) FROM pg_indexes WHERE schemaname = ? AND indexname LIKE 'outbox_events_%keyed%'", name).Scan(ctx, &indexes))
+	require.Equal(t, 4, indexes)
+
+	full, err := bunboxmigrate.NewMigrator(db)
+	require.NoError(t, err)
+	group, err := full.Rollback(ctx)
+	require.NoError(t, err)
+	require.Len(t, group.Migrations, 1)
+	require.Equal(t, "20261129000004", group.Migrations[0].Name)
+	require.EqualValues(t, 2, outboxtest.Count(t, db, "outbox_events", "TRUE"))
+	var cols int
+	require.NoError(t, db.NewRaw(`SELECT count(*) FROM information_schema.columns WHERE table_schema = ? AND table_name = 'outbox_events'
+AND column_name IN ('ordering_key', 'completed_at')`, name).Scan(ctx, &cols))
+	require.Zero(t, cols)
+}
