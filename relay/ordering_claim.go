@@ -8,25 +8,20 @@ import (
 	"github.com/bunbox/bunbox/model"
 )
 
-// keyedHeadsSQL is the common part of the keyed claim and of dueKeyed: the head of every key that has
-// pending rows, the head being the key's first row not yet completed. It walks the distinct keys of
-// outbox_events_keyed_pending_idx one index descent at a time (a skip scan), and finds each head with one
-// descent of outbox_events_keyed_open_idx: the cost follows the number of keys with pending rows, not the
-// number of rows queued behind them.
-const keyedHeadsSQL = `WITH RECURSIVE keys AS (
-  (SELECT ordering_key FROM outbox_events
-   WHERE ordering_key IS NOT NULL AND published_at IS NULL AND dead_at IS NULL
-   ORDER BY ordering_key LIMIT 1)
+// keyedHeadsSQL is the common part of the keyed claim and of dueKeyed: the head of every key, the head
+// being the key's first row not yet completed. It walks outbox_events_keyed_open_idx one index descent
+// per key (a skip scan): the cost follows the number of keys with unfinished rows (pending, in asynq or
+// dead), not the number of rows queued behind them. The row-wise ORDER BY (ordering_key, id) with a range
+// on ordering_key is what only that index can serve, so the planner cannot walk the primary key instead.
+const keyedHeadsSQL = `WITH RECURSIVE heads AS (
+  (SELECT ordering_key, id FROM outbox_events
+   WHERE ordering_key IS NOT NULL AND completed_at IS NULL
+   ORDER BY ordering_key, id LIMIT 1)
   UNION ALL
-  SELECT (SELECT e.ordering_key FROM outbox_events e
-          WHERE e.ordering_key > keys.ordering_key AND e.published_at IS NULL AND e.dead_at IS NULL
-          ORDER BY e.ordering_key LIMIT 1)
-  FROM keys WHERE keys.ordering_key IS NOT NULL
-), heads AS (
-  SELECT (SELECT h.id FROM outbox_events h
-          WHERE h.ordering_key = keys.ordering_key AND h.completed_at IS NULL
-          ORDER BY h.id LIMIT 1) AS id
-  FROM keys WHERE keys.ordering_key IS NOT NULL
+  SELECT n.ordering_key, n.id FROM heads, LATERAL (
+    SELECT e.ordering_key, e.id FROM outbox_events e
+    WHERE e.ordering_key > heads.ordering_key AND e.completed_at IS NULL
+    ORDER BY e.ordering_key, e.id LIMIT 1) n
 )
 `
 

@@ -6,10 +6,6 @@ DROP INDEX IF EXISTS outbox_events_keyed_open_idx;
 
 --bun:split
 
-DROP INDEX IF EXISTS outbox_events_keyed_pending_idx;
-
---bun:split
-
 DROP INDEX IF EXISTS outbox_events_unkeyed_pending_idx;
 
 --bun:split

@@ -16,13 +16,8 @@ CREATE INDEX IF NOT EXISTS outbox_events_unkeyed_pending_idx ON outbox_events (i
 
 --bun:split
 
--- The keys that have pending rows, walked key by key (a skip scan) by the keyed claim.
-CREATE INDEX IF NOT EXISTS outbox_events_keyed_pending_idx ON outbox_events (ordering_key, id)
-    WHERE ordering_key IS NOT NULL AND published_at IS NULL AND dead_at IS NULL;
-
---bun:split
-
 -- The unfinished rows of each key: the first one is the key's head, the only one that may be in asynq.
+-- The keyed claim walks it key by key (a skip scan) to find the heads.
 CREATE INDEX IF NOT EXISTS outbox_events_keyed_open_idx ON outbox_events (ordering_key, id)
     WHERE ordering_key IS NOT NULL AND completed_at IS NULL;
 
