@@ -5,7 +5,11 @@
 // workers are down so that a backlog is lost) and crashes PostgreSQL (pg_ctl stop -m immediate), then
 // lets everything drain and checks the ledger: every event of every committed transaction handled, and
 // once; none of a rolled-back one; no task enqueued twice inside the dedupe window; nothing left pending,
-// dead or locked; malformed and unroutable tasks archived at their first delivery.
+// dead or locked; malformed and unroutable tasks archived at their first delivery. A fifth of the
+// transactions change one of eight accounts and record account.changed with the account as its ordering
+// key (model.WithOrderingKey): the ledger checks that no account's events were ever handled at the same
+// time or out of their commit order, counting a handler cut by a SIGKILL as running until its process
+// was seen dead.
 //
 // The suite is behind the build tag "fault" and takes about two and a half minutes:
 //
@@ -21,7 +25,7 @@
 //	FAULT_DIR=path   keep the ledgers and the processes' logs there (default: a temporary directory)
 //	FAULT_BREAK=x     sabotage one safety mechanism to prove the ledger notices; the run must FAIL:
 //	                  reconciler (relays run none), inbox (effects written without it), taskid (enqueue
-//	                  without the TaskID)
+//	                  without the TaskID), ordering (account events recorded without their ordering key)
 //
 // The processes are one binary, faultproc, with a subcommand per role; the test builds it with go build.
 // Each process writes a ledger (producer outcomes, enqueues, deliveries) to files that survive SIGKILL.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -56,6 +57,21 @@ CREATE TABLE fault_effects (
     event_name text        NOT NULL,
     worker     text        NOT NULL,
     handled_at timestamptz NOT NULL DEFAULT now()
+);
+-- The accounts of the keyed transactions: seq is the number of the account's last committed event,
+-- handled_seq the last one a handler applied. A handler that finds handled_seq other than its event's
+-- number minus one writes a violation.
+CREATE TABLE fault_accounts (
+    id          text   PRIMARY KEY,
+    seq         bigint NOT NULL DEFAULT 0,
+    handled_seq bigint NOT NULL DEFAULT 0
+);
+INSERT INTO fault_accounts (id) SELECT 'acct-' || i FROM generate_series(0, 7) i;
+CREATE TABLE fault_order_violations (
+    account     text   NOT NULL,
+    seq         bigint NOT NULL,
+    handled_seq bigint NOT NULL,
+    worker      text   NOT NULL
 );`
 
 // fault is one entry of the schedule.
@@ -114,7 +130,7 @@ func TestFault(t *testing.T) {
 		workerProcs = append(workerProcs, newProc(t, dir, bin, id,
 			append([]string{"worker", "-id", id, "-break", sabotage, "-seed", strconv.FormatInt(seed+int64(i), 10)}, base...)...))
 	}
-	producer := newProc(t, dir, bin, "producer", append([]string{"producer", "-id", "producer",
+	producer := newProc(t, dir, bin, "producer", append([]string{"producer", "-id", "producer", "-break", sabotage,
 		"-seed", strconv.FormatInt(seed, 10), "-duration", flow.String(), "-rate", "40"}, base...)...)
 	all := append(append([]*proc{}, relayProcs...), workerProcs...)
 	t.Cleanup(func() {
@@ -245,9 +261,15 @@ func TestFault(t *testing.T) {
 	st.wall = time.Since(began)
 	st.progress = progress
 	res := verify(t, check, ins, dir, led, &st, locked)
-	summary := res.table(seed, &st)
+	deaths := map[int]time.Time{}
+	for _, w := range workerProcs {
+		maps.Copy(deaths, w.deathTimes())
+	}
+	ord := checkOrdering(t, check, dir, deaths, led)
+	summary := res.table(seed, &st) + ord.table()
 	fmt.Print(summary) // stdout: shown with -v, and always when the test fails
 	res.assert(t)
+	ord.assert(t)
 }
 
 type stats struct {
@@ -362,23 +384,25 @@ type drainState struct {
 	unrouted, archived  int
 	bad, badArchived    int
 	inFlight            int // tasks pending, active, scheduled or in retry
+	keyedOpen           int // keyed rows the relays have not seen completed yet
 	err                 error
 }
 
 func (d drainState) done() bool {
-	return d.err == nil && d.pending == 0 && d.effected == d.routed && d.tasksInRedis == d.tasks && d.archived == d.unrouted && d.badArchived == d.bad
+	return d.err == nil && d.pending == 0 && d.keyedOpen == 0 && d.effected == d.routed && d.tasksInRedis == d.tasks && d.archived == d.unrouted && d.badArchived == d.bad
 }
 
 func (d drainState) String() string {
-	return fmt.Sprintf("pending %d, dead %d, effects %d/%d, tasks in Redis %d/%d, unrouted archived %d/%d, malformed archived %d/%d, tasks in flight %d, err %v",
-		d.pending, d.dead, d.effected, d.routed, d.tasksInRedis, d.tasks, d.archived, d.unrouted, d.badArchived, d.bad, d.inFlight, d.err)
+	return fmt.Sprintf("pending %d, keyed not completed %d, dead %d, effects %d/%d, tasks in Redis %d/%d, unrouted archived %d/%d, malformed archived %d/%d, tasks in flight %d, err %v",
+		d.pending, d.keyedOpen, d.dead, d.effected, d.routed, d.tasksInRedis, d.tasks, d.archived, d.unrouted, d.badArchived, d.bad, d.inFlight, d.err)
 }
 
 func drain(ctx context.Context, db *bun.DB, ins *asynq.Inspector, l *ledger) drainState {
 	var d drainState
 	d.err = db.NewRaw(`SELECT
   (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL),
-  (SELECT count(*) FROM outbox_events WHERE dead_at IS NOT NULL)`).Scan(ctx, &d.pending, &d.dead)
+  (SELECT count(*) FROM outbox_events WHERE dead_at IS NOT NULL),
+  (SELECT count(*) FROM outbox_events WHERE ordering_key IS NOT NULL AND completed_at IS NULL)`).Scan(ctx, &d.pending, &d.dead, &d.keyedOpen)
 	if d.err != nil {
 		return d
 	}
@@ -624,6 +648,9 @@ func verify(t *testing.T, db *bun.DB, ins *asynq.Inspector, dir string, l *ledge
 	seen := map[string]bool{}
 	open := map[string]int{} // event id + pid -> handlers started and not returned
 	readLines(t, filepath.Join(dir, "deliveries-*.log"), func(_ string, f []string) {
+		if f[0] == "ks" || f[0] == "ke" {
+			return // keyed runs: see checkOrdering
+		}
 		if f[0] == "e" {
 			open[f[1]+"/"+f[4]]--
 			return
@@ -780,8 +807,8 @@ func (r *result) table(seed int64, st *stats) string {
 	row("----------------------------", "%s", strings.Repeat("-", 72))
 	row("transactions", "%d committed, %d rolled back (%d failed by the crash: %d had committed)",
 		r.l.committed, r.l.rolledBack, r.l.failedCommitted+r.l.failedRB, r.l.failedCommitted)
-	row("events committed", "%d (placed %d, audited %d, unrouted %d)", len(r.l.expected),
-		r.byName["order.placed"], r.byName["order.audited"], r.byName["order.unrouted"])
+	row("events committed", "%d (placed %d, audited %d, unrouted %d, account.changed %d keyed)", len(r.l.expected),
+		r.byName["order.placed"], r.byName["order.audited"], r.byName["order.unrouted"], r.byName["account.changed"])
 	row("events rolled back", "%d (in outbox %d, enqueued %d, delivered %d)", len(r.l.forbidden),
 		r.outboxForbidden, r.enqueuedForbidden, r.deliveredForbidden)
 	row("delivered", "%d of %d routed tasks handled (audited: 2 listeners); %d of %d unrouted archived",

@@ -27,11 +27,12 @@ type proc struct {
 	cmd    *exec.Cmd
 	done   chan struct{}
 	starts int
+	deaths map[int]time.Time // pid -> when the suite saw the process gone
 }
 
 func newProc(t *testing.T, dir, bin, name string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, bin: bin, args: args, logPath: filepath.Join(dir, name+".out")}
+	p := &proc{name: name, bin: bin, args: args, logPath: filepath.Join(dir, name+".out"), deaths: map[int]time.Time{}}
 	t.Cleanup(func() { p.kill(t) })
 	return p
 }
@@ -92,8 +93,20 @@ func (p *proc) signal(sig syscall.Signal, wait time.Duration) bool {
 	case <-time.After(wait):
 		return false
 	}
+	p.deaths[p.cmd.Process.Pid] = time.Now()
 	p.cmd, p.done = nil, nil
 	return true
+}
+
+// deathTimes returns, for every process this proc ran that is gone, when the suite saw it gone.
+func (p *proc) deathTimes() map[int]time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := make(map[int]time.Time, len(p.deaths))
+	for pid, at := range p.deaths {
+		m[pid] = at
+	}
+	return m
 }
 
 // wait waits up to timeout for the process to exit on its own.

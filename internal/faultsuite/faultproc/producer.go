@@ -38,13 +38,26 @@ type Order struct {
 // Routes fans order.audited out to two listeners, for the relays, their reconcilers and the workers.
 var Routes = relay.Routes{EventAudited: {"ledger", "notify"}}
 
-// Event names of the suite. order.unrouted has no handler: the workers archive it.
+// Event names of the suite. order.unrouted has no handler: the workers archive it. account.changed
+// carries the ordering key of its account (model.WithOrderingKey).
 const (
 	EventPlaced   = "order.placed"
 	EventAudited  = "order.audited"
 	EventUnrouted = "order.unrouted"
+	EventAccount  = "account.changed"
 	QueueCritical = "critical"
 )
+
+// Accounts is how many accounts the keyed transactions change (rows acct-0... of fault_accounts).
+const Accounts = 8
+
+// AccountChanged is the payload of account.changed: the account's sequence number, which the
+// transaction took by incrementing fault_accounts.seq, so that the committed events of an account are
+// numbered 1, 2, 3... in commit order.
+type AccountChanged struct {
+	Account string `json:"account"`
+	Seq     int64  `json:"seq"`
+}
 
 var errRollback = errors.New("rolled back on purpose")
 
@@ -70,6 +83,7 @@ func runProducer(ctx context.Context, args []string) error {
 	duration := fs.Duration("duration", 30*time.Second, "how long to produce")
 	rate := fs.Float64("rate", 40, "transactions per second, all goroutines together")
 	writers := fs.Int("writers", 4, "concurrent writers")
+	sabotage := fs.String("break", "", "sabotage, to prove the suite notices: ordering (account events without their ordering key)")
 	_ = fs.Parse(args)
 	log := logger("producer")
 
@@ -104,7 +118,7 @@ func runProducer(ctx context.Context, args []string) error {
 				case <-tick.C:
 				}
 				no := txNo.Add(1)
-				shape, events, fn := planTx(rng, ob, no)
+				shape, events, fn := planTx(rng, ob, no, *sabotage == "ordering")
 				// The transaction must not be cut by the end of the run: a cancelled context would turn
 				// into a rollback that the ledger would call a failure.
 				err := db.RunInTx(context.WithoutCancel(ctx), nil, fn)
@@ -134,19 +148,26 @@ func runProducer(ctx context.Context, args []string) error {
 }
 
 // planTx draws the shape of transaction no and returns it with its events and its body.
-func planTx(rng *rand.Rand, ob *bunx.Outbox, no int64) (string, []plannedEvent, func(context.Context, bun.Tx) error) {
+func planTx(rng *rand.Rand, ob *bunx.Outbox, no int64, noKey bool) (string, []plannedEvent, func(context.Context, bun.Tx) error) {
 	newOrder := func() *Order {
 		return &Order{ID: uuid.New(), TxNo: no, Amount: rng.Int64N(10000) + 1, PlacedID: mustV7()}
 	}
 	var (
-		shape  string
-		orders []*Order
-		extra  []*model.Event
+		shape   string
+		orders  []*Order
+		extra   []*model.Event
+		account string    // keyed: the account whose sequence the transaction takes
+		keyedID uuid.UUID // and the id of its account.changed event
 	)
 	switch p := rng.IntN(100); {
-	case p < 50:
+	case p < 35:
 		shape = "single"
 		orders = []*Order{newOrder()}
+	case p < 55:
+		shape = "keyed"
+		orders = []*Order{newOrder()}
+		account = fmt.Sprintf("acct-%d", rng.IntN(Accounts))
+		keyedID = mustV7()
 	case p < 72:
 		shape = "slice"
 		for range 2 + rng.IntN(4) {
@@ -183,8 +204,30 @@ func planTx(rng *rand.Rand, ob *bunx.Outbox, no int64) (string, []plannedEvent, 
 	for _, ev := range extra {
 		events = append(events, plannedEvent{ev.EventID, ev.Name})
 	}
+	if account != "" {
+		events = append(events, plannedEvent{keyedID, EventAccount})
+	}
 	fn := func(ctx context.Context, tx bun.Tx) error {
 		var err error
+		if account != "" {
+			// The transaction serializes on the account's row before it records the event, so the
+			// outbox id order of the account's events is their commit order.
+			var seq int64
+			if err := tx.NewRaw("UPDATE fault_accounts SET seq = seq + 1 WHERE id = ? RETURNING seq", account).Scan(ctx, &seq); err != nil {
+				return err
+			}
+			opts := []model.Option{model.WithEventID(keyedID)}
+			if !noKey {
+				opts = append(opts, model.WithOrderingKey(account))
+			}
+			ev, err := model.NewEvent(EventAccount, AccountChanged{Account: account, Seq: seq}, opts...)
+			if err != nil {
+				return err
+			}
+			if err := ob.Record(ctx, tx, ev); err != nil {
+				return err
+			}
+		}
 		if len(orders) == 1 {
 			_, err = tx.NewInsert().Model(orders[0]).Exec(ctx)
 		} else {

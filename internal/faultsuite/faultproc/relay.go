@@ -80,7 +80,9 @@ func runRelay(ctx context.Context, args []string) error {
 
 	const taskRetention = time.Hour
 	r, err := retry(ctx, log, "relay.New", func() (*relay.Relay, error) {
-		return relay.New(db, nil, relay.Config{
+		// The Redis options are for the relay's asynq inspector, which tracks keyed events; enqueues go
+		// through the ledger's client.
+		return relay.New(db, redisOpt, relay.Config{
 			BatchSize:       100,
 			PollInterval:    200 * time.Millisecond,
 			TaskRetention:   taskRetention,

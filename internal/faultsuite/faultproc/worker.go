@@ -3,8 +3,10 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -20,7 +22,7 @@ import (
 
 var errLostAck = errors.New("fault: acknowledgement lost after the effect committed")
 
-// runWorker serves order.placed, and order.audited fanned out to its two listeners (Routes), with bunx
+// runWorker serves order.placed, account.changed (keyed by account), and order.audited fanned out to its two listeners (Routes), with bunx
 // Inbox handlers whose effect is a row in fault_effects, written in the inbox's transaction. Outside that transaction every delivery is written
 // to the worker's delivery ledger (d <task id> <task type> <retry count> <pid> when it starts,
 // e <task id> <task type> <ok> <pid> when it returns), so the checker sees asynq redeliver while the
@@ -95,8 +97,46 @@ func runWorker(ctx context.Context, args []string) error {
 			return nil
 		})
 	}
+	// account.changed: besides its effect, the handler applies the event to the account's handled_seq,
+	// which must go 1, 2, 3... in order; an event that finds another number is written to
+	// fault_order_violations (and applied anyway, so that one violation does not hide the next).
+	accountHandler := inbox.Handler("account", func(ctx context.Context, tx bun.Tx, t *asynq.Task) error {
+		if err := writeEffect(ctx, tx, t); err != nil {
+			return err
+		}
+		var p AccountChanged
+		if err := json.Unmarshal(t.Payload(), &p); err != nil {
+			return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
+		}
+		var found int64
+		if err := tx.NewRaw("SELECT handled_seq FROM fault_accounts WHERE id = ? FOR UPDATE", p.Account).Scan(ctx, &found); err != nil {
+			return err
+		}
+		if found != p.Seq-1 {
+			if _, err := tx.NewRaw("INSERT INTO fault_order_violations (account, seq, handled_seq, worker) VALUES (?, ?, ?, ?)",
+				p.Account, p.Seq, found, c.id).Exec(ctx); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.NewRaw("UPDATE fault_accounts SET handled_seq = greatest(handled_seq, ?) WHERE id = ?", p.Seq, p.Account).Exec(ctx); err != nil {
+			return err
+		}
+		if *work > 0 {
+			time.Sleep(randDuration(*work)) // the handler's work, with the transaction open
+		}
+		return nil
+	})
 	mux := asynq.NewServeMux()
 	mux.Handle(EventPlaced, handler("placed"))
+	mux.Handle(EventAccount, asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		if err := accountHandler.ProcessTask(ctx, t); err != nil {
+			return err
+		}
+		if chance(*lostAck) {
+			return errLostAck
+		}
+		return nil
+	}))
 	for _, l := range Routes.Listeners(EventAudited) {
 		Routes.Handle(mux, EventAudited, l, handler(l)) // each listener its own task and inbox record
 	}
@@ -104,12 +144,24 @@ func runWorker(ctx context.Context, args []string) error {
 	// Every delivery, routed or not, is written before the handler runs and again when it returns; a
 	// start without an end is a handler cut by a SIGKILL.
 	pid := os.Getpid()
+	//
+	// account.changed also gets, with the time, ks <task id> <account> <seq> <pid> <unix ns> when it starts
+	// and ke <task id> <account> <seq> <pid> <unix ns> <ok> when it returns: the checker finds in them
+	// whether two runs of one account overlapped or ran out of order.
 	root := asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		id, _ := asynq.GetTaskID(ctx)
 		id = cmp.Or(id, "-")
 		retried, _ := asynq.GetRetryCount(ctx)
+		var acct AccountChanged
+		keyed := t.Type() == EventAccount && json.Unmarshal(t.Payload(), &acct) == nil && acct.Account != ""
 		led.printf("d %s %s %d %d", id, t.Type(), retried, pid)
+		if keyed {
+			led.printf("ks %s %s %d %d %d", id, acct.Account, acct.Seq, pid, time.Now().UnixNano())
+		}
 		err := routed.ProcessTask(ctx, t)
+		if keyed {
+			led.printf("ke %s %s %d %d %d %t", id, acct.Account, acct.Seq, pid, time.Now().UnixNano(), err == nil)
+		}
 		led.printf("e %s %s %t %d", id, t.Type(), err == nil, pid)
 		return err
 	})
