@@ -1,0 +1,148 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/bunbox/bunbox/internal/outboxtest"
+)
+
+// BenchmarkOrderingHandoff measures what per-key ordering costs a key: the delay from the success of
+// event n's handler to the start of event n+1's handler, over 20 keys of 50 events each, with one relay
+// (defaults, KeyCheckInterval 10ms) and a worker of concurrency 20 with TaskCheckInterval 10ms.
+//
+//	go test -run '^$' -bench OrderingHandoff -benchtime 1x ./relay/
+func BenchmarkOrderingHandoff(b *testing.B) {
+	const keys, perKey = 20, 50
+	for range b.N {
+		db, redis, queue, _ := benchSetup(b)
+		var items []keyedPayload
+		for n := range perKey {
+			for k := range keys {
+				items = append(items, keyedPayload{Key: fmt.Sprintf("key-%d", k), Seq: n})
+			}
+		}
+		insertKeyed(b, db, queue, "bench.keyed", items)
+		rec := newSequenceRecorder()
+		srv := asynq.NewServer(redis, asynq.Config{
+			Queues: map[string]int{queue: 1}, Concurrency: keys, TaskCheckInterval: 10 * time.Millisecond,
+			Logger: quietAsynqLogger{}, LogLevel: asynq.FatalLevel,
+		})
+		if err := srv.Start(recordingHandler(rec, nil)); err != nil {
+			b.Fatal(err)
+		}
+		r, err := New(db, redis, Config{DisableNotify: true, Retention: -1, Logger: outboxtest.Logger(b)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { done <- r.Run(ctx) }()
+		outboxtest.WaitFor(b, 5*time.Minute, "every keyed event handled", func() bool {
+			return outboxtest.Count(b, db, "outbox_events", "completed_at IS NULL") == 0
+		})
+		elapsed := time.Since(start)
+		cancel()
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+		_ = r.Close()
+		srv.Shutdown()
+		rec.mu.Lock()
+		if len(rec.violations) > 0 {
+			b.Fatalf("ordering violated: %v", rec.violations[:min(5, len(rec.violations))])
+		}
+		rec.mu.Unlock()
+		ds := rec.handoffDelays()
+		slices.Sort(ds)
+		pct := func(p float64) float64 { return float64(ds[int(p*float64(len(ds)-1))].Microseconds()) / 1000 }
+		b.ReportMetric(pct(0.5), "handoff_p50_ms")
+		b.ReportMetric(pct(0.99), "handoff_p99_ms")
+		b.ReportMetric(pct(1), "handoff_max_ms")
+		b.ReportMetric(float64(len(items))/elapsed.Seconds(), "keyed_events/s")
+		b.ReportMetric(float64(len(items))/elapsed.Seconds()/keys, "events/s_per_key")
+	}
+}
+
+// BenchmarkOrderingUnkeyedCost measures what keyed events cost the unkeyed ones: one relay drains 20,000
+// rows, all unkeyed (arm plain), or with every tenth row keyed over 100 keys (arm keyed10, 18,000
+// unkeyed), while a worker handles the keyed events' tasks (their own queue) so that keys move on. It
+// reports the rate at which the unkeyed rows were published in each arm and their ratio; the arms
+// alternate three times each so that both see the same load on a shared machine.
+//
+//	go test -run '^$' -bench OrderingUnkeyedCost -benchtime 1x ./relay/
+func BenchmarkOrderingUnkeyedCost(b *testing.B) {
+	const n, rounds = 20_000, 3
+	db, redis, queue, ins := benchSetup(b)
+	keyedQueue := queue + "_keyed"
+	b.Cleanup(func() { _ = ins.DeleteQueue(keyedQueue, true) })
+	ctx := context.Background()
+	payload := `{"key":"","seq":0}`
+	srv := asynq.NewServer(redis, asynq.Config{
+		Queues: map[string]int{keyedQueue: 1}, Concurrency: 20, TaskCheckInterval: 10 * time.Millisecond,
+		Logger: quietAsynqLogger{}, LogLevel: asynq.FatalLevel,
+	})
+	if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil })); err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Shutdown()
+
+	drain := func(keyedEvery int) (unkeyed int64, d time.Duration) {
+		keyExpr := "NULL"
+		if keyedEvery > 0 {
+			keyExpr = fmt.Sprintf("CASE WHEN i %% %d = 0 THEN 'k' || (i / %d %% 100) END", keyedEvery, keyedEvery)
+		}
+		if _, err := db.ExecContext(ctx, fmt.Sprintf(`INSERT INTO outbox_events (event_id, event_name, queue, payload, ordering_key)
+SELECT gen_random_uuid(), 'bench.event', CASE WHEN %[1]s IS NULL THEN ? ELSE ? END, ?, %[1]s FROM generate_series(1, ?) i`, keyExpr),
+			queue, keyedQueue, payload, n); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, "VACUUM ANALYZE outbox_events"); err != nil {
+			b.Fatal(err)
+		}
+		unkeyed = outboxtest.Count(b, db, "outbox_events", "ordering_key IS NULL")
+		r, err := New(db, redis, Config{DisableNotify: true, Retention: -1, Logger: outboxtest.Logger(b)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		runCtx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { done <- r.Run(runCtx) }()
+		for outboxtest.Count(b, db, "outbox_events", "ordering_key IS NULL AND published_at IS NULL") > 0 {
+			time.Sleep(5 * time.Millisecond) // a poll step of the measurement, the same in both arms
+		}
+		d = time.Since(start)
+		cancel()
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+		_ = r.Close()
+		if _, err := db.ExecContext(ctx, "TRUNCATE outbox_events"); err != nil {
+			b.Fatal(err)
+		}
+		_ = ins.DeleteQueue(queue, true)
+		_ = ins.DeleteQueue(keyedQueue, true)
+		return unkeyed, d
+	}
+	for range b.N {
+		var plainN, keyedN int64
+		var plainD, keyedD time.Duration
+		for range rounds {
+			u, d := drain(0)
+			plainN, plainD = plainN+u, plainD+d
+			u, d = drain(10)
+			keyedN, keyedD = keyedN+u, keyedD+d
+		}
+		plain, keyed := float64(plainN)/plainD.Seconds(), float64(keyedN)/keyedD.Seconds()
+		b.ReportMetric(plain, "plain_unkeyed/s")
+		b.ReportMetric(keyed, "keyed10_unkeyed/s")
+		b.ReportMetric(keyed/plain, "keyed10/plain")
+	}
+}
