@@ -114,7 +114,8 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 	// KeyCheckInterval is how often the relay looks up in asynq the tasks of keyed events (see
 	// model.WithOrderingKey) while some are in flight, to hand out the next event of a key once its task
-	// completed; it doubles while nothing changes, up to 10 times itself. Defaults to 10ms.
+	// completed; after 10 looks in a row that found nothing new it doubles, up to 10 times itself.
+	// Defaults to 10ms.
 	KeyCheckInterval time.Duration
 	// Inspector looks up the tasks of keyed events. Defaults to an asynq.Inspector on the Redis options
 	// given to New; with neither, keyed events are not relayed (they wait, and the relay says so in its log).

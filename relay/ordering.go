@@ -92,13 +92,17 @@ func (t *keyTracker) published(events []model.Event) {
 }
 
 // keyCheckBackoff is how many times KeyCheckInterval the tracker waits at most while keyed rows are in
-// flight and nothing changes.
-const keyCheckBackoff = 10
+// flight and nothing changes; keyCheckPatience is how many passes without a change it makes at
+// KeyCheckInterval before it starts backing off.
+const (
+	keyCheckBackoff  = 10
+	keyCheckPatience = 10
+)
 
-// trackKeys runs tracker passes until ctx is done: every KeyCheckInterval after a pass that saw a change,
-// backing off to keyCheckBackoff times that while keyed rows are in flight and nothing changes, and to
-// PollInterval when none are in flight (a round that publishes keyed rows kicks it). A pass that released
-// keys wakes the relay's loop.
+// trackKeys runs tracker passes until ctx is done: every KeyCheckInterval while keyed rows are in flight,
+// backing off (doubling up to keyCheckBackoff times that) after keyCheckPatience passes in a row saw no
+// change, and every PollInterval when none are in flight. A round that published keyed rows kicks it and
+// resets the backoff; a pass that released keys wakes the relay's loop.
 func (r *Relay) trackKeys(ctx context.Context, wake chan<- struct{}) {
 	t := r.keys
 	timer := time.NewTimer(0)
@@ -110,6 +114,7 @@ func (r *Relay) trackKeys(ctx context.Context, wake chan<- struct{}) {
 			return
 		case <-timer.C:
 		case <-t.kick:
+			quiet = 0
 		}
 		res, err := r.trackOnce(ctx)
 		if ctx.Err() != nil {
@@ -136,8 +141,11 @@ func (r *Relay) trackKeys(ctx context.Context, wake chan<- struct{}) {
 			wait = r.cfg.KeyCheckInterval
 		default:
 			failures = 0
-			quiet = min(quiet+1, 8)
-			wait = min(r.cfg.KeyCheckInterval<<quiet, keyCheckBackoff*r.cfg.KeyCheckInterval)
+			quiet++
+			wait = r.cfg.KeyCheckInterval
+			if over := quiet - keyCheckPatience; over > 0 {
+				wait = min(r.cfg.KeyCheckInterval<<min(over, 8), keyCheckBackoff*r.cfg.KeyCheckInterval)
+			}
 		}
 		timer.Reset(wait)
 	}
