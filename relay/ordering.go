@@ -248,7 +248,7 @@ FOR UPDATE SKIP LOCKED`, after, trackPageSize)
 		return len(inflight), inflight[len(inflight)-1].ID, nil
 	}
 	if len(completed) > 0 {
-		if _, err := tx.NewRaw(`UPDATE outbox_events SET completed_at = now() WHERE id = ANY(?)`,
+		if _, err := tx.NewRaw(`UPDATE outbox_events SET completed_at = clock_timestamp() WHERE id = ANY(?)`,
 			pgdialect.Array(completed)).Exec(bg); err != nil {
 			return 0, 0, fmt.Errorf("mark completed: %w", err)
 		}
