@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
@@ -44,25 +45,34 @@ var _ KeyInspector = (*asynq.Inspector)(nil)
 // Every relay runs one; they share the rows with FOR UPDATE SKIP LOCKED.
 type keyTracker struct {
 	ins   KeyInspector
-	owned *asynq.Inspector   // the inspector the relay made, closed by Close
-	redis asynq.RedisConnOpt // to register a queue Redis forgot; nil with Config.Inspector
-	kick  chan struct{}      // keyed rows were published: look soon
+	rdb   redis.UniversalClient // reads the tasks' states in one pipeline; nil with Config.Inspector
+	ownDB bool                  // rdb was made for the tracker, closed by Close
+	owned *asynq.Inspector      // the inspector the relay made, closed by Close
+	redis asynq.RedisConnOpt    // to register a queue Redis forgot; nil with Config.Inspector
+	kick  chan struct{}         // keyed rows were published: look soon
 
 	mu         sync.Mutex           // held while a queue is registered
 	registered map[string]time.Time // queues registered again, and when
 }
 
-func (r *Relay) newKeyTracker(redis asynq.RedisConnOpt) error {
+func (r *Relay) newKeyTracker(opt asynq.RedisConnOpt) error {
 	t := &keyTracker{ins: r.cfg.Inspector, kick: make(chan struct{}, 1), registered: map[string]time.Time{}}
 	if t.ins == nil {
-		if redis == nil {
+		if opt == nil {
 			return nil // keyed rows wait; Run says so
 		}
-		ins, err := fromRedisOpt(redis, asynq.NewInspector)
+		ins, err := fromRedisOpt(opt, asynq.NewInspector)
 		if err != nil {
 			return err
 		}
-		t.ins, t.owned, t.redis = ins, ins, redis
+		t.ins, t.owned, t.redis = ins, ins, opt
+		if t.rdb = r.rdb; t.rdb == nil {
+			if t.rdb, _, err = pipelinedRedis(opt); err != nil {
+				_ = ins.Close()
+				return err
+			}
+			t.ownDB = true
+		}
 	}
 	r.keys = t
 	return nil
@@ -72,7 +82,11 @@ func (t *keyTracker) close() error {
 	if t == nil || t.owned == nil {
 		return nil
 	}
-	return t.owned.Close()
+	err := t.owned.Close()
+	if t.ownDB {
+		err = errors.Join(err, t.rdb.Close())
+	}
+	return err
 }
 
 // published tells the tracker that a round committed; it looks at once if keyed rows were among them.
@@ -327,9 +341,50 @@ func (r *Relay) lookUpKeyed(ctx context.Context, rows []inflightRow) ([]keyOutco
 	states := make([]asynq.TaskState, len(lookups)) // 0: missing
 	infos := make([]*asynq.TaskInfo, len(lookups))
 	errs := make([]error, len(lookups))
+	inspect := func(i int) {
+		lk := lookups[i]
+		info, err := r.keys.lookUp(rows[lk.row].Queue, lk.taskID)
+		switch {
+		case err == nil:
+			states[i], infos[i] = info.State, info
+		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+			states[i] = 0
+		default:
+			errs[i] = fmt.Errorf("look up task %s in queue %q: %w", lk.taskID, rows[lk.row].Queue, err)
+		}
+	}
+	var detail []int // the look-ups that need the Inspector
+	if r.keys.rdb != nil {
+		// One pipelined round trip reads the state of every task; only archived ones are inspected
+		// further, for their error.
+		pipe := r.keys.rdb.Pipeline()
+		cmds := make([]*redis.StringCmd, len(lookups))
+		for i, lk := range lookups {
+			cmds[i] = pipe.HGet(ctx, asynqTaskKey(rows[lk.row].Queue, lk.taskID), "state")
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, nil, fmt.Errorf("read the states of keyed events' tasks: %w", err)
+		}
+		for i, cmd := range cmds {
+			switch v := cmd.Val(); v {
+			case "":
+				states[i] = 0 // missing
+			case "completed":
+				states[i] = asynq.TaskStateCompleted
+			case "archived":
+				detail = append(detail, i)
+			default:
+				states[i] = asynq.TaskStatePending // pending, active, scheduled, retry, aggregating: waiting
+			}
+		}
+	} else {
+		for i := range lookups {
+			detail = append(detail, i)
+		}
+	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, r.cfg.Concurrency)
-	for i, lk := range lookups {
+	for _, i := range detail {
 		select {
 		case <-ctx.Done():
 			wg.Wait()
@@ -338,14 +393,7 @@ func (r *Relay) lookUpKeyed(ctx context.Context, rows []inflightRow) ([]keyOutco
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			info, err := r.keys.lookUp(rows[lk.row].Queue, lk.taskID)
-			switch {
-			case err == nil:
-				states[i], infos[i] = info.State, info
-			case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
-			default:
-				errs[i] = fmt.Errorf("look up task %s in queue %q: %w", lk.taskID, rows[lk.row].Queue, err)
-			}
+			inspect(i)
 		})
 	}
 	wg.Wait()
@@ -379,6 +427,11 @@ func (r *Relay) lookUpKeyed(ctx context.Context, rows []inflightRow) ([]keyOutco
 	}
 	return outcomes, lastErrs, nil
 }
+
+// asynqTaskKey is the Redis hash in which asynq v0.26 keeps a task (its "state" field says pending,
+// active, scheduled, retry, archived, completed or aggregating); see asynq's internal/base.TaskKey. The
+// ordering tests fail if a new asynq moves it.
+func asynqTaskKey(queue, id string) string { return "asynq:{" + queue + "}:t:" + id }
 
 // lookUp is GetTaskInfo, except that a queue Redis forgot (it lost its data, and asynq registers a queue
 // only at a client's first enqueue into it, so the relay's own re-enqueues do not register it again) is

@@ -301,7 +301,8 @@ func TestOrderingArchivedBlocksAndRetryRuns(t *testing.T) {
 	}))
 	var dead []DeadEvent
 	var deadMu sync.Mutex
-	run(t, b.newRelay(t, Config{Hooks: Hooks{OnDead: func(_ context.Context, ev DeadEvent) {
+	// Config.Inspector: the tracker looks every task up with it, rather than reading the states from Redis.
+	run(t, b.newRelay(t, Config{Inspector: b.inspector, Hooks: Hooks{OnDead: func(_ context.Context, ev DeadEvent) {
 		deadMu.Lock()
 		defer deadMu.Unlock()
 		dead = append(dead, ev)
