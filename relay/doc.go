@@ -68,6 +68,17 @@
 // busy process reconnects all the time; set db.SetMaxIdleConns to about MaxOpenConns. Measured at 1,000
 // events/s: p99 commit-to-enqueue 32 ms with the default, 4-8 ms with 20 idle connections.
 //
+// # Per-key ordering
+//
+// Events built with model.WithOrderingKey are handled one at a time per key, in outbox id order, by plain
+// asynq handlers. The relay claims only the head of each key (its first row not yet completed) while it
+// is pending, and a tracker in every relay reads the states of the keyed tasks in flight from Redis every
+// [Config.KeyCheckInterval]: a completed task sets the row's completed_at, which makes the next row the
+// head and wakes the relay; an archived task marks the row dead, which blocks the key ([BlockedKeys])
+// until [RetryDead]; a task Redis lost is enqueued again. Unkeyed rows are claimed through their own index
+// and never wait for keyed ones. BenchmarkOrderingHandoff and BenchmarkOrderingUnkeyedCost measure what
+// it costs; the README lists the figures and the limits.
+//
 // Rows that fail to enqueue are retried with their own exponential backoff and marked dead after
 // [Config.MaxAttempts]; [DeadEvents] lists them and [RetryDead] puts them back in line. Published rows are
 // deleted after [Config.Retention]. [Relay.Stats] and [Config.Hooks] expose what happened; package

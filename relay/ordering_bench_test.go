@@ -110,28 +110,43 @@ func BenchmarkOrderingHandoff(b *testing.B) {
 }
 
 // BenchmarkOrderingUnkeyedCost measures what keyed events cost the unkeyed ones: one relay drains 40,000
-// rows of which every tenth goes to a queue that a worker (concurrency 20) handles, the others to a queue
-// nobody handles. In arm plain that tenth is unkeyed; in arm keyed10 it is keyed over 100 keys, so the
-// relay claims key heads and tracks their tasks. It reports the rate at which the other nine tenths
-// (36,000 unkeyed rows) were published in each arm and their ratio; the arms alternate (ABBA, four times
-// each) so that both see the same load on a shared machine.
+// rows of which every tenth goes to a queue of its own, the others to a queue nobody handles. In arm
+// plain that tenth is unkeyed; in arm keyed10 it is keyed over 100 keys, so the relay claims key heads
+// and tracks their tasks. It reports the rate at which the other nine tenths (36,000 unkeyed rows) were
+// published in each arm and their ratio; the arms alternate (ABBA, four times each) so that both see the
+// same load on a shared machine. In the sub-benchmark worker, a worker of concurrency 20 in this process
+// handles the tenth's queue, so keys move on (and the worker's own work competes for the cores); in
+// noworker nothing handles it, so each key's head stays in flight and the tracker keeps looking it up
+// while the rest of the key waits.
 //
 //	go test -run '^$' -bench OrderingUnkeyedCost -benchtime 1x ./relay/
 func BenchmarkOrderingUnkeyedCost(b *testing.B) {
+	for _, withWorker := range []bool{true, false} {
+		name := "noworker"
+		if withWorker {
+			name = "worker"
+		}
+		b.Run(name, func(b *testing.B) { benchUnkeyedCost(b, withWorker) })
+	}
+}
+
+func benchUnkeyedCost(b *testing.B, withWorker bool) {
 	const n, rounds = 40_000, 4
 	db, redis, queue, ins := benchSetup(b)
 	keyedQueue := queue + "_keyed"
 	b.Cleanup(func() { _ = ins.DeleteQueue(keyedQueue, true) })
 	ctx := context.Background()
 	payload := `{"key":"","seq":0}`
-	srv := asynq.NewServer(redis, asynq.Config{
-		Queues: map[string]int{keyedQueue: 1}, Concurrency: 20, TaskCheckInterval: 10 * time.Millisecond,
-		Logger: quietAsynqLogger{}, LogLevel: asynq.FatalLevel,
-	})
-	if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil })); err != nil {
-		b.Fatal(err)
+	if withWorker {
+		srv := asynq.NewServer(redis, asynq.Config{
+			Queues: map[string]int{keyedQueue: 1}, Concurrency: 20, TaskCheckInterval: 10 * time.Millisecond,
+			Logger: quietAsynqLogger{}, LogLevel: asynq.FatalLevel,
+		})
+		if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil })); err != nil {
+			b.Fatal(err)
+		}
+		defer srv.Shutdown()
 	}
-	defer srv.Shutdown()
 
 	// drain inserts n rows, every tenth for the worker's queue (keyed over 100 keys when keyed), and runs
 	// a relay until the other nine tenths are published.
