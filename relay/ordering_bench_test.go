@@ -114,7 +114,8 @@ func BenchmarkOrderingHandoff(b *testing.B) {
 // plain that tenth is unkeyed; in arm keyed10 it is keyed over 100 keys, so the relay claims key heads
 // and tracks their tasks. It reports the rate at which the other nine tenths (36,000 unkeyed rows) were
 // published in each arm and their ratio; the arms alternate (ABBA, four times each) so that both see the
-// same load on a shared machine. In the sub-benchmark worker, a worker of concurrency 20 in this process
+// same load on a shared machine; it also reports this process's CPU per published row. In the
+// sub-benchmark worker, a worker of concurrency 20 in this process
 // handles the tenth's queue, so keys move on (and the worker's own work competes for the cores); in
 // noworker nothing handles it, so each key's head stays in flight and the tracker keeps looking it up
 // while the rest of the key waits.
@@ -150,7 +151,7 @@ func benchUnkeyedCost(b *testing.B, withWorker bool) {
 
 	// drain inserts n rows, every tenth for the worker's queue (keyed over 100 keys when keyed), and runs
 	// a relay until the other nine tenths are published.
-	drain := func(keyed bool) (others int64, d time.Duration) {
+	drain := func(keyed bool) (others int64, d time.Duration, cpuPerRow time.Duration) {
 		keyExpr := "NULL"
 		if keyed {
 			keyExpr = "'k' || (i / 10 % 100)"
@@ -170,6 +171,7 @@ FROM generate_series(1, ?) i`, keyExpr), keyedQueue, queue, payload, n); err != 
 		}
 		runCtx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
+		cpu0 := readCPU().self
 		start := time.Now()
 		go func() { done <- r.Run(runCtx) }()
 		for outboxtest.Count(b, db, "outbox_events", "queue = ? AND published_at IS NULL", queue) > 0 {
@@ -180,25 +182,26 @@ FROM generate_series(1, ?) i`, keyExpr), keyedQueue, queue, payload, n); err != 
 		if err := <-done; err != nil {
 			b.Fatal(err)
 		}
+		cpuPerRow = (readCPU().self - cpu0) / time.Duration(outboxtest.Count(b, db, "outbox_events", "published_at IS NOT NULL"))
 		_ = r.Close()
 		if _, err := db.ExecContext(ctx, "TRUNCATE outbox_events"); err != nil {
 			b.Fatal(err)
 		}
 		_ = ins.DeleteQueue(queue, true)
 		_ = ins.DeleteQueue(keyedQueue, true)
-		return others, d
+		return others, d, cpuPerRow
 	}
 	for range b.N {
 		var plainN, keyedN int64
-		var plainD, keyedD time.Duration
+		var plainD, keyedD, plainCPU, keyedCPU time.Duration
 		for round := range rounds {
 			for arm := range 2 {
 				if (arm+round)%2 == 0 { // ABBA: both arms go first as often
-					u, d := drain(false)
-					plainN, plainD = plainN+u, plainD+d
+					u, d, c := drain(false)
+					plainN, plainD, plainCPU = plainN+u, plainD+d, plainCPU+c
 				} else {
-					u, d := drain(true)
-					keyedN, keyedD = keyedN+u, keyedD+d
+					u, d, c := drain(true)
+					keyedN, keyedD, keyedCPU = keyedN+u, keyedD+d, keyedCPU+c
 				}
 			}
 		}
@@ -206,5 +209,8 @@ FROM generate_series(1, ?) i`, keyExpr), keyedQueue, queue, payload, n); err != 
 		b.ReportMetric(plain, "plain_unkeyed/s")
 		b.ReportMetric(keyed, "keyed10_unkeyed/s")
 		b.ReportMetric(keyed/plain, "keyed10/plain")
+		// The CPU of this process (the relay, and the worker when there is one) per published row.
+		b.ReportMetric(float64(plainCPU.Microseconds())/rounds, "plain_cpu_us/row")
+		b.ReportMetric(float64(keyedCPU.Microseconds())/rounds, "keyed10_cpu_us/row")
 	}
 }
