@@ -430,3 +430,63 @@ func TestTaskCarriesOrderingKey(t *testing.T) {
 	task, _ = Task(ev, time.Hour)
 	require.NotContains(t, task.Headers(), model.HeaderOrderingKey)
 }
+
+func TestKeyCheckIntervalConfig(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, KeyCheckIntervalDefault, Config{}.withDefaults().KeyCheckInterval)
+	err := Config{KeyCheckInterval: -time.Millisecond}.withDefaults().validate()
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	require.ErrorContains(t, err, "KeyCheckInterval must be positive")
+	c, err := configFromLookup(func(k string) (string, bool) {
+		if k == "OUTBOX_KEY_CHECK_INTERVAL" {
+			return "25ms", true
+		}
+		return "", false
+	})
+	require.NoError(t, err)
+	require.Equal(t, 25*time.Millisecond, c.KeyCheckInterval)
+}
+
+// TestOrderingCleanupKeepsUnfinishedKeyedRows: the cleanup deletes a keyed row past Retention only once
+// it completed; an unfinished one holds its key, and deleting it would release the next event.
+func TestOrderingCleanupKeepsUnfinishedKeyedRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	insertKeyed(t, b.db, b.queue, "account.changed", []keyedPayload{{"done", 0}, {"inflight", 0}, {"inflight", 1}, {"", 0}})
+	_, err := b.db.ExecContext(ctx, `UPDATE outbox_events SET published_at = now() - interval '2 hours'
+WHERE ordering_key = 'done' OR ordering_key IS NULL OR id = (SELECT min(id) FROM outbox_events WHERE ordering_key = 'inflight')`)
+	require.NoError(t, err)
+	_, err = b.db.ExecContext(ctx, `UPDATE outbox_events SET completed_at = now() WHERE ordering_key = 'done'`)
+	require.NoError(t, err)
+	n, err := b.newRelay(t, Config{Retention: time.Hour}).cleanup(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n, "the completed keyed row and the unkeyed one")
+	require.EqualValues(t, 2, outboxtest.Count(t, b.db, "outbox_events", "ordering_key = 'inflight'"))
+}
+
+// TestOrderingEnqueuedBeforeACrash: a relay that enqueued a key's head and died before it committed
+// left the task in Redis and the row pending; the next claim finds the task (a TaskID conflict), takes
+// it for delivered, and the event runs once.
+func TestOrderingEnqueuedBeforeACrash(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	events := insertKeyed(t, b.db, b.queue, "account.changed", []keyedPayload{{"k", 0}, {"k", 1}})
+	task, opts := Task(events[0], time.Hour)
+	_, err := b.enq.client.EnqueueContext(ctx, task, opts...)
+	require.NoError(t, err)
+
+	r := b.newRelay(t, Config{})
+	res := r.runOnce(ctx)
+	require.NoError(t, res.Err)
+	require.Equal(t, 1, res.Published)
+	rec := newSequenceRecorder()
+	b.startWorker(t, 2, recordingHandler(rec, nil))
+	run(t, r)
+	outboxtest.WaitFor(t, 30*time.Second, "both handled", func() bool { return rec.completed("k") == 2 })
+	rec.requireInOrder(t, map[string]int{"k": 2})
+	rec.mu.Lock()
+	require.Equal(t, 2, rec.runs, "each event ran once")
+	rec.mu.Unlock()
+}
