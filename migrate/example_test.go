@@ -31,5 +31,5 @@ func ExampleRegister() {
 	// 20261129000001 bunbox_outbox_events
 	// 20261129000003 bunbox_inbox
 	// 20261201000003 bunbox_delivery_options
-	// 20261129000004 bunbox_ordering
+	// 20261201000004 bunbox_ordering
 }

@@ -24,7 +24,7 @@ func TestOrderingMigrationUpgradesAndRollsBack(t *testing.T) {
 
 	before := fstest.MapFS{}
 	require.NoError(t, fs.WalkDir(bunboxmigrate.FS(), ".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || strings.HasPrefix(path, "20261129000004") {
+		if err != nil || d.IsDir() || strings.HasPrefix(path, "20261201000004") {
 			return err
 		}
 		data, err := fs.ReadFile(bunboxmigrate.FS(), path)
@@ -53,7 +53,7 @@ VALUES (gen_random_uuid(), 'a', '{}', NULL), (gen_random_uuid(), 'b', '{}', now(
 	group, err := full.Rollback(ctx)
 	require.NoError(t, err)
 	require.Len(t, group.Migrations, 1)
-	require.Equal(t, "20261129000004", group.Migrations[0].Name)
+	require.Equal(t, "20261201000004", group.Migrations[0].Name)
 	require.EqualValues(t, 2, outboxtest.Count(t, db, "outbox_events", "TRUE"))
 	var cols int
 	require.NoError(t, db.NewRaw(`SELECT count(*) FROM information_schema.columns WHERE table_schema = ? AND table_name = 'outbox_events'
