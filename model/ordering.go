@@ -22,7 +22,7 @@ const HeaderOrderingKey = "bunbox-ordering-key"
 // The outbox id order is the commit order for transactions that serialize on the aggregate the key names
 // (they lock or update its row before they record the event): give such transactions' events the key.
 // The key must not be empty, is at most MaxOrderingKeyLength bytes of UTF-8 and holds no control
-// characters. See the relay package for what ordering costs.
+// characters; it cannot be combined with WithGroup. See the relay package for what ordering costs.
 func WithOrderingKey(key string) Option {
 	return func(o *options) { o.orderingKey, o.orderingKeySet = key, true }
 }
@@ -39,6 +39,9 @@ func checkOrderingKey(e *Event) error {
 		return fmt.Errorf("%w %q: OrderingKey %q is not valid UTF-8", ErrInvalidEvent, e.Name, k)
 	case strings.IndexFunc(k, unicode.IsControl) >= 0:
 		return fmt.Errorf("%w %q: OrderingKey %q must not contain control characters", ErrInvalidEvent, e.Name, k)
+	case e.Group != "":
+		// asynq deletes the tasks it aggregates: the relay could not see a keyed task complete.
+		return fmt.Errorf("%w %q: WithOrderingKey and WithGroup cannot be combined (asynq's aggregation removes the task whose completion releases the key)", ErrInvalidEvent, e.Name)
 	}
 	return nil
 }

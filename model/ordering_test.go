@@ -37,6 +37,12 @@ func TestWithOrderingKey(t *testing.T) {
 			require.ErrorContains(t, err, `"account.changed"`, "the error names the event")
 		})
 	}
+	t.Run("NotWithGroup", func(t *testing.T) {
+		t.Parallel()
+		_, err := model.NewEvent("account.changed", nil, model.WithOrderingKey("a"), model.WithGroup("digest"))
+		require.ErrorIs(t, err, model.ErrInvalidEvent)
+		require.ErrorContains(t, err, "WithOrderingKey and WithGroup cannot be combined")
+	})
 	t.Run("ValidateChecksEventsBuiltByHand", func(t *testing.T) {
 		t.Parallel()
 		ev, err := model.NewEvent("account.changed", nil)

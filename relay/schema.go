@@ -15,9 +15,14 @@ func CheckSchema(ctx context.Context, db bun.IDB) error {
 	if err := checkSchema(ctx, db); err != nil {
 		return err
 	}
-	rows, err := db.QueryContext(ctx, claimSQL, 0)
-	if err != nil {
-		return fmt.Errorf("bunbox: the outbox table does not have the relay's columns (apply the migrations): %w", err)
+	for _, query := range []string{claimSQL, keyedClaimSQL} {
+		rows, err := db.QueryContext(ctx, query, 0)
+		if err != nil {
+			return fmt.Errorf("bunbox: the outbox table does not have the relay's columns (apply the migrations): %w", err)
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
 	}
-	return rows.Close()
+	return nil
 }
