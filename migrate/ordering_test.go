@@ -2,13 +2,9 @@ package migrate_test
 
 import (
 	"context"
-	"io/fs"
-	"strings"
 	"testing"
-	"testing/fstest"
 
 	"github.com/stretchr/testify/require"
-	bunmigrate "github.com/uptrace/bun/migrate"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	bunboxmigrate "github.com/bunbox/bunbox/migrate"
@@ -22,23 +18,8 @@ func TestOrderingMigrationUpgradesAndRollsBack(t *testing.T) {
 	name := outboxtest.NewSchema(t)
 	db := outboxtest.Open(t, map[string]any{"search_path": name})
 
-	before := fstest.MapFS{}
-	require.NoError(t, fs.WalkDir(bunboxmigrate.FS(), ".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || strings.HasPrefix(path, "20261201000004") {
-			return err
-		}
-		data, err := fs.ReadFile(bunboxmigrate.FS(), path)
-		before[path] = &fstest.MapFile{Data: data}
-		return err
-	}))
-	old := bunmigrate.NewMigrations()
-	require.NoError(t, old.Discover(before))
-	m := bunmigrate.NewMigrator(db, old, bunmigrate.WithTableName(bunboxmigrate.TableName),
-		bunmigrate.WithLocksTableName(bunboxmigrate.LocksTableName), bunmigrate.WithMarkAppliedOnSuccess(true))
-	require.NoError(t, m.Init(ctx))
-	_, err := m.Migrate(ctx)
-	require.NoError(t, err)
-	_, err = db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, payload, published_at)
+	migrateBefore(t, db, "20261201000004")
+	_, err := db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, payload, published_at)
 VALUES (gen_random_uuid(), 'a', '{}', NULL), (gen_random_uuid(), 'b', '{}', now())`)
 	require.NoError(t, err)
 
