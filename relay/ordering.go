@@ -514,7 +514,7 @@ func (r *Relay) warnKeyedWithoutInspector(ctx context.Context, db bun.IDB) {
 	}
 	var keyed bool
 	if err := db.NewRaw(`SELECT EXISTS (SELECT 1 FROM outbox_events
-WHERE ordering_key IS NOT NULL AND published_at IS NULL AND dead_at IS NULL)`).Scan(ctx, &keyed); err == nil && keyed {
+WHERE ordering_key IS NOT NULL AND completed_at IS NULL AND published_at IS NULL AND dead_at IS NULL)`).Scan(ctx, &keyed); err == nil && keyed {
 		r.log.LogAttrs(ctx, slog.LevelWarn, "bunbox relay: keyed events are waiting, but this relay relays none: "+
 			"give relay.New the Redis options or Config.Inspector")
 	}

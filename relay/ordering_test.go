@@ -490,3 +490,25 @@ func TestOrderingEnqueuedBeforeACrash(t *testing.T) {
 	require.Equal(t, 2, rec.runs, "each event ran once")
 	rec.mu.Unlock()
 }
+
+// TestOrderingWithoutInspectorKeyedRowsWait: a relay given neither Redis options nor Config.Inspector
+// cannot track keyed events, so it leaves them pending (and says so) while unkeyed events flow.
+func TestOrderingWithoutInspectorKeyedRowsWait(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	insertKeyed(t, b.db, b.queue, "account.changed", []keyedPayload{{"k", 0}, {"", 0}})
+	cfg := Config{Enqueuer: b.enq, Logger: b.logs.logger(), PollInterval: 50 * time.Millisecond}
+	r, err := New(b.db, nil, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Close() })
+	stop := run(t, r)
+	outboxtest.WaitFor(t, 10*time.Second, "the unkeyed event published", func() bool {
+		return outboxtest.Count(t, b.db, "outbox_events", "ordering_key IS NULL AND published_at IS NOT NULL") == 1
+	})
+	res := r.runOnce(ctx)
+	require.NoError(t, res.Err)
+	require.Zero(t, res.Claimed, "the keyed event is not claimed")
+	stop()
+	require.NotEmpty(t, b.logs.matching("keyed events are waiting, but this relay relays none"))
+}
