@@ -79,12 +79,15 @@ type Config struct {
 	// Defaults to 10.
 	MaxAttempts int
 	// RetryBackoff is the delay before a failed row is tried again; it doubles with each attempt up to
-	// RetryBackoffMax. Defaults to 1s.
+	// RetryBackoffMax, and each delay is cut by a random part of up to half, so that rows that failed
+	// together are not all tried again together. Defaults to 1s.
 	RetryBackoff time.Duration
 	// RetryBackoffMax caps RetryBackoff's growth. Defaults to 1h.
 	RetryBackoffMax time.Duration
 	// Backoff is the wait after a failed round (PostgreSQL or Redis unreachable); it doubles with each
-	// failed round in a row up to BackoffMax, and the first good round resets it. Defaults to 100ms.
+	// failed round in a row up to BackoffMax, and the first good round resets it. Each wait is cut by a
+	// random part of up to half, so that replicas that failed together do not retry in lockstep.
+	// Defaults to 100ms.
 	Backoff time.Duration
 	// BackoffMax caps Backoff's growth. Defaults to 30s.
 	BackoffMax time.Duration
