@@ -54,7 +54,9 @@ func New(db *bun.DB, opts ...Option) *Outbox {
 	}
 	o := &Outbox{db: db, reg: &registry{maxPayload: model.DefaultMaxPayloadSize, handlers: make(map[reflect.Type]*handlerSet)}}
 	for _, opt := range opts {
-		opt(o)
+		if opt != nil {
+			opt(o)
+		}
 	}
 	bind(db, o.reg)
 	return o
@@ -75,6 +77,9 @@ func (o *Outbox) DB() *bun.DB { return o.db }
 // application's propagator (otel.GetTextMapPropagator), so the handler's span continues the producer's
 // trace (see TraceMiddleware and Inbox).
 func (o *Outbox) Record(ctx context.Context, db bun.IDB, events ...*model.Event) error {
+	if o == nil || o.reg == nil {
+		return errors.New("bunx: Record on a nil Outbox: make it with bunx.New")
+	}
 	if db == nil {
 		return errors.New("bunx: Record: db must not be nil")
 	}

@@ -34,7 +34,9 @@ var ErrInvalidEvent = errors.New("bunbox: invalid event")
 func NewEvent(name string, payload any, opts ...Option) (*Event, error) {
 	o := options{queue: DefaultQueue, maxPayload: DefaultMaxPayloadSize}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	if o.delivery.err != nil {
 		return nil, fmt.Errorf("%w %q: %w", ErrInvalidEvent, name, o.delivery.err)
