@@ -3,6 +3,9 @@ package bunx_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/hibiken/asynq"
@@ -84,4 +87,30 @@ func TestNilOptions(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "q", ev.Queue)
 	})
+}
+
+// The payload limit is one setting, the Outbox's: NewEvent accepts what the Outbox decides about.
+func TestOnePayloadLimit(t *testing.T) {
+	t.Parallel()
+	big, err := model.NewEvent("big", json.RawMessage(`"`+strings.Repeat("x", 2<<20)+`"`), model.WithMaxPayloadSize(10))
+	require.NoError(t, err, "NewEvent checks the ceiling only; the deprecated option does nothing")
+	for _, tt := range []struct {
+		name  string
+		opts  []bunx.Option
+		limit int
+	}{
+		{"Default", nil, model.DefaultMaxPayloadSize},
+		{"ZeroKeepsTheDefault", []bunx.Option{bunx.WithMaxPayloadSize(0)}, model.DefaultMaxPayloadSize},
+		{"Raised", []bunx.Option{bunx.WithMaxPayloadSize(4 << 20)}, 4 << 20},
+		{"AboveTheCeiling", []bunx.Option{bunx.WithMaxPayloadSize(1 << 30)}, model.MaxPayloadSizeCeiling},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ob := bunx.New(unconnected(t), tt.opts...)
+			ev := &model.Event{EventID: big.EventID, Name: "big", Payload: make(json.RawMessage, tt.limit+1)}
+			err := ob.Record(context.Background(), ob.DB(), ev)
+			require.ErrorIs(t, err, model.ErrInvalidEvent)
+			require.ErrorContains(t, err, fmt.Sprintf("%d bytes, over the limit of %d (the payload limit: bunx.WithMaxPayloadSize)", tt.limit+1, tt.limit))
+		})
+	}
 }

@@ -37,9 +37,15 @@ type registry struct {
 type Option func(*Outbox)
 
 // WithMaxPayloadSize sets the largest event payload, in bytes of JSON, that the Outbox writes; a larger
-// one fails the transaction. Defaults to model.DefaultMaxPayloadSize (1 MiB).
+// one fails the transaction. It is the one payload limit (model.WithMaxPayloadSize is deprecated and does
+// nothing; NewEvent checks only model.MaxPayloadSizeCeiling). A value above model.MaxPayloadSizeCeiling
+// counts as the ceiling; n <= 0 keeps the default. Defaults to model.DefaultMaxPayloadSize (1 MiB).
 func WithMaxPayloadSize(n int) Option {
-	return func(o *Outbox) { o.reg.maxPayload = n }
+	return func(o *Outbox) {
+		if n > 0 {
+			o.reg.maxPayload = min(n, model.MaxPayloadSizeCeiling)
+		}
+	}
 }
 
 // New binds an Outbox to db: the model hooks of queries run through db (or its transactions) consult the
