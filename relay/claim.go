@@ -3,9 +3,7 @@ package relay
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -36,11 +34,12 @@ WHERE published_at IS NULL AND dead_at IS NULL AND (next_attempt_at IS NULL OR n
 // errMalformedRow marks a claimed row that cannot become a task; the round marks it dead at once.
 var errMalformedRow = errors.New("bunbox: malformed outbox row")
 
-// claim locks and reads the next batch. A row whose metadata is not a JSON object of strings comes back
-// in bad (index into events → error), to be marked dead rather than block the rows behind it. The scan
-// is by hand rather than through bun's model scan: it is the relay's hottest read.
-func claim(ctx context.Context, tx bun.Tx, n int) (events []model.Event, bad map[int]error, err error) {
-	rows, err := tx.QueryContext(ctx, claimSQL, n)
+// claim locks and reads the next batch: up to n rows, and no more than budget bytes of payload and
+// metadata unless the first row alone is larger (see claimBudgetSQL). A row that cannot become a task
+// (see readRow) comes back in bad (index into events → error), to be marked dead rather than block the
+// rows behind it. The scan is by hand rather than through bun's model scan: it is the relay's hottest read.
+func claim(ctx context.Context, tx bun.Tx, n int, budget int64) (events []model.Event, bad map[int]error, err error) {
+	rows, err := tx.QueryContext(ctx, claimBudgetSQL, n, budget)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -57,13 +56,11 @@ func claim(ctx context.Context, tx bun.Tx, n int) (events []model.Event, bad map
 			return nil, nil, err
 		}
 		ev.Timeout, ev.Retention = time.Duration(timeoutNs), time.Duration(retentionNs)
-		if len(metadata) > 2 { // "{}" is the column's default: no map to make
-			if err := json.Unmarshal(metadata, &ev.Metadata); err != nil {
-				if bad == nil {
-					bad = map[int]error{}
-				}
-				bad[len(events)] = fmt.Errorf("%w: column metadata must be a JSON object of strings: %v", errMalformedRow, err)
+		if err := readRow(&ev, metadata); err != nil {
+			if bad == nil {
+				bad = map[int]error{}
 			}
+			bad[len(events)] = err
 		}
 		events = append(events, ev)
 	}

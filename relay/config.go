@@ -17,6 +17,7 @@ import (
 // Defaults applied by New to the zero fields of a Config.
 const (
 	BatchSizeDefault        = 500
+	BatchBytesDefault       = 16 << 20
 	ConcurrencyDefault      = 32
 	WorkersDefault          = 2
 	PollIntervalDefault     = 500 * time.Millisecond
@@ -54,6 +55,11 @@ type Config struct {
 	// BatchSize is the largest number of rows claimed, enqueued and marked in one round, 1 to 10000.
 	// Defaults to 500.
 	BatchSize int
+	// BatchBytes bounds the bytes of payload and metadata (as JSON text) one round claims: the claim stops
+	// adding rows once the next one would go over, and always takes at least one row, however large. With
+	// Workers rounds at once, a relay holds at most about Workers × BatchBytes of events (plus one row per
+	// worker over it). 1 byte to 1 GiB. Defaults to 16 MiB.
+	BatchBytes int64
 	// Concurrency bounds the enqueues running at once over all workers, 1 to 1024. Defaults to 32. asynq
 	// has one script call per enqueue; the relay's own Redis client pipelines the calls in flight.
 	Concurrency int
@@ -121,6 +127,7 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.BatchBytes = cmp.Or(c.BatchBytes, BatchBytesDefault)
 	c.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
 	c.Workers = cmp.Or(c.Workers, WorkersDefault)
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
@@ -154,6 +161,7 @@ func (c Config) validate() error {
 		}
 	}
 	check(c.BatchSize >= 1 && c.BatchSize <= 10000, "BatchSize must be between 1 and 10000, got %d", c.BatchSize)
+	check(c.BatchBytes >= 1 && c.BatchBytes <= 1<<30, "BatchBytes must be between 1 and 1 GiB (1073741824), got %d", c.BatchBytes)
 	check(c.Concurrency >= 1 && c.Concurrency <= 1024, "Concurrency must be between 1 and 1024, got %d", c.Concurrency)
 	check(c.Workers >= 1 && c.Workers <= 64, "Workers must be between 1 and 64, got %d", c.Workers)
 	check(c.PollInterval > 0, "PollInterval must be positive, got %s", c.PollInterval)

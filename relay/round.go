@@ -37,7 +37,7 @@ func (r *Relay) runOnce(ctx context.Context) (res BatchEvent) {
 	}
 	defer func() { _ = tx.Rollback() }()
 
-	events, bad, err := claim(ctx, tx, r.cfg.BatchSize)
+	events, bad, err := claim(ctx, tx, r.cfg.BatchSize, r.cfg.BatchBytes)
 	if err != nil {
 		if ctx.Err() == nil {
 			res.Err = fmt.Errorf("claim: %w", err)

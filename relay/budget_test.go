@@ -1,0 +1,130 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+
+	"github.com/bunbox/bunbox/model"
+)
+
+// insertSized commits one event per size, each with a payload that is a JSON string of that many bytes
+// in all, and no metadata (bun writes a nil map as null: 4 bytes).
+func insertSized(t *testing.T, db bun.IDB, queue string, sizes ...int) []*model.Event {
+	t.Helper()
+	events := make([]*model.Event, len(sizes))
+	for i, n := range sizes {
+		ev, err := model.NewEvent("test.sized", json.RawMessage(`"`+strings.Repeat("x", n-2)+`"`), model.WithQueue(queue))
+		require.NoError(t, err)
+		events[i] = ev
+	}
+	_, err := db.NewInsert().Model(&events).Exec(context.Background())
+	require.NoError(t, err)
+	return events
+}
+
+// A claim takes rows in id order while their bytes fit in BatchBytes, and always the first row.
+func TestClaimStopsAtTheByteBudget(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name   string
+		sizes  []int // payload bytes; each row also has 4 bytes of metadata
+		budget int64
+		want   []int // rows claimed by each round
+	}{
+		{"AllFit", []int{96, 96, 96}, 300, []int{3}},
+		{"StopsBeforeTheRowThatWouldGoOver", []int{96, 96, 96, 96}, 250, []int{2, 2}},
+		{"ExactlyTheBudget", []int{96, 96, 96}, 200, []int{2, 1}},
+		{"FirstRowOverTheBudgetGoesAlone", []int{1000, 96, 96}, 100, []int{1, 1, 1}},
+		{"BigRowAfterSmallOnesWaits", []int{96, 5000, 96}, 1000, []int{1, 1, 1}},
+		{"BatchSizeStillBounds", []int{8, 8, 8, 8, 8}, 1 << 20, []int{2, 2, 1}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			events := insertSized(t, b.db, b.queue, tt.sizes...)
+			batch := 500
+			if tt.name == "BatchSizeStillBounds" {
+				batch = 2
+			}
+			r := b.newRelay(t, Config{BatchBytes: tt.budget, BatchSize: batch})
+			var got []int
+			for range len(tt.want) + 1 {
+				res := r.runOnce(context.Background())
+				require.NoError(t, res.Err)
+				if res.Claimed == 0 {
+					break
+				}
+				require.Equal(t, res.Claimed, res.Published)
+				got = append(got, res.Claimed)
+			}
+			require.Equal(t, tt.want, got, "rows per round")
+			requireDeliveredOnce(t, b.inspector, b.queue, events)
+		})
+	}
+}
+
+// Rows written around bunx that break a limit are marked dead in the round that claims them, with an
+// error naming the limit, and the rows around them are delivered.
+func TestOverLimitRowsDeadAtOnce(t *testing.T) {
+	t.Parallel()
+	tooMany := map[string]string{}
+	for i := range model.MaxMetadataCount + 1 {
+		tooMany[fmt.Sprintf("k%d", i)] = "v"
+	}
+	tooManyJSON, err := json.Marshal(tooMany)
+	require.NoError(t, err)
+	for _, tt := range []struct {
+		name, eventName, metadata, wantErr string
+	}{
+		{"TooManyMetadataKeys", "test.event", string(tooManyJSON), "over the limit of 32 (MaxMetadataCount)"},
+		{"MetadataKeyTooLong", "test.event", `{"` + strings.Repeat("k", 200) + `": "v"}`, "(MaxMetadataKeyLength)"},
+		{"MetadataValueTooLong", "test.event", `{"k": "` + strings.Repeat("v", 5000) + `"}`, "(MaxMetadataValueLength)"},
+		{"MetadataTooBig", "test.event", bigMetadata(t), "(MaxMetadataSize)"},
+		{"MetadataColumnHuge", "test.event", `{"k": "` + strings.Repeat("\\u0001", 20000) + `"}`, "column metadata is"},
+		{"MetadataNotStrings", "test.event", `{"tenant": 7}`, "column metadata must be a JSON object of strings"},
+		{"NameWithSpace", "test event", `{}`, "must not contain spaces"},
+		{"EmptyName", "", `{}`, "Name must not be empty"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			before := insertEvents(t, b.db, b.queue, 5)
+			_, err := b.db.ExecContext(context.Background(), `INSERT INTO outbox_events (event_id, event_name, queue, payload, metadata)
+VALUES (gen_random_uuid(), ?, ?, '{}', ?::jsonb)`, tt.eventName, b.queue, tt.metadata)
+			require.NoError(t, err)
+			after := insertEvents(t, b.db, b.queue, 5)
+
+			r := b.newRelay(t, Config{MaxAttempts: 5})
+			res := r.runOnce(context.Background())
+			require.NoError(t, res.Err)
+			require.Equal(t, 10, res.Published)
+			require.Equal(t, 1, res.Dead)
+			requireDeliveredOnce(t, b.inspector, b.queue, append(before, after...))
+
+			var attempts int
+			var lastError string
+			require.NoError(t, b.db.QueryRowContext(context.Background(),
+				`SELECT attempts, last_error FROM outbox_events WHERE dead_at IS NOT NULL`).Scan(&attempts, &lastError))
+			require.Equal(t, 1, attempts)
+			require.Contains(t, lastError, "malformed outbox row")
+			require.Contains(t, lastError, tt.wantErr)
+		})
+	}
+}
+
+// bigMetadata is a metadata object within the count and value limits but over MaxMetadataSize.
+func bigMetadata(t *testing.T) string {
+	md := map[string]string{}
+	for i := range 5 {
+		md[fmt.Sprintf("k%d", i)] = strings.Repeat("v", model.MaxMetadataValueLength)
+	}
+	data, err := json.Marshal(md)
+	require.NoError(t, err)
+	return string(data)
+}
