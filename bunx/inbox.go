@@ -122,12 +122,22 @@ func HandleJSON[T any](in *Inbox, name string, fn func(ctx context.Context, tx b
 		panic(fmt.Sprintf("bunx.HandleJSON(%q): fn must not be nil", name))
 	}
 	return in.Handler(name, func(ctx context.Context, tx bun.Tx, t *asynq.Task) error {
-		p := new(T)
-		if err := json.Unmarshal(t.Payload(), p); err != nil {
-			return fmt.Errorf("%w: %s: payload does not decode into %T: %w: %w", ErrMalformedTask, t.Type(), p, err, asynq.SkipRetry)
+		p, err := decodePayload[T](t)
+		if err != nil {
+			return err
 		}
 		return fn(ctx, tx, p)
 	})
+}
+
+// decodePayload decodes the task's JSON payload into a new T; a payload that does not decode gives an
+// error wrapping ErrMalformedTask and asynq.SkipRetry.
+func decodePayload[T any](t *asynq.Task) (*T, error) {
+	p := new(T)
+	if err := json.Unmarshal(t.Payload(), p); err != nil {
+		return nil, fmt.Errorf("%w: %s: payload does not decode into %T: %w: %w", ErrMalformedTask, t.Type(), p, err, asynq.SkipRetry)
+	}
+	return p, nil
 }
 
 // EventID reads the event id the relay put in the task's headers. A task without a valid one (not

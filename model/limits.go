@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -57,19 +58,57 @@ func checkMetadata(event string, md map[string]string) error {
 }
 
 // checkPayloadText refuses a payload that PostgreSQL's jsonb would refuse although it is valid JSON:
-// invalid UTF-8, or the escape \u0000 in a string.
+// invalid UTF-8, the escape \u0000, or a \u escape of half a surrogate pair. p is valid JSON, so a
+// backslash starts an escape and \u is followed by four hex digits.
 func checkPayloadText(event string, p []byte) error {
 	if !utf8.Valid(p) {
 		return fmt.Errorf("%w %q: Payload is not valid UTF-8", ErrInvalidEvent, event)
 	}
+	highBefore := false // the previous escape was a high surrogate, which this one must complete
 	for i := 0; i+1 < len(p); i++ {
 		if p[i] != '\\' {
+			if highBefore {
+				return errLoneSurrogate(event)
+			}
 			continue
 		}
-		if p[i+1] == 'u' && i+6 <= len(p) && string(p[i+2:i+6]) == "0000" {
-			return fmt.Errorf(`%w %q: Payload contains \u0000, which PostgreSQL's jsonb refuses`, ErrInvalidEvent, event)
+		if p[i+1] != 'u' || i+6 > len(p) {
+			if highBefore {
+				return errLoneSurrogate(event)
+			}
+			i++ // skip the escaped character
+			continue
 		}
-		i++ // skip the escaped character
+		r, err := strconv.ParseUint(string(p[i+2:i+6]), 16, 16)
+		if err != nil {
+			return fmt.Errorf("%w %q: Payload has a bad \\u escape", ErrInvalidEvent, event)
+		}
+		switch {
+		case r == 0:
+			return fmt.Errorf(`%w %q: Payload contains \u0000, which PostgreSQL's jsonb refuses`, ErrInvalidEvent, event)
+		case r >= 0xD800 && r <= 0xDBFF:
+			if highBefore {
+				return errLoneSurrogate(event)
+			}
+			highBefore = true
+		case r >= 0xDC00 && r <= 0xDFFF:
+			if !highBefore {
+				return errLoneSurrogate(event)
+			}
+			highBefore = false
+		default:
+			if highBefore {
+				return errLoneSurrogate(event)
+			}
+		}
+		i += 5
+	}
+	if highBefore {
+		return errLoneSurrogate(event)
 	}
 	return nil
+}
+
+func errLoneSurrogate(event string) error {
+	return fmt.Errorf("%w %q: Payload has a \\u escape of half a surrogate pair, which PostgreSQL's jsonb refuses", ErrInvalidEvent, event)
 }
