@@ -123,4 +123,3 @@ func TestValidateNil(t *testing.T) {
 	var ev *model.Event
 	require.ErrorIs(t, ev.Validate(0), model.ErrInvalidEvent)
 }
-
