@@ -14,7 +14,7 @@ import (
 )
 
 // insertSized commits one event per size, each with a payload that is a JSON string of that many bytes
-// in all, and no metadata (bun writes a nil map as null: 4 bytes).
+// in all, and no metadata.
 func insertSized(t *testing.T, db bun.IDB, queue string, sizes ...int) []*model.Event {
 	t.Helper()
 	events := make([]*model.Event, len(sizes))
@@ -28,31 +28,35 @@ func insertSized(t *testing.T, db bun.IDB, queue string, sizes ...int) []*model.
 	return events
 }
 
+// rowSizes reads the size claimBudgetSQL counts for each row, in id order.
+func rowSizes(t *testing.T, db bun.IDB) []int64 {
+	t.Helper()
+	var sizes []int64
+	require.NoError(t, db.NewRaw("SELECT "+rowSizeSQL+" FROM outbox_events ORDER BY id").Scan(context.Background(), &sizes))
+	return sizes
+}
+
 // A claim takes rows in id order while their bytes fit in BatchBytes, and always the first row.
 func TestClaimStopsAtTheByteBudget(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		name   string
-		sizes  []int // payload bytes; each row also has 4 bytes of metadata
-		budget int64
+		sizes  []int                 // payload bytes
+		budget func(s []int64) int64 // from the sizes the claim counts
+		batch  int
 		want   []int // rows claimed by each round
 	}{
-		{"AllFit", []int{96, 96, 96}, 300, []int{3}},
-		{"StopsBeforeTheRowThatWouldGoOver", []int{96, 96, 96, 96}, 250, []int{2, 2}},
-		{"ExactlyTheBudget", []int{96, 96, 96}, 200, []int{2, 1}},
-		{"FirstRowOverTheBudgetGoesAlone", []int{1000, 96, 96}, 100, []int{1, 1, 1}},
-		{"BigRowAfterSmallOnesWaits", []int{96, 5000, 96}, 1000, []int{1, 1, 1}},
-		{"BatchSizeStillBounds", []int{8, 8, 8, 8, 8}, 1 << 20, []int{2, 2, 1}},
+		{"AllFit", []int{100, 100, 100}, func(s []int64) int64 { return s[0] + s[1] + s[2] }, 0, []int{3}},
+		{"StopsBeforeTheRowThatWouldGoOver", []int{100, 100, 100, 100}, func(s []int64) int64 { return s[0] + s[1] + s[2] - 1 }, 0, []int{2, 2}},
+		{"FirstRowOverTheBudgetGoesAlone", []int{1000, 100, 100}, func(s []int64) int64 { return s[1] }, 0, []int{1, 1, 1}},
+		{"BigRowAfterSmallOnesWaits", []int{100, 5000, 100}, func(s []int64) int64 { return s[0] + s[2] + 10 }, 0, []int{1, 1, 1}},
+		{"BatchSizeStillBounds", []int{8, 8, 8, 8, 8}, func([]int64) int64 { return 1 << 20 }, 2, []int{2, 2, 1}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			events := insertSized(t, b.db, b.queue, tt.sizes...)
-			batch := 500
-			if tt.name == "BatchSizeStillBounds" {
-				batch = 2
-			}
-			r := b.newRelay(t, Config{BatchBytes: tt.budget, BatchSize: batch})
+			r := b.newRelay(t, Config{BatchBytes: tt.budget(rowSizes(t, b.db)), BatchSize: tt.batch})
 			var got []int
 			for range len(tt.want) + 1 {
 				res := r.runOnce(context.Background())
@@ -67,6 +71,24 @@ func TestClaimStopsAtTheByteBudget(t *testing.T) {
 			requireDeliveredOnce(t, b.inspector, b.queue, events)
 		})
 	}
+}
+
+// The size of a row counts the JSON text of its payload, also when PostgreSQL stored it compressed into a
+// small part of that, and is close to it for a payload stored as it is.
+func TestClaimRowSize(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	_, err := b.db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, queue, payload)
+VALUES (gen_random_uuid(), 'e', 'q', to_jsonb(repeat('x', 100000))),
+       (gen_random_uuid(), 'e', 'q', to_jsonb(repeat('x', 1000)))`)
+	require.NoError(t, err)
+	var stored int64
+	require.NoError(t, b.db.NewRaw("SELECT pg_column_size(payload) FROM outbox_events ORDER BY id LIMIT 1").Scan(ctx, &stored))
+	require.Less(t, stored, int64(10000), "the test needs the big payload stored compressed")
+	sizes := rowSizes(t, b.db)
+	require.InDelta(t, 100002+2, sizes[0], 10, "the JSON text of the payload, and the few bytes of the metadata {}")
+	require.InDelta(t, 1002+2, sizes[1], 50, "the stored size of a payload kept as it is")
 }
 
 // Rows written around bunx that break a limit are marked dead in the round that claims them, with an
