@@ -150,3 +150,27 @@ func bigMetadata(t *testing.T) string {
 	require.NoError(t, err)
 	return string(data)
 }
+
+func TestClaimSizer(t *testing.T) {
+	t.Parallel()
+	rows := func(n, size int) []model.Event {
+		evs := make([]model.Event, n)
+		for i := range evs {
+			evs[i].Payload = make(json.RawMessage, size-2) // and 2 bytes of metadata: {}
+		}
+		return evs
+	}
+	var s claimSizer
+	require.Equal(t, 500, s.limit(500, 16<<20), "no claim yet: the batch size")
+	require.False(t, s.observe(nil, 500, 16<<20))
+	require.Equal(t, 500, s.limit(500, 16<<20), "an empty claim tells nothing")
+
+	require.True(t, s.observe(rows(500, 100), 500, 16<<20), "as many rows as asked for: full")
+	require.Equal(t, 500, s.limit(500, 16<<20), "small rows: the batch size bounds")
+
+	require.True(t, s.observe(rows(16, 1<<20), 500, 16<<20), "the budget's worth of bytes: full")
+	require.Equal(t, 16+4+1, s.limit(500, 16<<20), "1 MiB rows: what the budget holds, a quarter more and one")
+	require.Equal(t, 1, s.limit(500, 1000), "a budget below one row: one row")
+
+	require.False(t, s.observe(rows(3, 1<<20), 21, 16<<20), "fewer rows and bytes than allowed: the backlog is drained")
+}

@@ -33,6 +33,7 @@ type Relay struct {
 	rdb     redis.UniversalClient // the connections of the client New made, closed by Close; nil with Config.Enqueuer
 	running atomic.Bool
 	sem     chan struct{} // bounds the enqueues in flight, over all workers
+	sizer   claimSizer    // how many rows the next claim asks for, under Config.BatchBytes
 
 	counters counters
 }
@@ -183,7 +184,7 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}, busy chan<- stru
 			failures, empties = 0, 0
 		case res.Claimed > 0:
 			empties = 0 // more may be waiting: look again at once
-			if res.Claimed == r.cfg.BatchSize {
+			if res.full {
 				select {
 				case busy <- struct{}{}:
 				default:
@@ -208,7 +209,7 @@ func (r *Relay) helper(ctx context.Context, busy chan struct{}) {
 		}
 		for ctx.Err() == nil {
 			res := r.runOnce(ctx)
-			if res.Err != nil || res.Claimed < r.cfg.BatchSize {
+			if res.Err != nil || !res.full {
 				break
 			}
 			select {
