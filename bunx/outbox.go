@@ -53,7 +53,8 @@ func WithMaxPayloadSize(n int) Option {
 // handlers. New panics if db is nil.
 //
 // The first New on a *bun.DB adds a query hook to it (bun's AddQueryHook, which is not safe while the db
-// runs queries): call New at startup, before the db is shared between goroutines.
+// runs queries): call New at startup, before the db is shared between goroutines. The handlers of every
+// Outbox stay bound to the db for as long as it lives: make one Outbox per db, not one per request.
 func New(db *bun.DB, opts ...Option) *Outbox {
 	if db == nil {
 		panic("bunx.New: db must not be nil")
