@@ -38,6 +38,7 @@ test/fault: ## the fault-injection suite (~2.5 min): real processes SIGKILLed, R
 FUZZ_TARGETS := \
 	model:FuzzNewEvent \
 	model:FuzzValidate \
+	model:FuzzDeliveryOptions \
 	relay:FuzzReadRow \
 	bunx:FuzzInboxTask
 FUZZTIME ?= 2m
