@@ -40,7 +40,9 @@ FUZZ_TARGETS := \
 	model:FuzzValidate \
 	model:FuzzDeliveryOptions \
 	relay:FuzzReadRow \
-	bunx:FuzzInboxTask
+	bunx:FuzzInboxTask \
+	connect:FuzzRedact \
+	connect:FuzzRedactParsed
 FUZZTIME ?= 2m
 FUZZTIME_SHORT ?= 5s
 # fuzz_each runs every target of FUZZ_TARGETS for $(1); new failing inputs land in the package's testdata/fuzz.
