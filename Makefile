@@ -9,14 +9,15 @@ DEV := scripts/devservices.sh
 # also when they came up only in part.
 with_services = $(DEV) up && eval "$$($(DEV) env)" && $(1); rc=$$?; $(DEV) down; exit $$rc
 
-.PHONY: help test test/unit test/short test/race test/fault lint demo services/up services/down
+.PHONY: help test test/unit test/short test/race test/fault test/fuzz fuzz lint demo services/up services/down
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-test: ## every test with -race: test/unit (on pgdriver, then on pgx), then test/fault (on pgdriver)
+test: ## every test with -race: test/unit (on pgdriver, then on pgx), test/fault (on pgdriver), then each fuzz target briefly (test/fuzz)
 	@$(MAKE) --no-print-directory test/unit
 	@$(MAKE) --no-print-directory test/fault
+	@$(MAKE) --no-print-directory test/fuzz
 
 # The database/sql drivers under bun that test/unit runs every test with, one after the other (BUNBOX_TEST_DRIVER).
 DRIVERS ?= pgdriver pgx
@@ -32,6 +33,29 @@ test/fault: export BUNBOX_DEV_DIR := $(CURDIR)/.dev/fault
 test/fault: ## the fault-injection suite (~2.5 min): real processes SIGKILLed, Redis and PostgreSQL restarted; FAULT_SEED=n replays a run, BUNBOX_TEST_DRIVER=pgx runs it on pgx
 	@command -v redis-server >/dev/null || { $(DEV) up >/dev/null; $(DEV) down; }
 	FAULT_RACE=$${FAULT_RACE:-1} $(GO) test -race -count=1 -tags fault -timeout 15m -v -run TestFault ./internal/faultsuite/
+
+# The fuzz targets, as package:target. They need no server. Add a target here and both fuzz steps run it.
+FUZZ_TARGETS := \
+	model:FuzzNewEvent \
+	model:FuzzValidate \
+	model:FuzzDeliveryOptions \
+	relay:FuzzReadRow \
+	bunx:FuzzInboxTask \
+	connect:FuzzRedact \
+	connect:FuzzRedactParsed
+FUZZTIME ?= 2m
+FUZZTIME_SHORT ?= 5s
+# fuzz_each runs every target of FUZZ_TARGETS for $(1); new failing inputs land in the package's testdata/fuzz.
+fuzz_each = for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t\#\#*:}; echo "fuzz ./$$pkg $$fn for $(1)"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(1) ./$$pkg/ || exit 1; \
+	done
+
+test/fuzz: ## each fuzz target for FUZZTIME_SHORT (5s), as part of make test
+	@$(call fuzz_each,$(FUZZTIME_SHORT))
+
+fuzz: ## each fuzz target for FUZZTIME (2m; e.g. make fuzz FUZZTIME=10m)
+	@$(call fuzz_each,$(FUZZTIME))
 
 test/short: ## the tests that need no server
 	$(GO) test -short -race -count=1 ./...

@@ -21,9 +21,11 @@ type binding struct {
 	regs []*registry // copy-on-write: a reader takes the slice under mu and then uses it without
 
 	// affected carries the rows affected by a query from the query hook (which sees the result) to the
-	// model hook (which does not), keyed by the query.
-	affected sync.Map // bun.Query -> *rowCount
-	hooked   sync.Map // weak.Pointer[bun.DB] -> struct{}: where rowsHook is installed
+	// model hook (which does not), keyed by a weak pointer to the query. The model hook takes the entry
+	// out; should it never run (a model whose own AfterUpdate does not call bunx.AfterUpdate), the entry
+	// goes with the query when the garbage collector frees it, so nothing outlives its query.
+	affected sync.Map // weak.Pointer[bun.InsertQuery|UpdateQuery|DeleteQuery] -> *rowCount
+	hooked   sync.Map // weak.Pointer[bun.DB] -> struct{}: where rowsHook is installed; gone with the bun.DB
 }
 
 func bind(db *bun.DB, reg *registry) {
@@ -37,6 +39,7 @@ func bind(db *bun.DB, reg *registry) {
 	b.regs = append(b.regs[:len(b.regs):len(b.regs)], reg)
 	b.mu.Unlock()
 	if _, ok := b.hooked.LoadOrStore(weak.Make(db), struct{}{}); !ok {
+		runtime.AddCleanup(db, func(k weak.Pointer[bun.DB]) { b.hooked.Delete(k) }, weak.Make(db))
 		db.AddQueryHook(rowsHook{b})
 	}
 }
@@ -58,53 +61,98 @@ func (b *binding) registries() []*registry {
 	return b.regs
 }
 
-// rowsHook records how many rows an INSERT, UPDATE or DELETE on a model with registered handlers was given
-// and how many it touched, so that the model hook gives no event for a row that ON CONFLICT DO NOTHING
-// skipped or an update that matched nothing. The count of rows is taken before the query runs: bun
-// shortens a slice model to the rows that RETURNING gave back.
+// rowsHook records how many rows an INSERT, UPDATE or DELETE on a model with handlers registered for that
+// operation was given and how many it touched, so that the model hook gives no event for a row that ON
+// CONFLICT DO NOTHING skipped or an update that matched nothing. The count of rows is taken before the
+// query runs: bun shortens a slice model to the rows that RETURNING gave back.
 type rowsHook struct{ b *binding }
 
 type rowCount struct {
 	rows     int
 	affected int64
 	done     bool
+	cleanup  runtime.Cleanup // deletes the entry when the query is freed; stopped when the entry is taken
+}
+
+// queryOp tells the operation of a query and the key of its entry in binding.affected: a weak pointer,
+// which neither keeps the query alive nor changes while it lives.
+func queryOp(q bun.Query) (op, any, bool) {
+	switch q := q.(type) {
+	case *bun.InsertQuery:
+		return opInsert, weak.Make(q), true
+	case *bun.UpdateQuery:
+		return opUpdate, weak.Make(q), true
+	case *bun.DeleteQuery:
+		return opDelete, weak.Make(q), true
+	}
+	return 0, nil, false
 }
 
 func (h rowsHook) BeforeQuery(ctx context.Context, ev *bun.QueryEvent) context.Context {
 	if ev.Model == nil {
 		return ctx
 	}
-	switch ev.IQuery.(type) {
-	case *bun.InsertQuery, *bun.UpdateQuery, *bun.DeleteQuery:
-	default:
+	op, key, ok := queryOp(ev.IQuery)
+	if !ok {
 		return ctx
 	}
 	typ, val, ok := modelRows(ev.Model.Value())
-	if !ok || !h.b.handles(typ) {
+	if !ok || !h.b.handles(typ, op) {
+		// Only a model hook that records events takes the entry out: store none for the others.
 		return ctx
 	}
 	n := 1
 	if val.IsValid() && val.Kind() == reflect.Slice {
 		n = val.Len()
 	}
-	h.b.affected.Store(ev.IQuery, &rowCount{rows: n})
+	rc := &rowCount{rows: n}
+	b := h.b
+	switch q := ev.IQuery.(type) {
+	case *bun.InsertQuery:
+		rc.cleanup = runtime.AddCleanup(q, b.forget, key)
+	case *bun.UpdateQuery:
+		rc.cleanup = runtime.AddCleanup(q, b.forget, key)
+	case *bun.DeleteQuery:
+		rc.cleanup = runtime.AddCleanup(q, b.forget, key)
+	}
+	if old, loaded := b.affected.Swap(key, rc); loaded {
+		old.(*rowCount).cleanup.Stop() // the same query run again before its model hook took the entry
+	}
 	return ctx
 }
 
 func (h rowsHook) AfterQuery(_ context.Context, ev *bun.QueryEvent) {
-	v, ok := h.b.affected.Load(ev.IQuery)
+	_, key, ok := queryOp(ev.IQuery)
+	if !ok {
+		return
+	}
+	v, ok := h.b.affected.Load(key)
 	if !ok {
 		return
 	}
 	rc := v.(*rowCount)
 	if ev.Err != nil || ev.Result == nil {
-		h.b.affected.Delete(ev.IQuery)
+		h.b.take(key)
 		return
 	}
 	n, err := ev.Result.RowsAffected()
 	if err != nil {
-		h.b.affected.Delete(ev.IQuery)
+		h.b.take(key)
 		return
 	}
 	rc.affected, rc.done = n, true
 }
+
+// take removes and returns the row count of the query with key, if any.
+func (b *binding) take(key any) *rowCount {
+	v, ok := b.affected.LoadAndDelete(key)
+	if !ok {
+		return nil
+	}
+	rc := v.(*rowCount)
+	rc.cleanup.Stop()
+	return rc
+}
+
+// forget is the cleanup of a query whose entry no model hook took.
+func (b *binding) forget(key any) { b.affected.Delete(key) }

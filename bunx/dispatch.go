@@ -28,6 +28,9 @@ var _ Dispatcher = (*Outbox)(nil)
 // with the caller's transaction. Without a transaction in ctx it is a plain insert with the Outbox's
 // database: the events are written at once, and atomicity with the caller's other writes does not hold.
 func (o *Outbox) Dispatch(ctx context.Context, events ...*model.Event) error {
+	if o == nil {
+		return errors.New("bunx: Dispatch on a nil Outbox: make it with bunx.New")
+	}
 	return o.Record(ctx, Conn(ctx, o.db), events...)
 }
 
@@ -75,7 +78,9 @@ func WithTxOptions(opts *sql.TxOptions) TransactorOption {
 func NewTransactor(db *bun.DB, opts ...TransactorOption) *Transactor {
 	t := &Transactor{db: db}
 	for _, opt := range opts {
-		opt(t)
+		if opt != nil {
+			opt(t)
+		}
 	}
 	return t
 }

@@ -123,12 +123,10 @@ func (r *registry) lookup(typ reflect.Type, op op) []handlerFunc {
 	return nil
 }
 
-func (b *binding) handles(typ reflect.Type) bool {
+// handles reports whether a registry of b has handlers for op on typ.
+func (b *binding) handles(typ reflect.Type, op op) bool {
 	for _, r := range b.registries() {
-		r.mu.RLock()
-		_, ok := r.handlers[typ]
-		r.mu.RUnlock()
-		if ok {
+		if len(r.lookup(typ, op)) > 0 {
 			return true
 		}
 	}
@@ -149,8 +147,10 @@ func runHooks(ctx context.Context, q hookQuery, op op) error {
 		return nil
 	}
 	var count *rowCount
-	if v, ok := b.affected.LoadAndDelete(q); ok && v.(*rowCount).done {
-		count = v.(*rowCount)
+	if _, key, ok := queryOp(q); ok {
+		if rc := b.take(key); rc != nil && rc.done {
+			count = rc
+		}
 	}
 	typ, val, ok := modelRows(q.GetModel().Value())
 	if !ok {

@@ -33,10 +33,14 @@ type Inbox struct {
 // InboxOption configures an Inbox.
 type InboxOption func(*Inbox)
 
-// WithInboxLogger sets the logger for skipped duplicates and rejected tasks. Defaults to a logger that
-// discards everything.
+// WithInboxLogger sets the logger for skipped duplicates and rejected tasks; nil keeps the default.
+// Defaults to a logger that discards everything.
 func WithInboxLogger(l *slog.Logger) InboxOption {
-	return func(in *Inbox) { in.logger = l }
+	return func(in *Inbox) {
+		if l != nil {
+			in.logger = l
+		}
+	}
 }
 
 // WithInboxTracerProvider sets the TracerProvider of the handlers' consumer spans (see Inbox.Handler).
@@ -52,7 +56,9 @@ func NewInbox(db *bun.DB, opts ...InboxOption) *Inbox {
 	}
 	in := &Inbox{db: db, logger: slog.New(slog.DiscardHandler), tracing: newTracing(nil)}
 	for _, opt := range opts {
-		opt(in)
+		if opt != nil {
+			opt(in)
+		}
 	}
 	return in
 }
@@ -69,8 +75,13 @@ var ErrMalformedTask = errors.New("bunbox: malformed task")
 // The handler runs in a consumer span that continues the producer's trace, as TraceMiddleware's does (and
 // behind TraceMiddleware, in its span), with the handler name as the bunbox.handler attribute.
 func (in *Inbox) Handler(name string, fn func(ctx context.Context, tx bun.Tx, t *asynq.Task) error) asynq.Handler {
-	if name == "" {
+	switch {
+	case in == nil:
+		panic("bunx.Inbox.Handler: the Inbox is nil")
+	case name == "":
 		panic("bunx.Inbox.Handler: the handler name must not be empty")
+	case fn == nil:
+		panic(fmt.Sprintf("bunx.Inbox.Handler(%q): fn must not be nil", name))
 	}
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		return in.tracing.run(ctx, t, name, func(ctx context.Context) error { return in.handle(ctx, name, t, fn) })
@@ -107,13 +118,26 @@ func (in *Inbox) handle(ctx context.Context, name string, t *asynq.Task, fn func
 // HandleJSON wraps fn like Inbox.Handler, decoding the task's JSON payload into a T first. A payload that
 // does not decode is archived by asynq (ErrMalformedTask with asynq.SkipRetry), not retried forever.
 func HandleJSON[T any](in *Inbox, name string, fn func(ctx context.Context, tx bun.Tx, payload *T) error) asynq.Handler {
+	if fn == nil {
+		panic(fmt.Sprintf("bunx.HandleJSON(%q): fn must not be nil", name))
+	}
 	return in.Handler(name, func(ctx context.Context, tx bun.Tx, t *asynq.Task) error {
-		p := new(T)
-		if err := json.Unmarshal(t.Payload(), p); err != nil {
-			return fmt.Errorf("%w: %s: payload does not decode into %T: %w: %w", ErrMalformedTask, t.Type(), p, err, asynq.SkipRetry)
+		p, err := decodePayload[T](t)
+		if err != nil {
+			return err
 		}
 		return fn(ctx, tx, p)
 	})
+}
+
+// decodePayload decodes the task's JSON payload into a new T; a payload that does not decode gives an
+// error wrapping ErrMalformedTask and asynq.SkipRetry.
+func decodePayload[T any](t *asynq.Task) (*T, error) {
+	p := new(T)
+	if err := json.Unmarshal(t.Payload(), p); err != nil {
+		return nil, fmt.Errorf("%w: %s: payload does not decode into %T: %w: %w", ErrMalformedTask, t.Type(), p, err, asynq.SkipRetry)
+	}
+	return p, nil
 }
 
 // EventID reads the event id the relay put in the task's headers. A task without a valid one (not

@@ -37,9 +37,15 @@ type registry struct {
 type Option func(*Outbox)
 
 // WithMaxPayloadSize sets the largest event payload, in bytes of JSON, that the Outbox writes; a larger
-// one fails the transaction. Defaults to model.DefaultMaxPayloadSize (1 MiB).
+// one fails the transaction. It is the one payload limit (model.WithMaxPayloadSize is deprecated and does
+// nothing; NewEvent checks only model.MaxPayloadSizeCeiling). A value above model.MaxPayloadSizeCeiling
+// counts as the ceiling; n <= 0 keeps the default. Defaults to model.DefaultMaxPayloadSize (1 MiB).
 func WithMaxPayloadSize(n int) Option {
-	return func(o *Outbox) { o.reg.maxPayload = n }
+	return func(o *Outbox) {
+		if n > 0 {
+			o.reg.maxPayload = min(n, model.MaxPayloadSizeCeiling)
+		}
+	}
 }
 
 // New binds an Outbox to db: the model hooks of queries run through db (or its transactions) consult the
@@ -47,14 +53,17 @@ func WithMaxPayloadSize(n int) Option {
 // handlers. New panics if db is nil.
 //
 // The first New on a *bun.DB adds a query hook to it (bun's AddQueryHook, which is not safe while the db
-// runs queries): call New at startup, before the db is shared between goroutines.
+// runs queries): call New at startup, before the db is shared between goroutines. The handlers of every
+// Outbox stay bound to the db for as long as it lives: make one Outbox per db, not one per request.
 func New(db *bun.DB, opts ...Option) *Outbox {
 	if db == nil {
 		panic("bunx.New: db must not be nil")
 	}
 	o := &Outbox{db: db, reg: &registry{maxPayload: model.DefaultMaxPayloadSize, handlers: make(map[reflect.Type]*handlerSet)}}
 	for _, opt := range opts {
-		opt(o)
+		if opt != nil {
+			opt(o)
+		}
 	}
 	bind(db, o.reg)
 	return o
@@ -75,6 +84,9 @@ func (o *Outbox) DB() *bun.DB { return o.db }
 // application's propagator (otel.GetTextMapPropagator), so the handler's span continues the producer's
 // trace (see TraceMiddleware and Inbox).
 func (o *Outbox) Record(ctx context.Context, db bun.IDB, events ...*model.Event) error {
+	if o == nil || o.reg == nil {
+		return errors.New("bunx: Record on a nil Outbox: make it with bunx.New")
+	}
 	if db == nil {
 		return errors.New("bunx: Record: db must not be nil")
 	}

@@ -101,6 +101,20 @@ func TestBadInput(t *testing.T) {
 			ev, err := model.NewEvent("big", strings.Repeat("x", 2048))
 			return []*model.Event{ev}, err
 		}, "over the limit of 1024", model.ErrInvalidEvent},
+		{"PayloadNUL", func(*testing.T) ([]*model.Event, error) {
+			return []*model.Event{{EventID: uuid.New(), Name: "raw", Payload: []byte(`"\u0000"`)}}, nil
+		}, `Payload contains \u0000`, model.ErrInvalidEvent},
+		{"TooManyMetadataKeys", func(*testing.T) ([]*model.Event, error) {
+			md := map[string]string{}
+			for i := range model.MaxMetadataCount + 1 {
+				md[strings.Repeat("k", i+1)] = "v"
+			}
+			return []*model.Event{{EventID: uuid.New(), Name: "md", Payload: []byte("{}"), Metadata: md}}, nil
+		}, "over the limit of 32 (MaxMetadataCount)", model.ErrInvalidEvent},
+		{"MetadataValueTooLong", func(*testing.T) ([]*model.Event, error) {
+			md := map[string]string{"k": strings.Repeat("v", model.MaxMetadataValueLength+1)}
+			return []*model.Event{{EventID: uuid.New(), Name: "md", Payload: []byte("{}"), Metadata: md}}, nil
+		}, "(MaxMetadataValueLength)", model.ErrInvalidEvent},
 		{"InvalidRawJSON", func(*testing.T) ([]*model.Event, error) {
 			return []*model.Event{{EventID: uuid.New(), Name: "raw", Payload: []byte("{oops")}}, nil
 		}, "Payload is not valid JSON", model.ErrInvalidEvent},

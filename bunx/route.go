@@ -17,7 +17,16 @@ import (
 // A bunbox event that nobody listens to is a deployment mistake to surface, not a transient failure:
 //
 //	srv.Start(bunx.ArchiveUnrouted(mux, logger))
+//
+// A nil log discards the log line (the task is archived all the same). ArchiveUnrouted panics if mux is
+// nil, at startup rather than at the first task.
 func ArchiveUnrouted(mux *asynq.ServeMux, log *slog.Logger) asynq.Handler {
+	if mux == nil {
+		panic("bunx.ArchiveUnrouted: mux must not be nil")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		h, pattern := mux.Handler(t)
 		if pattern == "" {

@@ -17,7 +17,8 @@ const (
 	MaxNameLength = 255
 	// MaxQueueLength is the longest queue name, in bytes.
 	MaxQueueLength = 255
-	// DefaultMaxPayloadSize is the largest payload, in bytes of JSON, unless configured otherwise.
+	// DefaultMaxPayloadSize is the largest payload, in bytes of JSON, that an Outbox writes unless
+	// bunx.WithMaxPayloadSize sets another limit: the one payload limit, checked where events are written.
 	DefaultMaxPayloadSize = 1 << 20
 )
 
@@ -32,9 +33,11 @@ var ErrInvalidEvent = errors.New("bunbox: invalid event")
 // a NaN) or is larger than the size limit, an invalid queue name, a nil event id, or a delivery option
 // with a nonsense value (see WithProcessAt and the options after it), named in the error.
 func NewEvent(name string, payload any, opts ...Option) (*Event, error) {
-	o := options{queue: DefaultQueue, maxPayload: DefaultMaxPayloadSize}
+	o := options{queue: DefaultQueue}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	if o.delivery.err != nil {
 		return nil, fmt.Errorf("%w %q: %w", ErrInvalidEvent, name, o.delivery.err)
@@ -61,14 +64,18 @@ func NewEvent(name string, payload any, opts ...Option) (*Event, error) {
 		OrderingKey: o.orderingKey,
 	}
 	o.delivery.apply(ev)
-	if err := ev.Validate(o.maxPayload); err != nil {
+	// The payload limit is the writer's (bunx.WithMaxPayloadSize), checked when the event is recorded; here
+	// only the ceiling that no setting exceeds.
+	if err := ev.Validate(MaxPayloadSizeCeiling); err != nil {
 		return nil, err
 	}
 	return ev, nil
 }
 
 // Validate reports whether the event can be written and delivered, with an error wrapping ErrInvalidEvent
-// that names the field. maxPayload is the largest payload in bytes; 0 means DefaultMaxPayloadSize.
+// that names the field or the limit. maxPayload is the largest payload in bytes: 0 means
+// DefaultMaxPayloadSize, and more than MaxPayloadSizeCeiling counts as MaxPayloadSizeCeiling. Metadata
+// is checked against MaxMetadataKeyLength, MaxMetadataValueLength, MaxMetadataCount and MaxMetadataSize.
 // The bunx package calls it for every event it records, so events built without NewEvent are checked too.
 func (e *Event) Validate(maxPayload int) error {
 	if e == nil {
@@ -77,6 +84,7 @@ func (e *Event) Validate(maxPayload int) error {
 	if maxPayload <= 0 {
 		maxPayload = DefaultMaxPayloadSize
 	}
+	maxPayload = min(maxPayload, MaxPayloadSizeCeiling)
 	if err := checkName("Name", e.Name, MaxNameLength); err != nil {
 		return err
 	}
@@ -90,7 +98,8 @@ func (e *Event) Validate(maxPayload int) error {
 		return fmt.Errorf("%w %q: Payload must not be empty (use null for no payload)", ErrInvalidEvent, e.Name)
 	}
 	if len(e.Payload) > maxPayload {
-		return fmt.Errorf("%w %q: Payload is %d bytes, over the limit of %d", ErrInvalidEvent, e.Name, len(e.Payload), maxPayload)
+		return fmt.Errorf("%w %q: Payload is %d bytes, over the limit of %d (the payload limit: bunx.WithMaxPayloadSize)",
+			ErrInvalidEvent, e.Name, len(e.Payload), maxPayload)
 	}
 	if !json.Valid(e.Payload) {
 		return fmt.Errorf("%w %q: Payload is not valid JSON", ErrInvalidEvent, e.Name)
@@ -98,10 +107,11 @@ func (e *Event) Validate(maxPayload int) error {
 	if err := checkOrderingKey(e); err != nil {
 		return err
 	}
-	for k := range e.Metadata {
-		if k == "" {
-			return fmt.Errorf("%w %q: Metadata keys must not be empty", ErrInvalidEvent, e.Name)
-		}
+	if err := checkPayloadText(e.Name, e.Payload); err != nil {
+		return err
+	}
+	if err := checkMetadata(e.Name, e.Metadata); err != nil {
+		return err
 	}
 	return e.validateDelivery()
 }

@@ -10,7 +10,6 @@ type options struct {
 	eventID    uuid.UUID
 	eventIDSet bool
 	metadata   map[string]string
-	maxPayload int
 	delivery   delivery // delivery.go
 
 	orderingKey    string // WithOrderingKey, in ordering.go
@@ -38,8 +37,11 @@ func WithMetadata(key, value string) Option {
 	}
 }
 
-// WithMaxPayloadSize sets the largest payload, in bytes of JSON, that NewEvent accepts.
-// Defaults to DefaultMaxPayloadSize.
-func WithMaxPayloadSize(n int) Option {
-	return func(o *options) { o.maxPayload = n }
+// WithMaxPayloadSize does nothing.
+//
+// Deprecated: the payload limit is one setting, the Outbox's (bunx.WithMaxPayloadSize, which defaults to
+// DefaultMaxPayloadSize), checked where the event is written, so that NewEvent and the Outbox cannot
+// disagree. NewEvent checks the payload against MaxPayloadSizeCeiling only.
+func WithMaxPayloadSize(int) Option {
+	return func(*options) {}
 }

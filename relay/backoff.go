@@ -1,6 +1,9 @@
 package relay
 
-import "time"
+import (
+	"math/rand/v2"
+	"time"
+)
 
 // backoff returns base doubled n times, capped at limit; n <= 0 gives base.
 func backoff(base, limit time.Duration, n int) time.Duration {
@@ -14,12 +17,25 @@ func backoff(base, limit time.Duration, n int) time.Duration {
 	return min(d, limit)
 }
 
-// roundBackoff is the wait after the n-th failed round in a row (n >= 1).
-func (c Config) roundBackoff(n int) time.Duration { return backoff(c.Backoff, c.BackoffMax, n-1) }
+// jitterFraction is how much of a backoff jitter may take away: a wait of d becomes a random wait in
+// (d/2, d], so that relay replicas that failed together, and rows that failed together, do not all try
+// again at the same instant. The cap stays the cap.
+const jitterFraction = 0.5
 
-// retryDelay is the wait before a row is tried again after its attempts-th failure (attempts >= 1).
+// jitter shortens d by up to jitterFraction of it; f, in [0, 1), says by how much (0: not at all).
+func jitter(d time.Duration, f float64) time.Duration {
+	return d - time.Duration(float64(d)*jitterFraction*min(max(f, 0), 1))
+}
+
+// roundBackoff is the wait after the n-th failed round in a row (n >= 1), with jitter.
+func (c Config) roundBackoff(n int) time.Duration {
+	return jitter(backoff(c.Backoff, c.BackoffMax, n-1), rand.Float64())
+}
+
+// retryDelay is the wait before a row is tried again after its attempts-th failure (attempts >= 1), with
+// jitter.
 func (c Config) retryDelay(attempts int) time.Duration {
-	return backoff(c.RetryBackoff, c.RetryBackoffMax, attempts-1)
+	return jitter(backoff(c.RetryBackoff, c.RetryBackoffMax, attempts-1), rand.Float64())
 }
 
 // hotWindow is how long a relay that just saw rows keeps polling at MinPollInterval before its idle

@@ -3,9 +3,7 @@ package relay
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -41,15 +39,17 @@ WHERE published_at IS NULL AND dead_at IS NULL AND ordering_key IS NULL AND (nex
 // errMalformedRow marks a claimed row that cannot become a task; the round marks it dead at once.
 var errMalformedRow = errors.New("bunbox: malformed outbox row")
 
-// claim locks and reads the next batch. A row whose metadata is not a JSON object of strings comes back
-// in bad (index into events → error), to be marked dead rather than block the rows behind it. The scan
-// is by hand rather than through bun's model scan: it is the relay's hottest read.
-func claim(ctx context.Context, tx bun.Tx, n int) (events []model.Event, bad map[int]error, err error) {
-	return claimBy(ctx, tx, make([]model.Event, 0, n), nil, claimSQL, n)
+// claim locks and reads the next batch of unkeyed rows: up to n rows, and no more than budget bytes of
+// payload and metadata unless the first row alone is larger (see budgeted). A row that cannot become a
+// task (see readRow) comes back in bad (index into events → error), to be marked dead rather than block
+// the rows behind it.
+func claim(ctx context.Context, tx bun.Tx, n int, budget int64) (events []model.Event, bad map[int]error, err error) {
+	return claimBy(ctx, tx, make([]model.Event, 0, n), nil, claimBudgetSQL, n, budget)
 }
 
-// claimBy runs query, which selects claimColumns, and appends the rows it locked to events (and their
-// malformations to bad, by index into events).
+// claimBy runs query, which selects claimColumns, and appends the rows it locked to events (and the
+// errors of the rows that cannot become tasks to bad, by index into events). The scan is by hand rather
+// than through bun's model scan: it is the relay's hottest read.
 func claimBy(ctx context.Context, tx bun.Tx, events []model.Event, bad map[int]error, query string, args ...any) (
 	_ []model.Event, _ map[int]error, err error,
 ) {
@@ -70,13 +70,11 @@ func claimBy(ctx context.Context, tx bun.Tx, events []model.Event, bad map[int]e
 			return nil, nil, err
 		}
 		ev.Timeout, ev.Retention = time.Duration(timeoutNs), time.Duration(retentionNs)
-		if len(metadata) > 2 { // "{}" is the column's default: no map to make
-			if err := json.Unmarshal(metadata, &ev.Metadata); err != nil {
-				if bad == nil {
-					bad = map[int]error{}
-				}
-				bad[len(events)] = fmt.Errorf("%w: column metadata must be a JSON object of strings: %v", errMalformedRow, err)
+		if err := readRow(&ev, metadata); err != nil {
+			if bad == nil {
+				bad = map[int]error{}
 			}
+			bad[len(events)] = err
 		}
 		events = append(events, ev)
 	}

@@ -17,6 +17,7 @@ import (
 // Defaults applied by New to the zero fields of a Config.
 const (
 	BatchSizeDefault        = 500
+	BatchBytesDefault       = 16 << 20
 	ConcurrencyDefault      = 32
 	WorkersDefault          = 2
 	PollIntervalDefault     = 500 * time.Millisecond
@@ -55,6 +56,11 @@ type Config struct {
 	// BatchSize is the largest number of rows claimed, enqueued and marked in one round, 1 to 10000.
 	// Defaults to 500.
 	BatchSize int
+	// BatchBytes bounds the bytes of payload and metadata (as JSON text) one round claims: the claim stops
+	// adding rows once the next one would go over, and always takes at least one row, however large. With
+	// Workers rounds at once, a relay holds at most about Workers × BatchBytes of events (plus one row per
+	// worker over it). 1 byte to 1 GiB. Defaults to 16 MiB.
+	BatchBytes int64
 	// Concurrency bounds the enqueues running at once over all workers, 1 to 1024. Defaults to 32. asynq
 	// has one script call per enqueue; the relay's own Redis client pipelines the calls in flight.
 	Concurrency int
@@ -80,12 +86,15 @@ type Config struct {
 	// Defaults to 10.
 	MaxAttempts int
 	// RetryBackoff is the delay before a failed row is tried again; it doubles with each attempt up to
-	// RetryBackoffMax. Defaults to 1s.
+	// RetryBackoffMax, and each delay is cut by a random part of up to half, so that rows that failed
+	// together are not all tried again together. Defaults to 1s.
 	RetryBackoff time.Duration
 	// RetryBackoffMax caps RetryBackoff's growth. Defaults to 1h.
 	RetryBackoffMax time.Duration
 	// Backoff is the wait after a failed round (PostgreSQL or Redis unreachable); it doubles with each
-	// failed round in a row up to BackoffMax, and the first good round resets it. Defaults to 100ms.
+	// failed round in a row up to BackoffMax, and the first good round resets it. Each wait is cut by a
+	// random part of up to half, so that replicas that failed together do not retry in lockstep.
+	// Defaults to 100ms.
 	Backoff time.Duration
 	// BackoffMax caps Backoff's growth. Defaults to 30s.
 	BackoffMax time.Duration
@@ -127,6 +136,7 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.BatchBytes = cmp.Or(c.BatchBytes, BatchBytesDefault)
 	c.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
 	c.Workers = cmp.Or(c.Workers, WorkersDefault)
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
@@ -161,6 +171,7 @@ func (c Config) validate() error {
 		}
 	}
 	check(c.BatchSize >= 1 && c.BatchSize <= 10000, "BatchSize must be between 1 and 10000, got %d", c.BatchSize)
+	check(c.BatchBytes >= 1 && c.BatchBytes <= 1<<30, "BatchBytes must be between 1 and 1 GiB (1073741824), got %d", c.BatchBytes)
 	check(c.Concurrency >= 1 && c.Concurrency <= 1024, "Concurrency must be between 1 and 1024, got %d", c.Concurrency)
 	check(c.Workers >= 1 && c.Workers <= 64, "Workers must be between 1 and 64, got %d", c.Workers)
 	check(c.PollInterval > 0, "PollInterval must be positive, got %s", c.PollInterval)

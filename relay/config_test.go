@@ -142,12 +142,7 @@ func TestBackoff(t *testing.T) {
 	} {
 		require.Equal(t, tt.want, backoff(tt.base, tt.limit, tt.n), "backoff(%s, %s, %d)", tt.base, tt.limit, tt.n)
 	}
-	c := Config{}.withDefaults()
-	require.Equal(t, BackoffDefault, c.roundBackoff(1))
-	require.Equal(t, BackoffMaxDefault, c.roundBackoff(50))
-	require.Equal(t, RetryBackoffDefault, c.retryDelay(1))
-	require.Equal(t, 2*RetryBackoffDefault, c.retryDelay(2))
-	require.Equal(t, RetryBackoffMaxDefault, c.retryDelay(40))
+	c := Config{}.withDefaults() // roundBackoff and retryDelay, which add jitter: backoff_test.go
 	require.Equal(t, MinPollIntervalDefault, c.idleWait(1))
 	hot := int(hotWindow / MinPollIntervalDefault)
 	require.Equal(t, MinPollIntervalDefault, c.idleWait(hot))

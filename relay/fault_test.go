@@ -14,7 +14,8 @@ import (
 )
 
 // requireBackoffCapped checks that the relay logged at least n backoffs, that their attempts count up and
-// that no delay exceeded max, which was reached.
+// that no delay exceeded max, whose level was reached: with jitter a wait of d is drawn from (d/2, d], and
+// only the level of max (a power-of-two multiple of Backoff in these tests) can give more than max/2.
 func requireBackoffCapped(t *testing.T, logs *logRecorder, n int, limit time.Duration) {
 	t.Helper()
 	recs := logs.matching("backing off")
@@ -26,7 +27,7 @@ func requireBackoffCapped(t *testing.T, logs *logRecorder, n int, limit time.Dur
 		require.Positive(t, attr(r, "attempt").Int64())
 		longest = max(longest, d)
 	}
-	require.Equal(t, limit, longest, "the backoff reaches its cap")
+	require.Greater(t, longest, limit/2, "the backoff reaches its cap")
 }
 
 func TestRedisRestartMidStream(t *testing.T) {

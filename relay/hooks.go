@@ -50,6 +50,8 @@ type BatchEvent struct {
 	Duration time.Duration
 	// Err is why the round failed, nil when it succeeded. A failed round may still have published rows.
 	Err error
+
+	full bool // the claim took as many rows as BatchSize or BatchBytes allowed: more may be waiting
 }
 
 // DeadEvent describes a row the relay gave up on.

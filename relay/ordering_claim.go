@@ -41,19 +41,23 @@ ORDER BY id
 LIMIT ?
 FOR UPDATE SKIP LOCKED`
 
-// claimRound locks the batch of a round: the keyed heads first, at most half the batch so that unkeyed
-// rows always have room, then unkeyed rows to fill it. Without an inspector (see Config.Inspector) keyed
-// rows are left alone.
-func (r *Relay) claimRound(ctx context.Context, tx bun.Tx) ([]model.Event, map[int]error, error) {
-	n := r.cfg.BatchSize
+// claimRound locks the batch of a round, at most n rows within Config.BatchBytes: the keyed heads first,
+// at most half the rows so that unkeyed rows always have room, then unkeyed rows to fill it with what is
+// left of the rows and the bytes. Without an inspector (see Config.Inspector) keyed rows are left alone.
+func (r *Relay) claimRound(ctx context.Context, tx bun.Tx, n int) ([]model.Event, map[int]error, error) {
+	budget := r.cfg.BatchBytes
 	if r.keys == nil {
-		return claim(ctx, tx, n)
+		return claim(ctx, tx, n, budget)
 	}
-	events, bad, err := claimBy(ctx, tx, make([]model.Event, 0, n), nil, keyedClaimSQL, max(1, n/2))
+	events, bad, err := claimBy(ctx, tx, make([]model.Event, 0, n), nil, keyedClaimBudgetSQL, max(1, n/2), budget)
 	if err != nil || len(events) == n {
 		return events, bad, err
 	}
-	return claimBy(ctx, tx, events, bad, claimSQL, n-len(events))
+	left := budget - claimedBytes(events)
+	if len(events) > 0 && left <= 0 {
+		return events, bad, nil
+	}
+	return claimBy(ctx, tx, events, bad, claimBudgetSQL, n-len(events), max(left, 1))
 }
 
 // dueKeyed reports whether a keyed row may be waiting to be claimed; an error says yes.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
@@ -35,8 +36,24 @@ type pipelineHook struct {
 const pipelinesInFlight = 2
 
 type pipelineCall struct {
-	cmd  redis.Cmder
-	wake chan bool // receives true: lead the next pipeline; false: cmd has its reply
+	cmd         redis.Cmder
+	deadline    time.Time // of the caller's ctx, when hasDeadline
+	hasDeadline bool
+	wake        chan bool // receives true: lead the next pipeline; false: cmd has its reply
+}
+
+// latestDeadline is the latest deadline of the calls; none when a call has none.
+func latestDeadline(calls []*pipelineCall) (time.Time, bool) {
+	var d time.Time
+	for _, c := range calls {
+		if !c.hasDeadline {
+			return time.Time{}, false
+		}
+		if c.deadline.After(d) {
+			d = c.deadline
+		}
+	}
+	return d, !d.IsZero()
 }
 
 func (h *pipelineHook) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -64,6 +81,7 @@ func (h *pipelineHook) process(ctx context.Context, cmd redis.Cmder) error {
 		c = &pipelineCall{wake: make(chan bool, 1)}
 	}
 	c.cmd = cmd
+	c.deadline, c.hasDeadline = ctx.Deadline()
 	h.mu.Lock()
 	lead := h.leaders < pipelinesInFlight
 	if lead {
@@ -72,7 +90,7 @@ func (h *pipelineHook) process(ctx context.Context, cmd redis.Cmder) error {
 		h.queue = append(h.queue, c)
 	}
 	h.mu.Unlock()
-	if lead || <-c.wake {
+	if lead || h.wait(ctx, c) {
 		h.lead(ctx, c)
 	}
 	c.cmd = nil
@@ -80,8 +98,32 @@ func (h *pipelineHook) process(ctx context.Context, cmd redis.Cmder) error {
 	return cmd.Err()
 }
 
+// wait waits for a queued call's turn: it returns true when the call is to lead the next pipeline, false
+// when its command has its reply. A caller whose ctx ends while its call is still queued takes the call
+// out and fails its command with ctx's error; a call that a leader already took gets its reply (bounded
+// by that leader's deadline) or the lead, which it must pass on.
+func (h *pipelineHook) wait(ctx context.Context, c *pipelineCall) bool {
+	select {
+	case lead := <-c.wake:
+		return lead
+	case <-ctx.Done():
+	}
+	h.mu.Lock()
+	if i := slices.Index(h.queue, c); i >= 0 {
+		h.queue = slices.Delete(h.queue, i, i+1)
+		h.mu.Unlock()
+		c.cmd.SetErr(ctx.Err())
+		return false
+	}
+	h.mu.Unlock()
+	return <-c.wake
+}
+
 // lead sends the leader's own call and every call queued so far as one pipeline, then hands the lead to
 // the first call queued meanwhile, if any.
+//
+// A leader whose ctx has already ended (it got the lead after its caller gave up) does not send its own
+// command, which fails with ctx's error, but still sends the others' and passes the lead on.
 func (h *pipelineHook) lead(ctx context.Context, own *pipelineCall) {
 	h.mu.Lock()
 	batch := make([]*pipelineCall, 0, 1+len(h.queue))
@@ -89,29 +131,39 @@ func (h *pipelineHook) lead(ctx context.Context, own *pipelineCall) {
 	clear(h.queue)
 	h.queue = h.queue[:0]
 	h.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		own.cmd.SetErr(err)
+		batch = batch[1:]
+	}
 
 	// The pipeline carries other callers' commands too: the leader's cancellation must not fail them, but
-	// its deadline (the relay's EnqueueTimeout, the same for every enqueue) bounds the connection's I/O.
+	// their deadlines (the relay's EnqueueTimeout) bound the connection's I/O: the latest of them, so
+	// that no command is cut short by another's.
 	pctx := context.WithoutCancel(ctx)
-	if d, ok := ctx.Deadline(); ok {
+	if d, ok := latestDeadline(batch); ok {
 		var cancel context.CancelFunc
 		pctx, cancel = context.WithDeadline(pctx, d)
 		defer cancel()
 	}
-	pipe := h.rdb.Pipeline()
-	for _, c := range batch {
-		_ = pipe.Process(pctx, c.cmd)
-	}
-	// The replies and errors land in each command, except when no connection could be had (Redis down):
-	// then only Exec returns the error, and each command must get it, or it would read as a success.
-	if _, err := pipe.Exec(pctx); err != nil &&
-		!slices.ContainsFunc(batch, func(c *pipelineCall) bool { return c.cmd.Err() != nil }) {
+	if len(batch) > 0 {
+		pipe := h.rdb.Pipeline()
 		for _, c := range batch {
-			c.cmd.SetErr(err)
+			_ = pipe.Process(pctx, c.cmd)
+		}
+		// The replies and errors land in each command, except when no connection could be had (Redis
+		// down): then only Exec returns the error, and each command must get it, or it would read as a
+		// success.
+		if _, err := pipe.Exec(pctx); err != nil &&
+			!slices.ContainsFunc(batch, func(c *pipelineCall) bool { return c.cmd.Err() != nil }) {
+			for _, c := range batch {
+				c.cmd.SetErr(err)
+			}
 		}
 	}
-	for _, c := range batch[1:] {
-		c.wake <- false
+	for _, c := range batch {
+		if c != own {
+			c.wake <- false
+		}
 	}
 
 	h.mu.Lock()

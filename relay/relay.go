@@ -34,6 +34,7 @@ type Relay struct {
 	running atomic.Bool
 	sem     chan struct{} // bounds the enqueues in flight, over all workers
 	keys    *keyTracker   // hands out keyed events in order (ordering.go); nil without an inspector
+	sizer   claimSizer    // how many rows the next claim asks for, under Config.BatchBytes
 
 	counters counters
 }
@@ -193,7 +194,7 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}, busy chan<- stru
 			failures, empties = 0, 0
 		case res.Claimed > 0:
 			empties = 0 // more may be waiting: look again at once
-			if res.Claimed == r.cfg.BatchSize {
+			if res.full {
 				select {
 				case busy <- struct{}{}:
 				default:
@@ -218,7 +219,7 @@ func (r *Relay) helper(ctx context.Context, busy chan struct{}) {
 		}
 		for ctx.Err() == nil {
 			res := r.runOnce(ctx)
-			if res.Err != nil || res.Claimed < r.cfg.BatchSize {
+			if res.Err != nil || !res.full {
 				break
 			}
 			select {

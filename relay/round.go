@@ -37,7 +37,8 @@ func (r *Relay) runOnce(ctx context.Context) (res BatchEvent) {
 	}
 	defer func() { _ = tx.Rollback() }()
 
-	events, bad, err := r.claimRound(ctx, tx)
+	limit := r.sizer.limit(r.cfg.BatchSize, r.cfg.BatchBytes)
+	events, bad, err := r.claimRound(ctx, tx, limit)
 	if err != nil {
 		if ctx.Err() == nil {
 			res.Err = fmt.Errorf("claim: %w", err)
@@ -45,6 +46,7 @@ func (r *Relay) runOnce(ctx context.Context) (res BatchEvent) {
 		return res
 	}
 	res.Claimed = len(events)
+	res.full = r.sizer.observe(events, limit, r.cfg.BatchBytes)
 	if len(events) == 0 {
 		return res
 	}

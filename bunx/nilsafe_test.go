@@ -1,0 +1,116 @@
+package bunx_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+	"github.com/uptrace/bun/driver/pgdriver"
+
+	"github.com/bunbox/bunbox/bunx"
+	"github.com/bunbox/bunbox/model"
+)
+
+// unconnected is a *bun.DB that never connects: enough for what these tests reach.
+func unconnected(t *testing.T) *bun.DB {
+	t.Helper()
+	db := bun.NewDB(sql.OpenDB(pgdriver.NewConnector(pgdriver.WithAddr("127.0.0.1:1"))), pgdialect.New())
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// Nil loggers and nil options are defaults, not panics; nil receivers give errors.
+func TestNilOptions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("ArchiveUnroutedNilLogger", func(t *testing.T) {
+		t.Parallel()
+		h := bunx.ArchiveUnrouted(asynq.NewServeMux(), nil)
+		err := h.ProcessTask(ctx, asynq.NewTaskWithHeaders("nobody.listens", nil, map[string]string{model.HeaderEventID: "x"}))
+		require.ErrorIs(t, err, asynq.SkipRetry, "archived, not retried")
+		require.ErrorIs(t, err, asynq.ErrHandlerNotFound)
+	})
+
+	t.Run("ArchiveUnroutedNilMux", func(t *testing.T) {
+		t.Parallel()
+		require.PanicsWithValue(t, "bunx.ArchiveUnrouted: mux must not be nil", func() { bunx.ArchiveUnrouted(nil, nil) })
+	})
+
+	t.Run("InboxNilLoggerAndOption", func(t *testing.T) {
+		t.Parallel()
+		in := bunx.NewInbox(unconnected(t), nil, bunx.WithInboxLogger(nil))
+		h := in.Handler("h", func(context.Context, bun.Tx, *asynq.Task) error { return nil })
+		err := h.ProcessTask(ctx, asynq.NewTask("no.headers", nil))
+		require.ErrorIs(t, err, bunx.ErrMalformedTask, "the rejection is logged through the default logger")
+	})
+
+	t.Run("InboxNilHandler", func(t *testing.T) {
+		t.Parallel()
+		in := bunx.NewInbox(unconnected(t))
+		require.PanicsWithValue(t, `bunx.Inbox.Handler("h"): fn must not be nil`, func() { in.Handler("h", nil) })
+		require.PanicsWithValue(t, `bunx.HandleJSON("h"): fn must not be nil`, func() {
+			bunx.HandleJSON[struct{}](in, "h", nil)
+		})
+	})
+
+	t.Run("OutboxNilOption", func(t *testing.T) {
+		t.Parallel()
+		ob := bunx.New(unconnected(t), nil)
+		require.NoError(t, ob.Record(ctx, ob.DB()), "no events: nothing to write")
+	})
+
+	t.Run("NilOutbox", func(t *testing.T) {
+		t.Parallel()
+		var ob *bunx.Outbox
+		ev, err := model.NewEvent("x", nil)
+		require.NoError(t, err)
+		require.ErrorContains(t, ob.Record(ctx, unconnected(t), ev), "nil Outbox")
+		require.ErrorContains(t, ob.Dispatch(ctx, ev), "nil Outbox")
+	})
+
+	t.Run("TransactorNilOption", func(t *testing.T) {
+		t.Parallel()
+		require.NotNil(t, bunx.NewTransactor(unconnected(t), nil))
+	})
+
+	t.Run("NewEventNilOption", func(t *testing.T) {
+		t.Parallel()
+		ev, err := model.NewEvent("x", nil, nil, model.WithQueue("q"))
+		require.NoError(t, err)
+		require.Equal(t, "q", ev.Queue)
+	})
+}
+
+// The payload limit is one setting, the Outbox's: NewEvent accepts what the Outbox decides about.
+func TestOnePayloadLimit(t *testing.T) {
+	t.Parallel()
+	big, err := model.NewEvent("big", json.RawMessage(`"`+strings.Repeat("x", 2<<20)+`"`), model.WithMaxPayloadSize(10))
+	require.NoError(t, err, "NewEvent checks the ceiling only; the deprecated option does nothing")
+	for _, tt := range []struct {
+		name  string
+		opts  []bunx.Option
+		limit int
+	}{
+		{"Default", nil, model.DefaultMaxPayloadSize},
+		{"ZeroKeepsTheDefault", []bunx.Option{bunx.WithMaxPayloadSize(0)}, model.DefaultMaxPayloadSize},
+		{"Raised", []bunx.Option{bunx.WithMaxPayloadSize(4 << 20)}, 4 << 20},
+		{"AboveTheCeiling", []bunx.Option{bunx.WithMaxPayloadSize(1 << 30)}, model.MaxPayloadSizeCeiling},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ob := bunx.New(unconnected(t), tt.opts...)
+			ev := &model.Event{EventID: big.EventID, Name: "big", Payload: make(json.RawMessage, tt.limit+1)}
+			err := ob.Record(context.Background(), ob.DB(), ev)
+			require.ErrorIs(t, err, model.ErrInvalidEvent)
+			require.ErrorContains(t, err, fmt.Sprintf("%d bytes, over the limit of %d (the payload limit: bunx.WithMaxPayloadSize)", tt.limit+1, tt.limit))
+		})
+	}
+}

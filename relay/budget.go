@@ -1,0 +1,94 @@
+package relay
+
+import (
+	"sync/atomic"
+
+	"github.com/bunbox/bunbox/model"
+)
+
+// budgeted wraps a claim query (claimSQL or keyedClaimSQL) so that it also stops at a byte budget: of the
+// rows the query locks, in id order, it returns the longest run whose payload and metadata fit in the
+// budget, and always the first row, however large. Since the run is a prefix in id order, it is the rows
+// up to a cutoff id, so the result has the query's own columns, whatever they are. The rows locked beyond
+// the budget are released when the round's transaction ends. Arguments: the query's own (the batch
+// size), then the budget in bytes.
+//
+// A row's size is the JSON text the relay receives (octet_length of the text form) for a value PostgreSQL
+// stored compressed, whose stored size could be a tiny part of it; for any other value it is the stored
+// size (pg_column_size), which is close to the text's and costs no conversion: most rows are small and
+// stored as they are. pg_column_compression needs PostgreSQL 14 or later.
+func budgeted(query string) string {
+	return `WITH claimed AS MATERIALIZED (
+` + query + `
+)
+SELECT * FROM claimed WHERE id <= (
+  SELECT max(id) FROM (
+    SELECT id, row_number() OVER w AS n, sum(` + rowSizeSQL + `) OVER w AS running
+    FROM claimed WINDOW w AS (ORDER BY id)
+  ) sized
+  WHERE n = 1 OR running <= ?
+)
+ORDER BY id`
+}
+
+// claimBudgetSQL and keyedClaimBudgetSQL are the relay's two claims under the byte budget.
+var (
+	claimBudgetSQL      = budgeted(claimSQL)
+	keyedClaimBudgetSQL = budgeted(keyedClaimSQL)
+)
+
+// rowSizeSQL is the size in bytes of a claimed row's payload and metadata; see budgeted.
+const rowSizeSQL = `CASE WHEN pg_column_compression(payload) IS NULL THEN pg_column_size(payload)
+    ELSE octet_length(payload::text) END
+  + CASE WHEN pg_column_compression(metadata) IS NULL THEN pg_column_size(metadata)
+    ELSE octet_length(metadata::text) END`
+
+// claimSizer sizes the next claim from the rows of the last one. A budgeted claim measures every row the
+// claim locks, and measuring a compressed payload costs PostgreSQL its decompression: a claim of
+// BatchSize rows of 1 MiB would decompress BatchSize MiB to return the few that fit in the budget. So the
+// claim asks for about as many rows as the budget holds at the last claim's mean row size, with a quarter
+// more and one row to spare, and never more than BatchSize.
+type claimSizer struct {
+	meanRow atomic.Int64 // bytes of payload and metadata per row in the last claim; 0 before the first
+}
+
+// limit is how many rows the next claim locks.
+func (s *claimSizer) limit(batchSize int, budget int64) int {
+	mean := s.meanRow.Load()
+	if mean <= 0 {
+		return batchSize
+	}
+	n := budget/mean + budget/mean/4 + 1
+	return int(min(int64(batchSize), n))
+}
+
+// observe records the rows of a claim that asked for limit rows with budget, and reports whether it came
+// back full: as many rows as asked for, or so many bytes that the next row would likely not have fit.
+// More rows may then be waiting.
+func (s *claimSizer) observe(events []model.Event, limit int, budget int64) (full bool) {
+	if len(events) == 0 {
+		return false
+	}
+	total := claimedBytes(events)
+	mean := max(total/int64(len(events)), 1)
+	s.meanRow.Store(mean)
+	return len(events) >= limit || total+mean > budget
+}
+
+// claimedBytes is about the bytes of payload and metadata of events.
+func claimedBytes(events []model.Event) int64 {
+	var total int64
+	for i := range events {
+		total += int64(len(events[i].Payload)) + metadataSize(events[i].Metadata)
+	}
+	return total
+}
+
+// metadataSize is about the bytes of md as a JSON object.
+func metadataSize(md map[string]string) int64 {
+	n := int64(2)
+	for k, v := range md {
+		n += int64(len(k) + len(v) + 6)
+	}
+	return n
+}

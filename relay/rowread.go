@@ -1,0 +1,45 @@
+package relay
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/bunbox/bunbox/model"
+)
+
+// maxMetadataColumn is the most bytes the metadata column of a deliverable row can take as JSON text: the
+// keys and values within model.MaxMetadataSize, each byte escaped (\u00XX, 6 bytes) at worst, plus the
+// quotes, colons and commas of model.MaxMetadataCount pairs and the braces. A longer column is refused
+// before it is decoded.
+const maxMetadataColumn = 6*model.MaxMetadataSize + 6*model.MaxMetadataCount + 2
+
+// readRow completes ev, whose other columns are scanned, from its metadata column, and checks that ev can
+// become a task: what model.Event.Validate checks, with the payload limit at model.MaxPayloadSizeCeiling
+// (the writer enforced its own, lower limit; a row written around bunx may not have). The payload is not
+// parsed again: the jsonb column holds valid JSON. An error wraps errMalformedRow and names what is wrong;
+// the round marks the row dead at once. metadata is not kept: it may be the driver's buffer.
+func readRow(ev *model.Event, metadata []byte) error {
+	if len(metadata) > maxMetadataColumn {
+		return fmt.Errorf("%w: column metadata is %d bytes, over what model.MaxMetadataSize (%d) allows",
+			errMalformedRow, len(metadata), model.MaxMetadataSize)
+	}
+	if len(metadata) > 2 || string(metadata) != "{}" { // "{}" is the column's default: no map to make
+		ev.Metadata = nil
+		if err := json.Unmarshal(metadata, &ev.Metadata); err != nil {
+			return fmt.Errorf("%w: column metadata must be a JSON object of strings: %v", errMalformedRow, err)
+		}
+	}
+	switch {
+	case len(ev.Payload) == 0:
+		return fmt.Errorf("%w: column payload is empty", errMalformedRow)
+	case len(ev.Payload) > model.MaxPayloadSizeCeiling:
+		return fmt.Errorf("%w: column payload is %d bytes, over the limit of %d (model.MaxPayloadSizeCeiling)",
+			errMalformedRow, len(ev.Payload), model.MaxPayloadSizeCeiling)
+	}
+	checked := *ev
+	checked.Payload = json.RawMessage("null") // checked above, short of parsing it
+	if err := checked.Validate(model.MaxPayloadSizeCeiling); err != nil {
+		return fmt.Errorf("%w: %w", errMalformedRow, err)
+	}
+	return nil
+}
