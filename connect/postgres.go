@@ -5,16 +5,32 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"maps"
 	"time"
 
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 	"github.com/uptrace/bun/driver/pgdriver"
 )
 
+// Driver names the database/sql driver under the *bun.DB that Postgres opens.
+type Driver string
+
+const (
+	// DriverPgdriver is bun's own driver (github.com/uptrace/bun/driver/pgdriver), with the connection
+	// string read and TLS negotiated by this package: the default.
+	DriverPgdriver Driver = "pgdriver"
+	// DriverPgx is pgx's driver (github.com/jackc/pgx/v5/stdlib), with the connection string read by
+	// pgx.ParseConfig, which follows libpq itself (see the package doc for the differences).
+	DriverPgx Driver = "pgx"
+)
+
 // Options tune Postgres. The zero value is ready to use.
 type Options struct {
+	// Driver is the database/sql driver: DriverPgdriver or DriverPgx. Defaults to DriverPgdriver.
+	Driver Driver
 	// Params are session parameters set on every connection, such as search_path; they win over the
 	// same names in the connection string. Defaults to none.
 	Params map[string]any
@@ -38,13 +54,28 @@ const (
 // key=value form (host=db port=5432 user=app password='p w' dbname=app sslmode=verify-full); TLS
 // follows libpq's sslmode (see the package doc), and no sslmode means prefer, libpq's default.
 //
+// With opts.Driver set to DriverPgx, the pool is pgx's (stdlib.OpenDB) and pgx reads dsn.
+//
 // Every error is an *Error that shows dsn with its password masked, or wraps one.
 func Postgres(ctx context.Context, dsn string, opts Options) (*bun.DB, error) {
-	c, err := PostgresConnector(dsn, opts.Params)
-	if err != nil {
-		return nil, err
+	var sqldb *sql.DB
+	switch opts.Driver {
+	case "", DriverPgdriver:
+		c, err := PostgresConnector(dsn, opts.Params)
+		if err != nil {
+			return nil, err
+		}
+		sqldb = sql.OpenDB(c)
+	case DriverPgx:
+		cfg, err := pgxConfig(dsn, opts.Params)
+		if err != nil {
+			return nil, err
+		}
+		sqldb = stdlib.OpenDB(*cfg)
+	default:
+		return nil, &Error{Kind: "PostgreSQL", URL: Redact(dsn),
+			Msg: fmt.Sprintf("Options.Driver %q is not %q or %q", opts.Driver, DriverPgdriver, DriverPgx)}
 	}
-	sqldb := sql.OpenDB(c)
 	if opts.MaxOpenConns > 0 {
 		sqldb.SetMaxOpenConns(opts.MaxOpenConns)
 	}
@@ -58,7 +89,7 @@ func Postgres(ctx context.Context, dsn string, opts Options) (*bun.DB, error) {
 	defer cancel()
 	if err := db.PingContext(pctx); err != nil {
 		_ = db.Close()
-		return nil, newError("PostgreSQL", dsn, err, "cannot connect to PostgreSQL at %s")
+		return nil, newError("PostgreSQL", dsn, withoutConfig(err), "cannot connect to PostgreSQL at %s")
 	}
 	return db, nil
 }

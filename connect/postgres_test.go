@@ -120,6 +120,8 @@ func TestPostgresTLS(t *testing.T) {
 		{"Prefer", srv.dsn("postgres", "127.0.0.1", q("sslmode", "prefer")), true, ""},
 		{"NoSSLModeIsPrefer", srv.dsn("postgres", "127.0.0.1", nil), true, ""},
 		{"Allow", srv.dsn("postgres", "127.0.0.1", q("sslmode", "allow")), true, ""},
+		// certuser may not connect in plain text: allow goes on to TLS (pgx: after trying plain text, as libpq).
+		{"AllowTLSOnlyUser", srv.dsn("certuser", "127.0.0.1", q("sslmode", "allow", "sslcert", srv.clientCert, "sslkey", srv.clientKey)), true, ""},
 		{"Disable", srv.dsn("postgres", "127.0.0.1", q("sslmode", "disable")), false, ""},
 		{"KeyValueVerifyFull", fmt.Sprintf("host=localhost port=%s user=postgres dbname=postgres sslmode=verify-full sslrootcert='%s'", srv.port, srv.caFile), true, ""},
 		{"ClientCert", srv.dsn("certuser", "127.0.0.1", q("sslmode", "verify-full", "sslrootcert", srv.caFile, "sslcert", srv.clientCert, "sslkey", srv.clientKey)), true, ""},
@@ -132,31 +134,53 @@ func TestPostgresTLS(t *testing.T) {
 		{"PlainServerRequire", fmt.Sprintf("postgres://postgres@127.0.0.1:%s/postgres?sslmode=require", plainPort), false, "does not accept TLS"},
 		{"PlainServerVerifyFull", fmt.Sprintf("postgres://postgres@127.0.0.1:%s/postgres?sslmode=verify-full&sslrootcert=%s", plainPort, srv.caFile), false, "does not accept TLS"},
 	}
-	t.Run("PoolAndListener", func(t *testing.T) {
-		t.Parallel()
-		testPoolAndListener(t, srv)
-	})
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
+	// What pgx (DriverPgx, pgx.ParseConfig) does where it differs from this package's pgdriver path.
+	pgxDiffers := map[string]struct {
+		wantSSL bool
+		wantErr string
+	}{
+		"Allow":                 {false, ""}, // as libpq: plain text first, TLS only when the server refuses it
+		"PlainServerRequire":    {false, "server refused TLS connection"},
+		"PlainServerVerifyFull": {false, "server refused TLS connection"},
+	}
+	for _, driver := range drivers {
+		t.Run(string(driver), func(t *testing.T) {
 			t.Parallel()
-			db, err := connect.Postgres(context.Background(), tt.dsn, connect.Options{MaxOpenConns: 2})
-			if tt.wantErr != "" {
-				require.ErrorContains(t, err, tt.wantErr)
-				var cerr *connect.Error
-				require.ErrorAs(t, err, &cerr)
-				return
+			t.Run("PoolAndListener", func(t *testing.T) {
+				t.Parallel()
+				testPoolAndListener(t, srv, driver)
+			})
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					t.Parallel()
+					if d, ok := pgxDiffers[tt.name]; ok && driver == connect.DriverPgx {
+						tt.wantSSL, tt.wantErr = d.wantSSL, d.wantErr
+					}
+					db, err := connect.Postgres(context.Background(), tt.dsn, connect.Options{Driver: driver, MaxOpenConns: 2})
+					if tt.wantErr != "" {
+						t.Log(err)
+						require.ErrorContains(t, err, tt.wantErr)
+						var cerr *connect.Error
+						require.ErrorAs(t, err, &cerr)
+						return
+					}
+					require.NoError(t, err)
+					t.Cleanup(func() { _ = db.Close() })
+					require.Equal(t, tt.wantSSL, sslInUse(t, db))
+				})
 			}
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = db.Close() })
-			require.Equal(t, tt.wantSSL, sslInUse(t, db))
 		})
 	}
 }
 
-// testPoolAndListener checks, on srv, that Options.Params and pgdriver's Listener work over TLS.
-func testPoolAndListener(t *testing.T, srv *tlsServer) {
+// drivers are the drivers the tests of Postgres run on, each.
+var drivers = []connect.Driver{connect.DriverPgdriver, connect.DriverPgx}
+
+// testPoolAndListener checks, on srv, that Options.Params work over TLS, and with pgdriver that its
+// Listener (the relay's wake-up) does too.
+func testPoolAndListener(t *testing.T, srv *tlsServer, driver connect.Driver) {
 	dsn := srv.dsn("postgres", "localhost", url.Values{"sslmode": {"verify-full"}, "sslrootcert": {srv.caFile}})
-	db, err := connect.Postgres(context.Background(), dsn, connect.Options{Params: map[string]any{"search_path": "pg_catalog"}})
+	db, err := connect.Postgres(context.Background(), dsn, connect.Options{Driver: driver, Params: map[string]any{"search_path": "pg_catalog"}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
 
@@ -165,6 +189,9 @@ func testPoolAndListener(t *testing.T, srv *tlsServer) {
 	require.NoError(t, db.NewRaw("SHOW search_path").Scan(context.Background(), &path))
 	require.Equal(t, "pg_catalog", path)
 	require.True(t, sslInUse(t, db))
+	if driver != connect.DriverPgdriver {
+		return // the relay's wake-up under pgx dials the pool's configuration: relay's tests cover it
+	}
 
 	// pgdriver's Listener (the relay's wake-up) dials through the same connector, so over TLS too.
 	ln := pgdriver.NewListener(db)
@@ -191,11 +218,17 @@ func TestPostgresPreferAfterAFailedHandshake(t *testing.T) {
 	t.Parallel()
 	srv := startTLSServerWith(t, map[string]string{"ssl_min_protocol_version": "TLSv1", "ssl_max_protocol_version": "TLSv1.1"})
 
-	db, err := connect.Postgres(context.Background(), srv.dsn("postgres", "127.0.0.1", url.Values{"sslmode": {"prefer"}}), connect.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
-	require.False(t, sslInUse(t, db))
+	for _, driver := range drivers {
+		t.Run(string(driver), func(t *testing.T) {
+			t.Parallel()
+			opts := connect.Options{Driver: driver}
+			db, err := connect.Postgres(context.Background(), srv.dsn("postgres", "127.0.0.1", url.Values{"sslmode": {"prefer"}}), opts)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = db.Close() })
+			require.False(t, sslInUse(t, db))
 
-	_, err = connect.Postgres(context.Background(), srv.dsn("postgres", "127.0.0.1", url.Values{"sslmode": {"require"}}), connect.Options{})
-	require.ErrorContains(t, err, "TLS handshake")
+			_, err = connect.Postgres(context.Background(), srv.dsn("postgres", "127.0.0.1", url.Values{"sslmode": {"require"}}), opts)
+			require.ErrorContains(t, err, "protocol version")
+		})
+	}
 }

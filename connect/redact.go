@@ -151,11 +151,29 @@ func valueEnd(s string, i int, inURL bool) int {
 			j++
 		case inURL && (c == '&' || c == '#'):
 			return j
-		case !inURL && isSpace(c):
+		case !inURL && isSpace(c) && startsPair(s, j):
 			return j
 		}
 	}
 	return len(s)
+}
+
+// startsPair reports whether what follows the white space at i in a key=value string is a key= or its
+// end. A word without '=' after an unquoted password is the rest of a password with a space that the
+// user did not quote (libpq refuses such a string): it is masked with it.
+func startsPair(s string, i int) bool {
+	for i < len(s) && isSpace(s[i]) {
+		i++
+	}
+	k := i
+	for i < len(s) && isNameByte(s[i], false) {
+		i++
+	}
+	name := i > k
+	for i < len(s) && isSpace(s[i]) {
+		i++
+	}
+	return i == len(s) || name && s[i] == '='
 }
 
 // isSpace is C's isspace, which libpq uses to separate key=value pairs.

@@ -2,11 +2,13 @@ package connect_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bunbox/bunbox/connect"
@@ -32,6 +34,8 @@ func TestRedact(t *testing.T) {
 		{`host=h password='it\'s a secret' dbname=db`, "host=h password=xxxxx dbname=db"},
 		{`host=h password=se\ cret dbname=db`, "host=h password=xxxxx dbname=db"},
 		{"host=h password='unclosed secret", "host=h password=xxxxx"},
+		{"host=h password=un quoted secret dbname=db", "host=h password=xxxxx dbname=db"},
+		{"host=h password=secret   ", "host=h password=xxxxx   "},
 		{"redis://:pw@h:6379/0", "redis://:xxxxx@h:6379/0"},
 		{"rediss://user:pw@h:6380", "rediss://user:xxxxx@h:6380"},
 		{"redis-sentinel://:pw@h1:26379,h2:26379?master=m&password=mpw", "redis-sentinel://:xxxxx@h1:26379,h2:26379?master=m&password=xxxxx"},
@@ -58,6 +62,10 @@ func secretForms(secret string) []string {
 		"host=127.0.0.1 port=1 user=u password='" + secret + " x' sslmode=disable",
 		"host=127.0.0.1 port=1 user=u password='" + secret + "' sslmode=sometimes",
 		"mysql://u:" + secret + "@127.0.0.1:1/db",
+		// pgx's own parse errors quote a word without '=' and the TLS setting that failed.
+		"host=127.0.0.1 port=1 user=u password=Pa " + secret + " sslmode=disable",
+		"postgres://u:" + secret + "@127.0.0.1:1/db?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem",
+		"host=127.0.0.1 port=1 user=u password='" + secret + "' sslmode=require sslrootcert=/nonexistent/ca.pem",
 	}
 }
 
@@ -65,21 +73,26 @@ func TestPostgresErrorsHideThePassword(t *testing.T) {
 	t.Parallel()
 
 	const secret = "s3cretPW"
-	for _, dsn := range secretForms(secret) {
-		t.Run(dsn, func(t *testing.T) {
-			t.Parallel()
-			db, err := connect.Postgres(context.Background(), dsn, connect.Options{})
-			if db != nil {
-				_ = db.Close()
-			}
-			require.Error(t, err)
-			for _, s := range []string{err.Error(), fmt.Sprintf("%+v", err), fmt.Sprintf("%#v", err)} {
-				require.NotContains(t, s, secret)
-			}
-			var cerr *connect.Error
-			require.ErrorAs(t, err, &cerr)
-			require.Equal(t, "PostgreSQL", cerr.Kind)
-		})
+	for _, driver := range drivers {
+		for _, dsn := range secretForms(secret) {
+			t.Run(string(driver)+"/"+dsn, func(t *testing.T) {
+				t.Parallel()
+				db, err := connect.Postgres(context.Background(), dsn, connect.Options{Driver: driver})
+				if db != nil {
+					_ = db.Close()
+				}
+				require.Error(t, err)
+				for _, s := range []string{err.Error(), fmt.Sprintf("%+v", err), fmt.Sprintf("%#v", err)} {
+					require.NotContains(t, s, secret)
+				}
+				var cerr *connect.Error
+				require.ErrorAs(t, err, &cerr)
+				require.Equal(t, "PostgreSQL", cerr.Kind)
+				// pgx's errors that hold the string or the configuration (with the password) are not in the chain.
+				require.False(t, errors.As(err, new(*pgconn.ParseConfigError)), "a *pgconn.ParseConfigError in %v", err)
+				require.False(t, errors.As(err, new(*pgconn.ConnectError)), "a *pgconn.ConnectError in %v", err)
+			})
+		}
 	}
 }
 
