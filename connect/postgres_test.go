@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/driver/pgdriver"
@@ -229,6 +230,52 @@ func TestPostgresPreferAfterAFailedHandshake(t *testing.T) {
 
 			_, err = connect.Postgres(context.Background(), srv.dsn("postgres", "127.0.0.1", url.Values{"sslmode": {"require"}}), opts)
 			require.ErrorContains(t, err, "protocol version")
+		})
+	}
+}
+
+func TestPostgresDriver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	_, err := connect.Postgres(ctx, "postgres://u:secret@127.0.0.1:1/db", connect.Options{Driver: "mysql"})
+	require.ErrorContains(t, err, `Options.Driver "mysql" is not "pgdriver" or "pgx"`)
+	require.NotContains(t, err.Error(), "secret")
+
+	// pgx would send pgdriver's own timeouts to the server as session parameters.
+	_, err = connect.Postgres(ctx, "postgres://u@127.0.0.1:1/db?read_timeout=5s", connect.Options{Driver: connect.DriverPgx})
+	require.ErrorContains(t, err, "parameter read_timeout is pgdriver's: with pgx, use connect_timeout")
+	// pgx's own reason, without the string it quotes.
+	_, err = connect.Postgres(ctx, "postgres://u:secret@127.0.0.1:1/db?sslmode=sometimes", connect.Options{Driver: connect.DriverPgx})
+	require.EqualError(t, err, "connect: invalid PostgreSQL URL postgres://u:xxxxx@127.0.0.1:1/db?sslmode=sometimes: failed to configure TLS: sslmode is invalid")
+
+	outboxtest.SkipShort(t)
+	for _, driver := range drivers {
+		t.Run(string(driver), func(t *testing.T) {
+			t.Parallel()
+			// The pool is the driver's.
+			db, err := connect.Postgres(ctx, outboxtest.DatabaseURL(), connect.Options{Driver: driver})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = db.Close() })
+			want := map[connect.Driver]string{connect.DriverPgdriver: "pgdriver.Driver", connect.DriverPgx: "*stdlib.Driver"}[driver]
+			require.Equal(t, want, fmt.Sprintf("%T", db.DB.Driver()))
+
+			// The server's error stays reachable by its SQLSTATE (3D000: no such database).
+			u, err := url.Parse(outboxtest.DatabaseURL())
+			require.NoError(t, err)
+			u.Path = "/no_such_database"
+			_, err = connect.Postgres(ctx, u.String(), connect.Options{Driver: driver})
+			require.ErrorContains(t, err, "3D000")
+			switch driver {
+			case connect.DriverPgx:
+				var pgErr *pgconn.PgError
+				require.ErrorAs(t, err, &pgErr)
+				require.Equal(t, "3D000", pgErr.Code)
+			default:
+				var pgErr pgdriver.Error
+				require.ErrorAs(t, err, &pgErr)
+				require.Equal(t, "3D000", pgErr.Field('C'))
+			}
 		})
 	}
 }
