@@ -11,7 +11,7 @@
 //	bunbox relay [-metrics-addr ...]      run a relay until SIGINT/SIGTERM, with /metrics, /healthz, /readyz
 //
 // The database is DATABASE_URL (or -database-url), opened with connect.Postgres (TLS as libpq's sslmode
-// says); Redis is REDIS_URL (or -redis-url, any form connect.Redis reads: password, TLS, Sentinel,
+// says) over the driver DATABASE_DRIVER (or -database-driver) names: pgdriver (the default) or pgx; Redis is REDIS_URL (or -redis-url, any form connect.Redis reads: password, TLS, Sentinel,
 // Cluster), else REDIS_ADDR (or -redis-addr); the relay reads its settings from OUTBOX_* (see
 // relay.ConfigFromEnv). No password reaches the output: connection strings are shown redacted. Exit
 // codes: 0 success, 1 failure, 2 bad usage.
@@ -33,7 +33,7 @@ import (
 	"github.com/bunbox/bunbox/internal/pgerr"
 )
 
-const usage = `usage: bunbox [-database-url URL] [-redis-url URL | -redis-addr host:port] <command> [arguments]
+const usage = `usage: bunbox [-database-url URL] [-database-driver pgdriver|pgx] [-redis-url URL | -redis-addr host:port] <command> [arguments]
 
 commands:
   migrate up              apply bunbox's migrations (creates outbox_events)
@@ -57,6 +57,8 @@ commands:
 
 environment:
   DATABASE_URL  PostgreSQL URL, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full&sslrootcert=ca.pem
+  DATABASE_DRIVER
+                pgdriver (bun's driver, the default) or pgx (github.com/jackc/pgx/v5/stdlib)
   REDIS_URL     Redis URL for the relay: redis://:pass@host:6379/0, rediss://... (TLS),
                 redis-sentinel://host:26379?master=NAME, redis-cluster://host:7000,host:7001
                 (OUTBOX_REDIS_URL is read when REDIS_URL is not set)
@@ -85,6 +87,7 @@ func usageError(w io.Writer, format string, args ...any) error {
 // cli is one invocation: its settings and where it writes.
 type cli struct {
 	databaseURL string
+	dbDriver    string // DATABASE_DRIVER: pgdriver or pgx
 	redisURL    string // wins over redisAddr
 	redisAddr   string
 	stdout      io.Writer
@@ -98,12 +101,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage) }
 	fs.StringVar(&c.databaseURL, "database-url", getenv("DATABASE_URL"), "PostgreSQL URL (default $DATABASE_URL)")
+	fs.StringVar(&c.dbDriver, "database-driver", or(getenv("DATABASE_DRIVER"), string(connect.DriverPgdriver)), "database/sql driver: pgdriver or pgx (default $DATABASE_DRIVER, else pgdriver)")
 	fs.StringVar(&c.redisURL, "redis-url", or(getenv("REDIS_URL"), getenv("OUTBOX_REDIS_URL")), "Redis URL, wins over -redis-addr (default $REDIS_URL, else $OUTBOX_REDIS_URL)")
 	fs.StringVar(&c.redisAddr, "redis-addr", or(getenv("REDIS_ADDR"), "127.0.0.1:6379"), "Redis host:port (default $REDIS_ADDR)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		return 2
+	}
+	if d := connect.Driver(c.dbDriver); d != connect.DriverPgdriver && d != connect.DriverPgx {
+		_ = usageError(stderr, "-database-driver (DATABASE_DRIVER) is %q: want %q or %q", c.dbDriver, connect.DriverPgdriver, connect.DriverPgx)
 		return 2
 	}
 	err := c.dispatch(ctx, fs.Args())
@@ -172,12 +180,12 @@ func (c *cli) noArgs(cmd string, rest []string) error {
 	return nil
 }
 
-// open connects to DATABASE_URL.
+// open connects to DATABASE_URL with DATABASE_DRIVER.
 func (c *cli) open(ctx context.Context) (*bun.DB, error) {
 	if c.databaseURL == "" {
 		return nil, errors.New("no database: set DATABASE_URL or pass -database-url")
 	}
-	return connect.Postgres(ctx, c.databaseURL, connect.Options{MaxOpenConns: 20})
+	return connect.Postgres(ctx, c.databaseURL, connect.Options{Driver: connect.Driver(c.dbDriver), MaxOpenConns: 20})
 }
 
 // explain adds what to do to errors an operator can fix.

@@ -32,11 +32,20 @@ func TestMain(m *testing.M) {
 	)
 }
 
-// runCLI runs the command line with the given environment and returns its exit code and output.
+// runCLI runs the command line with the given environment and returns its exit code and output. Without
+// DATABASE_DRIVER in env, the CLI opens its database with the test kit's driver (BUNBOX_TEST_DRIVER).
 func runCLI(t *testing.T, env map[string]string, args ...string) (int, string, string) {
 	t.Helper()
+	driver, err := outboxtest.Driver()
+	require.NoError(t, err)
+	getenv := func(k string) string {
+		if v, ok := env[k]; ok || k != "DATABASE_DRIVER" {
+			return v
+		}
+		return driver
+	}
 	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), args, func(k string) string { return env[k] }, &stdout, &stderr)
+	code := run(context.Background(), args, getenv, &stdout, &stderr)
 	return code, stdout.String(), stderr.String()
 }
 
@@ -56,6 +65,12 @@ func TestUsage(t *testing.T) {
 		{"HelpFlag", nil, []string{"-h"}, 0, "", "usage: bunbox"},
 		{"UnknownCommand", nil, []string{"frobnicate"}, 2, "", `unknown command "frobnicate"`},
 		{"UnknownFlag", nil, []string{"-verbose", "status"}, 2, "", "flag provided but not defined"},
+		{"UnknownDriver", map[string]string{"DATABASE_DRIVER": "mysql"}, []string{"status"}, 2, "", `-database-driver (DATABASE_DRIVER) is "mysql": want "pgdriver" or "pgx"`},
+		{"UnknownDriverFlag", nil, []string{"-database-driver", "lib/pq", "status"}, 2, "", `is "lib/pq"`},
+		// Only pgx refuses pgdriver's read_timeout: the driver chosen is the one that opens the database.
+		{"DriverPgx", map[string]string{"DATABASE_DRIVER": "pgx", "DATABASE_URL": "postgres://u@127.0.0.1:1/db?read_timeout=5s"}, []string{"status"}, 1, "", "read_timeout is pgdriver's"},
+		{"DriverPgxFlag", map[string]string{"DATABASE_URL": "postgres://u@127.0.0.1:1/db?read_timeout=5s"}, []string{"-database-driver", "pgx", "status"}, 1, "", "read_timeout is pgdriver's"},
+		{"DriverPgdriverFlag", map[string]string{"DATABASE_DRIVER": "pgx", "DATABASE_URL": "postgres://u@127.0.0.1:1/db?read_timeout=5s&sslmode=disable"}, []string{"-database-driver", "pgdriver", "status"}, 1, "", "cannot connect to PostgreSQL"},
 		{"MigrateNothing", nil, []string{"migrate"}, 2, "", "migrate needs up, down or status"},
 		{"MigrateSideways", nil, []string{"migrate", "sideways"}, 2, "", `unknown migrate command "sideways"`},
 		{"MigrateDownUnconfirmed", nil, []string{"migrate", "down"}, 2, "", "add -yes to confirm"},
@@ -81,6 +96,18 @@ func TestUsage(t *testing.T) {
 			require.NotContains(t, stderr, "secret", "the password is redacted")
 		})
 	}
+}
+
+// TestRunCLIFollowsTheTestDriver checks that runCLI opens the database with BUNBOX_TEST_DRIVER's driver:
+// only pgx refuses pgdriver's read_timeout.
+func TestRunCLIFollowsTheTestDriver(t *testing.T) {
+	t.Parallel()
+	driver, err := outboxtest.Driver()
+	require.NoError(t, err)
+	want := map[string]string{outboxtest.DriverPgdriver: "cannot connect to PostgreSQL", outboxtest.DriverPgx: "read_timeout is pgdriver's"}[driver]
+	code, _, stderr := runCLI(t, map[string]string{"DATABASE_URL": "postgres://u@127.0.0.1:1/db?read_timeout=5s&sslmode=disable"}, "status")
+	require.Equal(t, 1, code, stderr)
+	require.Contains(t, stderr, want)
 }
 
 func TestParseEventIDs(t *testing.T) {
