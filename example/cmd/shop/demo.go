@@ -139,7 +139,7 @@ func runDemo(ctx context.Context, cfg demoConfig, e env, stdout, stderr io.Write
 		connect.Redact(e.databaseURL), cfg.schema, redisName, cfg.queue)
 
 	// A clean state: a fresh schema and an empty queue.
-	admin, err := connect.Postgres(ctx, e.databaseURL, connect.Options{})
+	admin, err := e.postgres(ctx, connect.Options{})
 	if err != nil {
 		return err
 	}
@@ -168,7 +168,7 @@ func runDemo(ctx context.Context, cfg demoConfig, e env, stdout, stderr io.Write
 		}
 	}()
 
-	db, err := connect.Postgres(ctx, e.databaseURL, connect.Options{
+	db, err := e.postgres(ctx, connect.Options{
 		Params:       map[string]any{"search_path": cfg.schema},
 		MaxOpenConns: cfg.producers + 40,
 	})

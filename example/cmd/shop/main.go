@@ -7,7 +7,8 @@
 //	shop all    [-addr 127.0.0.1:8080] [-queue default]   the three in one process
 //	shop demo   [-orders 3000] [-rollback 0.1] ...         places orders, drains, checks, prints a summary
 //
-// Settings come from the environment: DATABASE_URL (postgres://..., opened with connect.Postgres) and
+// Settings come from the environment: DATABASE_URL (postgres://..., opened with connect.Postgres over
+// the driver DATABASE_DRIVER names: pgdriver, the default, or pgx) and
 // REDIS_URL (redis://:pass@host:port/db, rediss://, redis-sentinel://, redis-cluster://: see
 // connect.Redis) or REDIS_ADDR (host:port), which default to the servers of scripts/devservices.sh. The
 // relay also reads OUTBOX_* (see relay.ConfigFromEnv).
@@ -54,6 +55,8 @@ commands:
 
 environment:
   DATABASE_URL  PostgreSQL URL (default ` + defaultDatabaseURL + `)
+  DATABASE_DRIVER
+                pgdriver (bun's driver, the default) or pgx (github.com/jackc/pgx/v5/stdlib)
   REDIS_URL     Redis URL: redis://:pass@host:6379/0, rediss://, redis-sentinel://, redis-cluster://
   REDIS_ADDR    Redis host:port when REDIS_URL is not set (default ` + defaultRedisAddr + `)
   OUTBOX_*      relay settings, e.g. OUTBOX_BATCH_SIZE, OUTBOX_POLL_INTERVAL (relay, all)
@@ -70,16 +73,28 @@ func main() {
 
 // env is what every command reads from the environment.
 type env struct {
-	databaseURL string
-	redisURL    string // wins over redisAddr
-	redisAddr   string
+	databaseURL    string
+	databaseDriver string // pgdriver or pgx; "" means pgdriver
+	redisURL       string // wins over redisAddr
+	redisAddr      string
 }
 
 func readEnv() env {
 	return env{
-		databaseURL: cmp.Or(os.Getenv("DATABASE_URL"), defaultDatabaseURL),
-		redisURL:    os.Getenv("REDIS_URL"),
-		redisAddr:   cmp.Or(os.Getenv("REDIS_ADDR"), defaultRedisAddr),
+		databaseURL:    cmp.Or(os.Getenv("DATABASE_URL"), defaultDatabaseURL),
+		databaseDriver: os.Getenv("DATABASE_DRIVER"),
+		redisURL:       os.Getenv("REDIS_URL"),
+		redisAddr:      cmp.Or(os.Getenv("REDIS_ADDR"), defaultRedisAddr),
+	}
+}
+
+// postgres opens DATABASE_URL with DATABASE_DRIVER's driver and opts.
+func (e env) postgres(ctx context.Context, opts connect.Options) (*bun.DB, error) {
+	switch opts.Driver = connect.Driver(e.databaseDriver); opts.Driver {
+	case "", connect.DriverPgdriver, connect.DriverPgx:
+		return connect.Postgres(ctx, e.databaseURL, opts)
+	default:
+		return nil, fmt.Errorf("DATABASE_DRIVER is %q: want %q or %q", e.databaseDriver, connect.DriverPgdriver, connect.DriverPgx)
 	}
 }
 
@@ -161,7 +176,7 @@ func serve(ctx context.Context, cmd string, args []string, e env, stderr io.Writ
 	if err != nil {
 		return err
 	}
-	db, err := connect.Postgres(ctx, e.databaseURL, connect.Options{})
+	db, err := e.postgres(ctx, connect.Options{})
 	if err != nil {
 		return err
 	}

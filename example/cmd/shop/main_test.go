@@ -22,6 +22,15 @@ func TestMain(m *testing.M) {
 	)
 }
 
+// testEnv is e with the test kit's driver (BUNBOX_TEST_DRIVER) as DATABASE_DRIVER.
+func testEnv(t *testing.T, e env) env {
+	t.Helper()
+	driver, err := outboxtest.Driver()
+	require.NoError(t, err)
+	e.databaseDriver = driver
+	return e
+}
+
 func TestRunUsage(t *testing.T) {
 	t.Parallel()
 
@@ -52,10 +61,17 @@ func TestRunUsage(t *testing.T) {
 	}
 }
 
+func TestServeBadDatabaseDriver(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	err := serve(context.Background(), "api", nil, env{databaseURL: "postgres://u:secret@127.0.0.1:1/db", databaseDriver: "mysql", redisAddr: "127.0.0.1:1"}, &out)
+	require.EqualError(t, err, `DATABASE_DRIVER is "mysql": want "pgdriver" or "pgx"`)
+}
+
 func TestServeBadDatabaseURL(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
-	err := serve(context.Background(), "api", nil, env{databaseURL: "postgres://%zz", redisAddr: "127.0.0.1:1"}, &out)
+	err := serve(context.Background(), "api", nil, testEnv(t, env{databaseURL: "postgres://%zz", redisAddr: "127.0.0.1:1"}), &out)
 	require.ErrorContains(t, err, "invalid PostgreSQL URL")
 }
 
@@ -70,7 +86,7 @@ func TestDemo(t *testing.T) {
 	require.NoError(t, err)
 
 	var out bytes.Buffer
-	err = runDemo(context.Background(), cfg, env{databaseURL: outboxtest.DatabaseURL(), redisAddr: outboxtest.RedisAddr()}, &out, &out)
+	err = runDemo(context.Background(), cfg, testEnv(t, env{databaseURL: outboxtest.DatabaseURL(), redisAddr: outboxtest.RedisAddr()}), &out, &out)
 	require.NoError(t, err, out.String())
 	require.Contains(t, out.String(), "orders committed                180")
 	require.Contains(t, out.String(), "orders rolled back               20")

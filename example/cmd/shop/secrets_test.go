@@ -60,7 +60,7 @@ func TestNoSecretInOutput(t *testing.T) {
 		for _, cmd := range []string{"relay", "worker", "demo"} {
 			t.Run(fmt.Sprintf("DatabaseURL%d/%s", i, cmd), func(t *testing.T) {
 				t.Parallel()
-				check(t, env{databaseURL: dsn, redisAddr: "127.0.0.1:1"}, cmd)
+				check(t, testEnv(t, env{databaseURL: dsn, redisAddr: "127.0.0.1:1"}), cmd)
 			})
 		}
 	}
@@ -73,7 +73,7 @@ func TestNoSecretInOutput(t *testing.T) {
 				t.Parallel()
 				// serve migrates the shop's tables: in a schema of its own.
 				dsn := outboxtest.DatabaseURL() + "&search_path=" + outboxtest.NewSchema(t)
-				check(t, env{databaseURL: dsn, redisURL: u}, cmd)
+				check(t, testEnv(t, env{databaseURL: dsn, redisURL: u}), cmd)
 			})
 		}
 	}
