@@ -84,3 +84,13 @@ func ExamplePostgres_invalid() {
 	// Output:
 	// connect: invalid PostgreSQL URL postgres://app:xxxxx@db/app?sslmode=sometimes: sslmode "sometimes" is not one of disable, allow, prefer, require, verify-ca, verify-full
 }
+
+// With Options.Driver set to DriverPgx, the pool is pgx's and pgx reads the connection string (its
+// errors, too, show it redacted).
+func ExamplePostgres_pgx() {
+	_, err := connect.Postgres(context.Background(), "postgres://app:s3cret@db/app?sslmode=sometimes",
+		connect.Options{Driver: connect.DriverPgx, MaxOpenConns: 20})
+	fmt.Println(err)
+	// Output:
+	// connect: invalid PostgreSQL URL postgres://app:xxxxx@db/app?sslmode=sometimes: failed to configure TLS: sslmode is invalid
+}

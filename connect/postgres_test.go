@@ -123,6 +123,7 @@ func TestPostgresTLS(t *testing.T) {
 		{"Allow", srv.dsn("postgres", "127.0.0.1", q("sslmode", "allow")), true, ""},
 		// certuser may not connect in plain text: allow goes on to TLS (pgx: after trying plain text, as libpq).
 		{"AllowTLSOnlyUser", srv.dsn("certuser", "127.0.0.1", q("sslmode", "allow", "sslcert", srv.clientCert, "sslkey", srv.clientKey)), true, ""},
+		{"PreferSystemRoots", srv.dsn("postgres", "127.0.0.1", q("sslmode", "prefer", "sslrootcert", "system")), true, ""},
 		{"Disable", srv.dsn("postgres", "127.0.0.1", q("sslmode", "disable")), false, ""},
 		{"KeyValueVerifyFull", fmt.Sprintf("host=localhost port=%s user=postgres dbname=postgres sslmode=verify-full sslrootcert='%s'", srv.port, srv.caFile), true, ""},
 		{"ClientCert", srv.dsn("certuser", "127.0.0.1", q("sslmode", "verify-full", "sslrootcert", srv.caFile, "sslcert", srv.clientCert, "sslkey", srv.clientKey)), true, ""},
@@ -143,6 +144,7 @@ func TestPostgresTLS(t *testing.T) {
 		"Allow":                 {false, ""}, // as libpq: plain text first, TLS only when the server refuses it
 		"PlainServerRequire":    {false, "server refused TLS connection"},
 		"PlainServerVerifyFull": {false, "server refused TLS connection"},
+		"PreferSystemRoots":     {false, "certificate signed by unknown authority"}, // sslrootcert=system: verify-full
 	}
 	for _, driver := range drivers {
 		t.Run(string(driver), func(t *testing.T) {
