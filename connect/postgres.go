@@ -49,10 +49,11 @@ const (
 	pingTimeoutDefault  = 10 * time.Second
 )
 
-// Postgres opens a *bun.DB on the PostgreSQL server that dsn names, over pgdriver (or pgx: Options.Driver), and pings it. dsn is a
-// URL (postgres://user:pass@host:5432/db?sslmode=verify-full&sslrootcert=/etc/ca.pem) or libpq's
-// key=value form (host=db port=5432 user=app password='p w' dbname=app sslmode=verify-full); TLS
-// follows libpq's sslmode (see the package doc), and no sslmode means prefer, libpq's default.
+// Postgres opens a *bun.DB on the PostgreSQL server that dsn names, over pgdriver (or pgx:
+// Options.Driver), and pings it. dsn is a URL
+// (postgres://user:pass@host:5432/db?sslmode=verify-full&sslrootcert=/etc/ca.pem) or libpq's key=value
+// form (host=db port=5432 user=app password='p w' dbname=app sslmode=verify-full); TLS follows libpq's
+// sslmode (see the package doc), and no sslmode means prefer, libpq's default.
 //
 // With opts.Driver set to DriverPgx, the pool is pgx's (stdlib.OpenDB) and pgx reads dsn.
 //
