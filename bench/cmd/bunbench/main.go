@@ -1,0 +1,172 @@
+// Command bunbench runs bunbox side by side with what a user would otherwise write (a hand-written outbox
+// INSERT, a naive SKIP LOCKED relay, bare asynq) and with its peers (Watermill's SQL publisher and
+// Forwarder, River), against the dev services, and prints one table of medians over several rounds. Every
+// ratio is taken between arms measured in the same round, so that the load the other processes of a shared
+// machine put on it falls on both sides of the ratio.
+//
+//	eval "$(scripts/devservices.sh env)"
+//	go run ./cmd/bunbench                     # in bench/: the full run (~15 min)
+//	go run ./cmd/bunbench -quick              # a smoke run of every part (~1 min)
+//	go run ./cmd/bunbench -parts tax -rounds 7 -dur 3s
+//
+// It reads TEST_DATABASE_URL and TEST_REDIS_ADDR, as the tests do. Every run works in schemas and asynq
+// queues of its own and drops them at the end.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"time"
+)
+
+// options are the command's flags.
+type options struct {
+	parts      []string      // which parts run: tax, drain, e2e, growth, memory
+	rounds     int           // rounds of tax and drain; each figure is the median over them
+	dur        time.Duration // how long one tax arm runs in one round
+	drainN     int           // events in a drain backlog
+	drainCap   time.Duration // the longest one drain arm may take; a capped arm reports its rate so far
+	rate       int           // events per second of the end-to-end run at a fixed rate
+	e2eDur     time.Duration // how long each end-to-end load runs
+	growth     []int         // published rows kept, for the growth part
+	growthDead int           // dead rows kept, for the growth part's last case
+	growthN    int           // pending events drained in each growth case
+	arms       string        // a comma-separated filter on arm names (substring match); empty runs all
+	cpuProfile string
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == childCommand {
+		os.Exit(runChild(os.Args[2:]))
+	}
+	var o options
+	var parts, growth string
+	var quick bool
+	flag.StringVar(&parts, "parts", "tax,drain,e2e,growth,memory", "the parts to run, comma-separated")
+	flag.IntVar(&o.rounds, "rounds", 5, "rounds of the tax and drain parts (each figure is the median)")
+	flag.DurationVar(&o.dur, "dur", 2*time.Second, "how long each tax arm runs in each round")
+	flag.IntVar(&o.drainN, "drain-n", 100_000, "events in each drain backlog")
+	flag.DurationVar(&o.drainCap, "drain-cap", 20*time.Second, "the longest a drain arm may take (a capped arm reports its rate so far)")
+	flag.IntVar(&o.rate, "rate", 1000, "events per second of the end-to-end run at a fixed rate")
+	flag.DurationVar(&o.e2eDur, "e2e-dur", 5*time.Second, "how long each end-to-end load runs")
+	flag.StringVar(&growth, "growth", "0,100000,1000000", "published rows kept in the growth part, comma-separated")
+	flag.IntVar(&o.growthDead, "growth-dead", 100_000, "dead rows kept in the growth part's last case (0 skips it)")
+	flag.IntVar(&o.growthN, "growth-n", 20_000, "pending events drained in each growth case")
+	flag.StringVar(&o.arms, "arms", "", "run only the arms whose names contain one of these comma-separated words")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	flag.BoolVar(&quick, "quick", false, "a smoke run: 2 rounds, short arms, small backlogs")
+	flag.Parse()
+	if quick {
+		o.rounds, o.dur, o.drainN, o.drainCap, o.e2eDur, o.growthN, o.growthDead = 2, 300*time.Millisecond, 5000, 10*time.Second, time.Second, 2000, 10_000
+		growth = "0,10000"
+	}
+	o.parts = strings.Split(parts, ",")
+	for _, s := range strings.Split(growth, ",") {
+		var n int
+		if _, err := fmt.Sscan(s, &n); err != nil {
+			fatalf("-growth: %q is not a number", s)
+		}
+		o.growth = append(o.growth, n)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fatalf("%v", err)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	env, err := newEnv(ctx)
+	if err != nil {
+		return err
+	}
+	defer env.close()
+	if o.cpuProfile != "" {
+		stopProfile, err := startCPUProfile(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stopProfile()
+	}
+	fmt.Printf("bunbench: %s, GOMAXPROCS %d, %d rounds, tax arms %s each, drain %d events\n",
+		time.Now().UTC().Format(time.RFC3339), gomaxprocs(), o.rounds, o.dur, o.drainN)
+	start := time.Now()
+	for _, part := range o.parts {
+		t0 := time.Now()
+		switch part {
+		case "tax":
+			err = runTax(ctx, env, o)
+		case "drain":
+			err = runDrain(ctx, env, o)
+		case "e2e":
+			err = runE2E(ctx, env, o)
+		case "growth":
+			err = runGrowth(ctx, env, o)
+		case "memory":
+			err = runMemory(ctx, env, o)
+		default:
+			err = fmt.Errorf("-parts: unknown part %q (tax, drain, e2e, growth, memory)", part)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", part, err)
+		}
+		fmt.Printf("(%s took %s)\n\n", part, time.Since(t0).Round(time.Second))
+	}
+	fmt.Printf("bunbench: done in %s\n", time.Since(start).Round(time.Second))
+	return nil
+}
+
+// want reports whether the arm named name is selected by -arms.
+func (o options) want(name string) bool {
+	if o.arms == "" {
+		return true
+	}
+	for _, w := range strings.Split(o.arms, ",") {
+		if w != "" && strings.Contains(name, w) {
+			return true
+		}
+	}
+	return false
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func spread(xs []float64) string {
+	if len(xs) < 2 {
+		return ""
+	}
+	return fmt.Sprintf("%.2f–%.2f", slices.Min(xs), slices.Max(xs))
+}
+
+func fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bunbench: "+format+"\n", args...)
+	os.Exit(1)
+}
+
+// table prints rows as a Markdown table.
+func table(header []string, rows [][]string) {
+	fmt.Println("| " + strings.Join(header, " | ") + " |")
+	sep := make([]string, len(header))
+	for i := range sep {
+		sep[i] = "---"
+	}
+	fmt.Println("| " + strings.Join(sep, " | ") + " |")
+	for _, r := range rows {
+		fmt.Println("| " + strings.Join(r, " | ") + " |")
+	}
+}

@@ -1,0 +1,412 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverdatabasesql"
+	"github.com/riverqueue/river/rivermigrate"
+	"github.com/uptrace/bun"
+
+	"github.com/bunbox/bunbox/bunx"
+	"github.com/bunbox/bunbox/model"
+)
+
+// The business transaction of the tax part: insert one order, and in the "order + 5 lines" shape also its
+// five lines in one statement. Each row inserted emits one event (1 or 6 per transaction).
+
+type order struct {
+	bun.BaseModel `bun:"table:orders"`
+
+	ID     int64  `bun:",pk,autoincrement"`
+	Ref    string `bun:",notnull,unique"`
+	Status string `bun:",notnull,default:'new'"`
+}
+
+type line struct {
+	bun.BaseModel `bun:"table:order_lines"`
+
+	ID      int64  `bun:",pk,autoincrement"`
+	OrderID int64  `bun:",notnull"`
+	SKU     string `bun:"sku,notnull"`
+	Qty     int    `bun:",notnull"`
+}
+
+// hookOrder and hookLine are the same rows with bunx's hooks.
+type hookOrder struct {
+	bun.BaseModel `bun:"table:orders"`
+	bunx.Hooks    `bun:"-"`
+
+	ID     int64  `bun:",pk,autoincrement"`
+	Ref    string `bun:",notnull,unique"`
+	Status string `bun:",notnull,default:'new'"`
+}
+
+type hookLine struct {
+	bun.BaseModel `bun:"table:order_lines"`
+	bunx.Hooks    `bun:"-"`
+
+	ID      int64  `bun:",pk,autoincrement"`
+	OrderID int64  `bun:",notnull"`
+	SKU     string `bun:"sku,notnull"`
+	Qty     int    `bun:",notnull"`
+}
+
+type orderPlaced struct {
+	OrderID int64  `json:"order_id"`
+	Ref     string `json:"ref"`
+}
+
+type lineAdded struct {
+	OrderID int64  `json:"order_id"`
+	SKU     string `json:"sku"`
+	Qty     int    `json:"qty"`
+}
+
+func (orderPlaced) Kind() string { return "order.placed" }
+func (lineAdded) Kind() string   { return "line.added" }
+
+// taxArm is one way to write the business transaction; tx runs it once.
+type taxArm struct {
+	name string
+	note string
+	tx   func(ctx context.Context, lines bool) error
+}
+
+var refs atomic.Int64
+
+func nextRef() string { return fmt.Sprintf("r%d", refs.Add(1)) }
+
+func newLines(orderID int64) []line {
+	ls := make([]line, 5)
+	for i := range ls {
+		ls[i] = line{OrderID: orderID, SKU: fmt.Sprintf("sku-%d", i), Qty: i + 1}
+	}
+	return ls
+}
+
+// insertOrder inserts the plain order (and lines) with bun and calls emit after each statement with the
+// payloads of the rows it wrote.
+func insertOrder(ctx context.Context, tx bun.Tx, lines bool, emit func(names []string, payloads []any) error) error {
+	o := &order{Ref: nextRef()}
+	if _, err := tx.NewInsert().Model(o).Exec(ctx); err != nil {
+		return err
+	}
+	if emit != nil {
+		if err := emit([]string{"order.placed"}, []any{orderPlaced{OrderID: o.ID, Ref: o.Ref}}); err != nil {
+			return err
+		}
+	}
+	if !lines {
+		return nil
+	}
+	ls := newLines(o.ID)
+	if _, err := tx.NewInsert().Model(&ls).Exec(ctx); err != nil {
+		return err
+	}
+	if emit == nil {
+		return nil
+	}
+	names, payloads := make([]string, len(ls)), make([]any, len(ls))
+	for i, l := range ls {
+		names[i], payloads[i] = "line.added", lineAdded{OrderID: l.OrderID, SKU: l.SKU, Qty: l.Qty}
+	}
+	return emit(names, payloads)
+}
+
+func createTables(ctx context.Context, db *bun.DB) error {
+	for _, m := range []any{(*order)(nil), (*line)(nil)} {
+		if _, err := db.NewCreateTable().Model(m).Exec(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func taxArms(ctx context.Context, e *env, conns int) ([]taxArm, error) {
+	var arms []taxArm
+	schema := func(migrated bool) (*bun.DB, error) {
+		db, _, err := e.schema(ctx, conns, migrated)
+		if err != nil {
+			return nil, err
+		}
+		return db, createTables(ctx, db)
+	}
+	run := func(db *bun.DB, body func(ctx context.Context, tx bun.Tx, lines bool) error) func(context.Context, bool) error {
+		return func(ctx context.Context, lines bool) error {
+			return db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error { return body(ctx, tx, lines) })
+		}
+	}
+
+	// No event: bunbox's schema, no Outbox bound.
+	none, err := schema(true)
+	if err != nil {
+		return nil, err
+	}
+	arms = append(arms, taxArm{"no event", "the baseline", run(none, func(ctx context.Context, tx bun.Tx, lines bool) error {
+		return insertOrder(ctx, tx, lines, nil)
+	})})
+
+	// bunbox hook: OnInsert handlers on the hook models.
+	hookDB, err := schema(true)
+	if err != nil {
+		return nil, err
+	}
+	ob := bunx.New(hookDB)
+	bunx.OnInsert(ob, func(_ context.Context, o *hookOrder) ([]*model.Event, error) {
+		ev, err := model.NewEvent("order.placed", orderPlaced{OrderID: o.ID, Ref: o.Ref})
+		return []*model.Event{ev}, err
+	})
+	bunx.OnInsert(ob, func(_ context.Context, l *hookLine) ([]*model.Event, error) {
+		ev, err := model.NewEvent("line.added", lineAdded{OrderID: l.OrderID, SKU: l.SKU, Qty: l.Qty})
+		return []*model.Event{ev}, err
+	})
+	arms = append(arms, taxArm{"bunbox hook", "bunx.OnInsert on the models", run(hookDB, func(ctx context.Context, tx bun.Tx, lines bool) error {
+		o := &hookOrder{Ref: nextRef()}
+		if _, err := tx.NewInsert().Model(o).Exec(ctx); err != nil {
+			return err
+		}
+		if !lines {
+			return nil
+		}
+		ls := make([]hookLine, 5)
+		for i := range ls {
+			ls[i] = hookLine{OrderID: o.ID, SKU: fmt.Sprintf("sku-%d", i), Qty: i + 1}
+		}
+		_, err := tx.NewInsert().Model(&ls).Exec(ctx)
+		return err
+	})})
+
+	// bunbox Record: the events built with model.NewEvent and written with Outbox.Record.
+	recDB, err := schema(true)
+	if err != nil {
+		return nil, err
+	}
+	rec := bunx.New(recDB)
+	arms = append(arms, taxArm{"bunbox Record", "Outbox.Record after each insert", run(recDB, func(ctx context.Context, tx bun.Tx, lines bool) error {
+		return insertOrder(ctx, tx, lines, func(names []string, payloads []any) error {
+			evs := make([]*model.Event, len(names))
+			for i := range names {
+				ev, err := model.NewEvent(names[i], payloads[i])
+				if err != nil {
+					return err
+				}
+				evs[i] = ev
+			}
+			return rec.Record(ctx, tx, evs...)
+		})
+	})})
+
+	// Hand-written: the INSERT a user would write into bunbox's table, the same columns bunbox writes.
+	handDB, err := schema(true)
+	if err != nil {
+		return nil, err
+	}
+	arms = append(arms, taxArm{"hand-written INSERT", "tx.ExecContext(INSERT INTO outbox_events (event_id, event_name, queue, payload, metadata) VALUES ...)", run(handDB, func(ctx context.Context, tx bun.Tx, lines bool) error {
+		return insertOrder(ctx, tx, lines, func(names []string, payloads []any) error {
+			var q strings.Builder
+			q.WriteString("INSERT INTO outbox_events (event_id, event_name, queue, payload, metadata) VALUES ")
+			args := make([]any, 0, 5*len(names))
+			for i := range names {
+				data, err := json.Marshal(payloads[i])
+				if err != nil {
+					return err
+				}
+				if i > 0 {
+					q.WriteString(", ")
+				}
+				q.WriteString("(?, ?, ?, ?, '{}')")
+				args = append(args, uuid.Must(uuid.NewV7()).String(), names[i], "default", string(data))
+			}
+			_, err := tx.ExecContext(ctx, q.String(), args...)
+			return err
+		})
+	})})
+
+	// The peers expect lib/pq's or pgx's encoding of arguments: they run on bun over pgx's stdlib driver,
+	// and their ratio is to "no event" on that driver.
+	pgxSchema := func() (*bun.DB, error) {
+		db, _, err := e.schemaPgx(ctx, conns)
+		if err != nil {
+			return nil, err
+		}
+		return db, createTables(ctx, db)
+	}
+	nonePgx, err := pgxSchema()
+	if err != nil {
+		return nil, err
+	}
+	arms = append(arms, taxArm{"no event (pgx)", "the peers' baseline: bun over pgx's database/sql driver", run(nonePgx, func(ctx context.Context, tx bun.Tx, lines bool) error {
+		return insertOrder(ctx, tx, lines, nil)
+	})})
+
+	// Watermill: its SQL publisher on the business transaction.
+	wmDB, err := pgxSchema()
+	if err != nil {
+		return nil, err
+	}
+	wmSchema := wmsql.DefaultPostgreSQLSchema{}
+	logger := watermill.NopLogger{}
+	init, err := wmsql.NewPublisher(wmsql.BeginnerFromStdSQL(wmDB.DB), wmsql.PublisherConfig{SchemaAdapter: wmSchema, AutoInitializeSchema: true}, logger)
+	if err != nil {
+		return nil, err
+	}
+	for _, topic := range []string{"order_placed", "line_added"} { // creates the topics' tables
+		if err := init.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("{}"))); err != nil {
+			return nil, err
+		}
+	}
+	arms = append(arms, taxArm{"Watermill SQL publisher", "watermill-sql v4 NewPublisher(TxFromStdSQL(tx)), one Publish per statement", run(wmDB, func(ctx context.Context, tx bun.Tx, lines bool) error {
+		pub, err := wmsql.NewPublisher(wmsql.TxFromStdSQL(tx.Tx), wmsql.PublisherConfig{SchemaAdapter: wmSchema}, logger)
+		if err != nil {
+			return err
+		}
+		return insertOrder(ctx, tx, lines, func(names []string, payloads []any) error {
+			msgs := make([]*message.Message, len(names))
+			for i := range names {
+				data, err := json.Marshal(payloads[i])
+				if err != nil {
+					return err
+				}
+				msgs[i] = message.NewMessage(watermill.NewUUID(), data)
+			}
+			return pub.Publish(strings.ReplaceAll(names[0], ".", "_"), msgs...)
+		})
+	})})
+
+	// River: InsertTx / InsertManyTx on the business transaction, with its database/sql driver so that
+	// it shares bun's connection pool and driver.
+	rvDB, err := pgxSchema()
+	if err != nil {
+		return nil, err
+	}
+	migrator, err := rivermigrate.New(riverdatabasesql.New(rvDB.DB), nil)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return nil, fmt.Errorf("river migrate: %w", err)
+	}
+	rv, err := river.NewClient(riverdatabasesql.New(rvDB.DB), &river.Config{})
+	if err != nil {
+		return nil, err
+	}
+	arms = append(arms, taxArm{"River InsertTx", "river v0.51 InsertTx/InsertManyTx, riverdatabasesql driver on pgx", run(rvDB, func(ctx context.Context, tx bun.Tx, lines bool) error {
+		return insertOrder(ctx, tx, lines, func(names []string, payloads []any) error {
+			if len(payloads) == 1 {
+				_, err := rv.InsertTx(ctx, tx.Tx, payloads[0].(river.JobArgs), nil)
+				return err
+			}
+			params := make([]river.InsertManyParams, len(payloads))
+			for i, p := range payloads {
+				params[i] = river.InsertManyParams{Args: p.(river.JobArgs)}
+			}
+			_, err := rv.InsertManyTx(ctx, tx.Tx, params)
+			return err
+		})
+	})})
+	return arms, nil
+}
+
+// runTax measures transactions per second of each arm, 1 and 8 writers, both shapes, and the ratio of each
+// to "no event" in the same round.
+func runTax(ctx context.Context, e *env, o options) error {
+	fmt.Println("## Tax: the business transaction with its events, as a ratio to no event")
+	fmt.Println()
+	arms, err := taxArms(ctx, e, 10)
+	if err != nil {
+		return err
+	}
+	type key struct {
+		arm     string
+		lines   bool
+		writers int
+	}
+	tps := map[key][]float64{}
+	ratio := map[key][]float64{}
+	for r := range o.rounds {
+		for _, lines := range []bool{false, true} {
+			for _, writers := range []int{1, 8} {
+				got := map[string]float64{}
+				for i := range arms { // rotate the order each round
+					a := arms[(i+r)%len(arms)]
+					if !strings.HasPrefix(a.name, "no event") && !o.want(a.name) {
+						continue
+					}
+					n, err := measure(ctx, writers, o.dur, func(ctx context.Context) error { return a.tx(ctx, lines) })
+					if err != nil {
+						return fmt.Errorf("%s: %w", a.name, err)
+					}
+					got[a.name] = n
+				}
+				for name, n := range got {
+					k := key{name, lines, writers}
+					tps[k] = append(tps[k], n)
+					base := got["no event"]
+					if strings.HasPrefix(name, "Watermill") || strings.HasPrefix(name, "River") || name == "no event (pgx)" {
+						base = got["no event (pgx)"]
+					}
+					ratio[k] = append(ratio[k], n/base)
+				}
+			}
+		}
+	}
+	var rows [][]string
+	for _, a := range arms {
+		if _, ok := tps[key{a.name, false, 1}]; !ok {
+			continue
+		}
+		row := []string{a.name}
+		for _, lines := range []bool{false, true} {
+			for _, writers := range []int{1, 8} {
+				k := key{a.name, lines, writers}
+				row = append(row, fmt.Sprintf("%.0f", median(tps[k])), fmt.Sprintf("**%.2f** (%s)", median(ratio[k]), spread(ratio[k])))
+			}
+		}
+		rows = append(rows, row)
+	}
+	table([]string{"arm", "order, 1 writer tx/s", "ratio", "order, 8 writers tx/s", "ratio",
+		"order + 5 lines, 1 writer tx/s", "ratio", "order + 5 lines, 8 writers tx/s", "ratio"}, rows)
+	fmt.Printf("\nMedians of %d rounds of %s per arm; ratios to \"no event\" on the same driver in the same round (min–max in brackets).\n", o.rounds, o.dur)
+	for _, a := range arms {
+		fmt.Printf("- %s: %s\n", a.name, a.note)
+	}
+	return nil
+}
+
+// measure runs f from writers goroutines for d and returns the completed calls per second.
+func measure(ctx context.Context, writers int, d time.Duration, f func(context.Context) error) (float64, error) {
+	var done atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(d)
+	for range writers {
+		wg.Go(func() {
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				if err := f(ctx); err != nil {
+					once.Do(func() { firstErr = err })
+					return
+				}
+				done.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr == nil {
+		firstErr = ctx.Err()
+	}
+	return float64(done.Load()) / time.Since(start).Seconds(), firstErr
+}
+
