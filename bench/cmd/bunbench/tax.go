@@ -409,4 +409,3 @@ func measure(ctx context.Context, writers int, d time.Duration, f func(context.C
 	}
 	return float64(done.Load()) / time.Since(start).Seconds(), firstErr
 }
-

@@ -1,0 +1,415 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/components/forwarder"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+	"github.com/uptrace/bun"
+
+	"github.com/bunbox/bunbox/model"
+	"github.com/bunbox/bunbox/relay"
+)
+
+// The drain part: a backlog of n committed events, moved from PostgreSQL into asynq (the same tasks: type,
+// payload, headers, TaskID, queue and retention of relay.Task) by each arm, with 32 enqueues in flight.
+
+const drainConcurrency = 32
+
+var drainPayload = []byte(`{"order_id":12345,"total":"99.90"}`)
+
+// drainArm moves a backlog of n events into asynq queue q and returns the events per second (done/elapsed
+// when it hit the cap) and whether it was capped.
+type drainArm struct {
+	name string
+	note string
+	run  func(ctx context.Context, e *env, n int, cap time.Duration) (rate float64, capped bool, err error)
+}
+
+func benchTask(id uuid.UUID, queue string) (*asynq.Task, []asynq.Option) {
+	return relay.Task(&model.Event{EventID: id, Name: "bench.event", Queue: queue, Payload: drainPayload, CreatedAt: time.Now()},
+		relay.TaskRetentionDefault)
+}
+
+// fillOutbox inserts n pending rows into bunbox's table and vacuums it, as a committed backlog.
+func fillOutbox(ctx context.Context, db *bun.DB, queue string, n int) error {
+	if _, err := db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, queue, payload)
+SELECT gen_random_uuid(), 'bench.event', ?, ? FROM generate_series(1, ?)`, queue, string(drainPayload), n); err != nil {
+		return err
+	}
+	_, err := db.ExecContext(ctx, "VACUUM ANALYZE outbox_events")
+	return err
+}
+
+// waitCount waits until count() reaches n or cap passes, and returns the rate from start.
+func waitCount(ctx context.Context, start time.Time, n int, cap time.Duration, count func() int64) (float64, bool, error) {
+	t := time.NewTicker(2 * time.Millisecond)
+	defer t.Stop()
+	for {
+		got := count()
+		el := time.Since(start)
+		if got >= int64(n) {
+			return float64(got) / el.Seconds(), false, nil
+		}
+		if el > cap {
+			return float64(got) / el.Seconds(), true, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, false, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// drainBunbox drains with a relay of default Config (NOTIFY off: the backlog is there from the start).
+func drainBunbox(ctx context.Context, e *env, n int, cap time.Duration) (float64, bool, error) {
+	db, _, err := e.schema(ctx, 20, true)
+	if err != nil {
+		return 0, false, err
+	}
+	q := e.queue("bunbox")
+	defer e.dropQueue(q)
+	if err := fillOutbox(ctx, db, q, n); err != nil {
+		return 0, false, err
+	}
+	return relayDrain(ctx, db, e.redis, n, cap)
+}
+
+func relayDrain(ctx context.Context, db *bun.DB, redis asynq.RedisClientOpt, n int, cap time.Duration) (float64, bool, error) {
+	r, err := relay.New(db, redis, relay.Config{DisableNotify: true, Retention: -1})
+	if err != nil {
+		return 0, false, err
+	}
+	defer r.Close()
+	runCtx, cancel := context.WithCancel(ctx)
+	stopped := make(chan error, 1)
+	start := time.Now()
+	go func() { stopped <- r.Run(runCtx) }()
+	rate, capped, err := waitCount(ctx, start, n, cap, func() int64 { return r.Stats().Published })
+	cancel()
+	if rerr := <-stopped; err == nil {
+		err = rerr
+	}
+	return rate, capped, err
+}
+
+// drainAsynq is the ceiling: bare asynq.Client enqueues of the same tasks from 32 goroutines.
+func drainAsynq(ctx context.Context, e *env, n int, cap time.Duration) (float64, bool, error) {
+	q := e.queue("asynq")
+	defer e.dropQueue(q)
+	client := asynq.NewClient(e.redis)
+	defer client.Close()
+	var next atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range drainConcurrency {
+		wg.Go(func() {
+			for next.Add(1) <= int64(n) && time.Since(start) < cap {
+				task, opts := benchTask(uuid.Must(uuid.NewV7()), q)
+				if _, err := client.EnqueueContext(ctx, task, opts...); err != nil {
+					once.Do(func() { firstErr = err })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	el := time.Since(start)
+	done := min(next.Load()-drainConcurrency, int64(n))
+	return float64(done) / el.Seconds(), done < int64(n), firstErr
+}
+
+// drainNaive is the relay a user writes in an afternoon: one loop that locks 500 pending rows with
+// FOR UPDATE SKIP LOCKED, enqueues them 32 at a time and marks them published in the same transaction.
+func drainNaive(ctx context.Context, e *env, n int, cap time.Duration) (float64, bool, error) {
+	db, _, err := e.schema(ctx, 4, true)
+	if err != nil {
+		return 0, false, err
+	}
+	q := e.queue("naive")
+	defer e.dropQueue(q)
+	if err := fillOutbox(ctx, db, q, n); err != nil {
+		return 0, false, err
+	}
+	client := asynq.NewClient(e.redis)
+	defer client.Close()
+	var done int64
+	start := time.Now()
+	for done < int64(n) && time.Since(start) < cap {
+		err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+			var rows []struct {
+				ID      int64
+				EventID uuid.UUID
+			}
+			if err := tx.NewRaw(`SELECT id, event_id FROM outbox_events WHERE published_at IS NULL
+ORDER BY id LIMIT 500 FOR UPDATE SKIP LOCKED`).Scan(ctx, &rows); err != nil {
+				return err
+			}
+			ids := make([]int64, 0, len(rows))
+			var mu sync.Mutex
+			sem := make(chan struct{}, drainConcurrency)
+			var wg sync.WaitGroup
+			for _, row := range rows {
+				sem <- struct{}{}
+				wg.Go(func() {
+					defer func() { <-sem }()
+					task, opts := benchTask(row.EventID, q)
+					if _, err := client.EnqueueContext(ctx, task, opts...); err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+						return
+					}
+					mu.Lock()
+					ids = append(ids, row.ID)
+					mu.Unlock()
+				})
+			}
+			wg.Wait()
+			if len(ids) == 0 {
+				return nil
+			}
+			_, err := tx.NewRaw("UPDATE outbox_events SET published_at = now() WHERE id = ANY(?)", pgArray(ids)).Exec(ctx)
+			done += int64(len(ids))
+			return err
+		})
+		if err != nil {
+			return 0, false, err
+		}
+	}
+	return float64(done) / time.Since(start).Seconds(), done < int64(n), nil
+}
+
+// asynqPublisher is a Watermill publisher into asynq: the Forwarder's destination.
+type asynqPublisher struct {
+	client *asynq.Client
+	queue  string
+	sent   atomic.Int64
+}
+
+func (p *asynqPublisher) Publish(_ string, msgs ...*message.Message) error {
+	for _, m := range msgs {
+		id, err := uuid.Parse(m.UUID)
+		if err != nil {
+			return err
+		}
+		task, opts := benchTask(id, p.queue)
+		if _, err := p.client.EnqueueContext(m.Context(), task, opts...); err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+			return err
+		}
+		p.sent.Add(1)
+	}
+	return nil
+}
+
+func (p *asynqPublisher) Close() error { return nil }
+
+// drainWatermill runs Watermill's Forwarder: enveloped messages in its PostgreSQL table (written by
+// forwarder.Publisher over the SQL publisher), read by the SQL subscriber and published into asynq.
+func drainWatermill(ctx context.Context, e *env, n int, cap time.Duration) (float64, bool, error) {
+	db, _, err := e.schemaPgx(ctx, 8)
+	if err != nil {
+		return 0, false, err
+	}
+	q := e.queue("watermill")
+	defer e.dropQueue(q)
+	logger := watermill.NopLogger{}
+	schema := wmsql.DefaultPostgreSQLSchema{}
+	sqlPub, err := wmsql.NewPublisher(wmsql.BeginnerFromStdSQL(db.DB), wmsql.PublisherConfig{SchemaAdapter: schema, AutoInitializeSchema: true}, logger)
+	if err != nil {
+		return 0, false, err
+	}
+	fwdPub := forwarder.NewPublisher(sqlPub, forwarder.PublisherConfig{})
+	for i := 0; i < n; i += 1000 {
+		msgs := make([]*message.Message, min(1000, n-i))
+		for j := range msgs {
+			msgs[j] = message.NewMessage(uuid.Must(uuid.NewV7()).String(), drainPayload)
+		}
+		if err := fwdPub.Publish("bench_event", msgs...); err != nil {
+			return 0, false, err
+		}
+	}
+	if _, err := db.ExecContext(ctx, "VACUUM ANALYZE"); err != nil {
+		return 0, false, err
+	}
+	sub, err := wmsql.NewSubscriber(wmsql.BeginnerFromStdSQL(db.DB), wmsql.SubscriberConfig{
+		SchemaAdapter: schema, OffsetsAdapter: wmsql.DefaultPostgreSQLOffsetsAdapter{}, InitializeSchema: true,
+	}, logger)
+	if err != nil {
+		return 0, false, err
+	}
+	client := asynq.NewClient(e.redis)
+	defer client.Close()
+	out := &asynqPublisher{client: client, queue: q}
+	fwd, err := forwarder.NewForwarder(sub, out, logger, forwarder.Config{CloseTimeout: time.Second})
+	if err != nil {
+		return 0, false, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	stopped := make(chan error, 1)
+	start := time.Now()
+	go func() { stopped <- fwd.Run(runCtx) }()
+	rate, capped, err := waitCount(ctx, start, n, cap, out.sent.Load)
+	cancel()
+	_ = fwd.Close()
+	<-stopped
+	return rate, capped, err
+}
+
+type benchJob struct {
+	EventID uuid.UUID `json:"event_id"`
+}
+
+func (benchJob) Kind() string { return "bench.event" }
+
+type benchWorker struct {
+	river.WorkerDefaults[benchJob]
+	client *asynq.Client
+	queue  string
+	done   atomic.Int64
+}
+
+// Work enqueues the event's task: River moves it from PostgreSQL into asynq, as the other arms do.
+func (w *benchWorker) Work(ctx context.Context, job *river.Job[benchJob]) error {
+	task, opts := benchTask(job.Args.EventID, w.queue)
+	if _, err := w.client.EnqueueContext(ctx, task, opts...); err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+		return err
+	}
+	w.done.Add(1)
+	return nil
+}
+
+// drainRiver works n River jobs whose worker enqueues the task, with River's defaults or tuned.
+func drainRiver(tuned bool) func(ctx context.Context, e *env, n int, cap time.Duration) (float64, bool, error) {
+	return func(ctx context.Context, e *env, n int, cap time.Duration) (float64, bool, error) {
+		_, schema, err := e.schema(ctx, 1, false)
+		if err != nil {
+			return 0, false, err
+		}
+		pool, err := e.pgxPool(ctx, schema, 20)
+		if err != nil {
+			return 0, false, err
+		}
+		migrator, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+		if err != nil {
+			return 0, false, err
+		}
+		if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+			return 0, false, err
+		}
+		q := e.queue("river")
+		defer e.dropQueue(q)
+		client := asynq.NewClient(e.redis)
+		defer client.Close()
+		w := &benchWorker{client: client, queue: q}
+		workers := river.NewWorkers()
+		river.AddWorker(workers, w)
+		cfg := &river.Config{Workers: workers, Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 100}},
+			Logger: discardLogger()}
+		if tuned {
+			cfg.Queues[river.QueueDefault] = river.QueueConfig{MaxWorkers: drainConcurrency * 4}
+			cfg.FetchCooldown, cfg.FetchPollInterval = time.Millisecond, 50*time.Millisecond
+		}
+		rc, err := river.NewClient(riverpgxv5.New(pool), cfg)
+		if err != nil {
+			return 0, false, err
+		}
+		for i := 0; i < n; i += 1000 {
+			params := make([]river.InsertManyParams, min(1000, n-i))
+			for j := range params {
+				params[j] = river.InsertManyParams{Args: benchJob{EventID: uuid.Must(uuid.NewV7())}}
+			}
+			if _, err := rc.InsertManyFast(ctx, params); err != nil {
+				return 0, false, err
+			}
+		}
+		if _, err := pool.Exec(ctx, "VACUUM ANALYZE"); err != nil {
+			return 0, false, err
+		}
+		start := time.Now()
+		if err := rc.Start(ctx); err != nil {
+			return 0, false, err
+		}
+		rate, capped, err := waitCount(ctx, start, n, cap, w.done.Load)
+		stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = rc.Stop(stopCtx)
+		return rate, capped, err
+	}
+}
+
+func drainArms() []drainArm {
+	return []drainArm{
+		{"bare asynq", "asynq.Client.EnqueueContext of the same tasks from 32 goroutines: the ceiling", drainAsynq},
+		{"bunbox relay", "relay.New with the default Config (2 workers, batches of 500, 32 enqueues in flight), NOTIFY off", drainBunbox},
+		{"naive SKIP LOCKED relay", "one loop: lock 500 rows FOR UPDATE SKIP LOCKED, 32 enqueues in flight, UPDATE ... published_at in the same tx", drainNaive},
+		{"Watermill Forwarder", "watermill v1.5 forwarder over watermill-sql v4 (default schema and offsets adapters, batches of 100) into asynq", drainWatermill},
+		{"River (defaults)", "river v0.51 on pgx: jobs whose worker enqueues the task; MaxWorkers 100, FetchCooldown 100 ms", drainRiver(false)},
+		{"River (tuned)", "the same with MaxWorkers 128, FetchCooldown 1 ms, FetchPollInterval 50 ms", drainRiver(true)},
+	}
+}
+
+func runDrain(ctx context.Context, e *env, o options) error {
+	fmt.Printf("## Drain: a backlog of %d committed events moved into asynq\n\n", o.drainN)
+	arms := drainArms()
+	rates := map[string][]float64{}
+	ratios := map[string][]float64{}
+	cappedAny := map[string]bool{}
+	rounds := max(1, min(o.rounds, 3))
+	for range rounds {
+		got := map[string]float64{}
+		for _, a := range arms {
+			if a.name != "bare asynq" && !o.want(a.name) {
+				continue
+			}
+			rate, capped, err := a.run(ctx, e, o.drainN, o.drainCap)
+			if err != nil {
+				return fmt.Errorf("%s: %w", a.name, err)
+			}
+			got[a.name] = rate
+			cappedAny[a.name] = cappedAny[a.name] || capped
+		}
+		for name, r := range got {
+			rates[name] = append(rates[name], r)
+			ratios[name] = append(ratios[name], r/got["bare asynq"])
+		}
+	}
+	var rows [][]string
+	for _, a := range arms {
+		if _, ok := rates[a.name]; !ok {
+			continue
+		}
+		note := ""
+		if cappedAny[a.name] {
+			note = fmt.Sprintf(" (stopped at the %s cap)", o.drainCap)
+		}
+		rows = append(rows, []string{a.name, fmt.Sprintf("%.0f%s", median(rates[a.name]), note),
+			fmt.Sprintf("**%.2f** (%s)", median(ratios[a.name]), spread(ratios[a.name]))})
+	}
+	table([]string{"arm", "events/s", "ratio to bare asynq"}, rows)
+	fmt.Printf("\nMedians of %d rounds; ratios to bare asynq in the same round (min–max in brackets).\n", rounds)
+	for _, a := range arms {
+		fmt.Printf("- %s: %s\n", a.name, a.note)
+	}
+	return nil
+}
+
+// pgArray passes ids as a PostgreSQL array literal.
+func pgArray(ids []int64) string {
+	b, _ := json.Marshal(ids)
+	b[0], b[len(b)-1] = '{', '}'
+	return string(b)
+}
