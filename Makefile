@@ -7,15 +7,18 @@ GO ?= go
 DEV := scripts/devservices.sh
 # with_services runs $(1) with the dev services up and their settings in the environment, and always stops them,
 # also when they came up only in part.
+# A comma inside $(call ...) arguments.
+, := ,
 with_services = $(DEV) up && eval "$$($(DEV) env)" && $(1); rc=$$?; $(DEV) down; exit $$rc
 
-.PHONY: help test test/unit test/short test/race test/fault test/fuzz fuzz lint demo services/up services/down
+.PHONY: help test test/unit test/short test/race test/fault test/fuzz fuzz lint demo services/up services/down test/bench bench
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-test: ## every test with -race: test/unit (on pgdriver, then on pgx), test/fault (on pgdriver), then each fuzz target briefly (test/fuzz)
+test: ## every test with -race: test/unit (on pgdriver, then on pgx), test/bench, test/fault (on pgdriver), then each fuzz target briefly (test/fuzz)
 	@$(MAKE) --no-print-directory test/unit
+	@$(MAKE) --no-print-directory test/bench
 	@$(MAKE) --no-print-directory test/fault
 	@$(MAKE) --no-print-directory test/fuzz
 
@@ -63,6 +66,15 @@ test/short: ## the tests that need no server
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+
+# bench/ is a module of its own (the peers it compares with never enter the library's go.mod): vet and build it,
+# and run a smoke pass of the command with the services up.
+test/bench: ## vet and build the bench/ module and run bunbench -quick -parts tax,drain against the services (~30 s)
+	cd bench && $(GO) vet ./... && $(GO) build -o /dev/null ./...
+	@$(call with_services,cd bench && $(GO) run ./cmd/bunbench -quick -parts tax$(,)drain)
+
+bench: ## start the services, run every comparison of bench/ (~15 min; BENCH_FLAGS=-quick for a smoke run), stop them
+	@$(call with_services,cd bench && $(GO) run ./cmd/bunbench $(BENCH_FLAGS))
 
 demo: ## start the services, run the shop example end to end, print the summary, stop the services
 	@$(call with_services,$(GO) run ./example/cmd/shop demo)

@@ -1,15 +1,5 @@
 package main
 
-import (
-	"context"
-	"log/slog"
-)
-
-const childCommand = "child"
-
-func runChild(args []string) int                             { return 0 }
-func runE2E(ctx context.Context, e *env, o options) error    { return nil }
-func runGrowth(ctx context.Context, e *env, o options) error { return nil }
-func runMemory(ctx context.Context, e *env, o options) error { return nil }
+import "log/slog"
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
