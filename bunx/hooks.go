@@ -138,7 +138,7 @@ type hookQuery interface {
 	bun.Query
 	DB() *bun.DB
 	GetModel() bun.Model
-	NewInsert() *bun.InsertQuery
+	NewRaw(query string, args ...any) *bun.RawQuery
 }
 
 func runHooks(ctx context.Context, q hookQuery, op op) error {
@@ -183,7 +183,12 @@ func runHooks(ctx context.Context, q hookQuery, op op) error {
 		if len(events) == 0 {
 			continue
 		}
-		if err := r.write(ctx, q.NewInsert(), events); err != nil {
+		// The handler built the events and nobody reads them back: no RETURNING.
+		err = r.write(ctx, q.DB().Dialect(), events, false, func(ctx context.Context, query string) error {
+			_, err := q.NewRaw("?", bun.Safe(query)).Exec(ctx)
+			return err
+		})
+		if err != nil {
 			return fmt.Errorf("bunx.%s[%s]: %w", op, typ, err)
 		}
 	}

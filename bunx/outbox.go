@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/schema"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 
@@ -93,16 +94,39 @@ func (o *Outbox) Record(ctx context.Context, db bun.IDB, events ...*model.Event)
 	if len(events) == 0 {
 		return nil
 	}
-	return o.reg.write(ctx, db.NewInsert(), events)
+	// Record's caller holds the events: each gets the id and created_at PostgreSQL gave its row.
+	return o.reg.write(ctx, db.Dialect(), events, true, func(ctx context.Context, query string) error {
+		rows, err := db.QueryContext(ctx, "?", bun.Safe(query))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for i := 0; rows.Next(); i++ {
+			if i < len(events) {
+				if err := rows.Scan(&events[i].ID, &events[i].CreatedAt); err != nil {
+					return err
+				}
+			}
+		}
+		return rows.Err()
+	})
 }
 
-// write validates events and inserts them with q, a fresh insert query on the caller's connection.
-func (r *registry) write(ctx context.Context, q *bun.InsertQuery, events []*model.Event) error {
+// write validates events, builds their INSERT (with RETURNING id, created_at when returning is set) and
+// runs it with exec on the caller's connection. The statement goes through bun as the template "?" with
+// the statement as its bun.Safe argument: bun's query hooks see it, and bun's formatter never reads the
+// literals for placeholders.
+func (r *registry) write(ctx context.Context, d schema.Dialect, events []*model.Event, returning bool,
+	exec func(ctx context.Context, query string) error) error {
 	if err := r.validate(events); err != nil {
 		return err
 	}
 	injectTrace(ctx, events)
-	if _, err := q.Model(&events).Exec(ctx); err != nil {
+	query, err := insertSQL(d, events, returning)
+	if err != nil {
+		return err
+	}
+	if err := exec(ctx, query); err != nil {
 		return insertError(err)
 	}
 	return nil

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -337,17 +338,23 @@ func runTax(ctx context.Context, e *env, o options) error {
 	for r := range o.rounds {
 		for _, lines := range []bool{false, true} {
 			for _, writers := range []int{1, 8} {
+				var picked []taxArm
+				for _, a := range arms {
+					if strings.HasPrefix(a.name, "no event") || o.want(a.name) {
+						picked = append(picked, a)
+					}
+				}
+				fns := make([]func(context.Context) error, len(picked))
+				for i, a := range picked {
+					fns[i] = func(ctx context.Context) error { return a.tx(ctx, lines) }
+				}
+				rates, err := interleave(ctx, writers, o.dur*time.Duration(len(picked)), r, fns)
+				if err != nil {
+					return err
+				}
 				got := map[string]float64{}
-				for i := range arms { // rotate the order each round
-					a := arms[(i+r)%len(arms)]
-					if !strings.HasPrefix(a.name, "no event") && !o.want(a.name) {
-						continue
-					}
-					n, err := measure(ctx, writers, o.dur, func(ctx context.Context) error { return a.tx(ctx, lines) })
-					if err != nil {
-						return fmt.Errorf("%s: %w", a.name, err)
-					}
-					got[a.name] = n
+				for i, a := range picked {
+					got[a.name] = rates[i]
 				}
 				for name, n := range got {
 					k := key{name, lines, writers}
@@ -377,35 +384,53 @@ func runTax(ctx context.Context, e *env, o options) error {
 	}
 	table([]string{"arm", "order, 1 writer tx/s", "ratio", "order, 8 writers tx/s", "ratio",
 		"order + 5 lines, 1 writer tx/s", "ratio", "order + 5 lines, 8 writers tx/s", "ratio"}, rows)
-	fmt.Printf("\nMedians of %d rounds of %s per arm; ratios to \"no event\" on the same driver in the same round (min–max in brackets).\n", o.rounds, o.dur)
+	fmt.Printf("\nMedians of %d rounds of %s per arm, the arms taken in turn one transaction at a time by each writer; ratios to \"no event\" on the same driver in the same round (min–max in brackets).\n", o.rounds, o.dur)
 	for _, a := range arms {
 		fmt.Printf("- %s: %s\n", a.name, a.note)
 	}
 	return nil
 }
 
-// measure runs f from writers goroutines for d and returns the completed calls per second.
-func measure(ctx context.Context, writers int, d time.Duration, f func(context.Context) error) (float64, error) {
-	var done atomic.Int64
-	var firstErr error
-	var once sync.Once
+// interleave runs the arms fns from writers goroutines for d, each goroutine taking the arms in turn one
+// transaction at a time (starting at a different arm), so that every arm sees the same machine, and
+// returns each arm's transactions per second: its transactions over the time the writers spent in it.
+func interleave(ctx context.Context, writers int, d time.Duration, round int, fns []func(context.Context) error) ([]float64, error) {
+	type tally struct {
+		n  int64
+		ns int64
+	}
+	tallies := make([][]tally, writers)
+	errs := make([]error, writers)
 	var wg sync.WaitGroup
-	start := time.Now()
-	deadline := start.Add(d)
-	for range writers {
+	deadline := time.Now().Add(d)
+	for w := range writers {
+		tallies[w] = make([]tally, len(fns))
 		wg.Go(func() {
-			for time.Now().Before(deadline) && ctx.Err() == nil {
-				if err := f(ctx); err != nil {
-					once.Do(func() { firstErr = err })
+			for i := w + round; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
+				a := i % len(fns)
+				start := time.Now()
+				if err := fns[a](ctx); err != nil {
+					errs[w] = err
 					return
 				}
-				done.Add(1)
+				tallies[w][a].n++
+				tallies[w][a].ns += int64(time.Since(start))
 			}
 		})
 	}
 	wg.Wait()
-	if firstErr == nil {
-		firstErr = ctx.Err()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
-	return float64(done.Load()) / time.Since(start).Seconds(), firstErr
+	rates := make([]float64, len(fns))
+	for a := range fns {
+		var n, ns int64
+		for w := range writers {
+			n, ns = n+tallies[w][a].n, ns+tallies[w][a].ns
+		}
+		if ns > 0 { // the writers spent ns/writers of wall time each in arm a
+			rates[a] = float64(n) / (time.Duration(ns).Seconds() / float64(writers))
+		}
+	}
+	return rates, ctx.Err()
 }

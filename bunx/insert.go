@@ -1,0 +1,109 @@
+package bunx
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/google/uuid"
+	"github.com/uptrace/bun/schema"
+
+	"github.com/bunbox/bunbox/model"
+)
+
+// The outbox INSERT is built here by hand rather than by bun's model insert: bun's reflection over every
+// field of model.Event, the DEFAULT and NULL it writes for each column the producer does not set, and the
+// RETURNING it scans back cost the business transaction more than the row itself (see BENCHMARKS.md).
+// The statement names only the columns a producer sets; PostgreSQL fills the others with their defaults.
+
+// eventColumn is one column of outbox_events that the insert writes, and how its value is appended as SQL.
+type eventColumn struct {
+	name   string
+	append func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error)
+}
+
+// eventColumns are the columns the insert writes, in order. A new column of model.Event that producers
+// set is one more entry here (an optional one appends NULL for a nil pointer, or d.AppendTime for a time);
+// a column the relay sets (published_at, attempts, ...) stays out and keeps its default.
+var eventColumns = []eventColumn{
+	{"event_id", func(_ schema.Dialect, b []byte, ev *model.Event) ([]byte, error) { return appendUUID(b, ev.EventID), nil }},
+	{"event_name", func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) { return d.AppendString(b, ev.Name), nil }},
+	{"queue", func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) { return d.AppendString(b, ev.Queue), nil }},
+	{"payload", func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) { return d.AppendJSON(b, ev.Payload), nil }},
+	{"metadata", appendMetadata},
+}
+
+// insertHead is "INSERT INTO outbox_events (event_id, ...) VALUES ", built once from eventColumns.
+var insertHead = func() string {
+	b := []byte("INSERT INTO outbox_events (")
+	for i, c := range eventColumns {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, c.name...)
+	}
+	return string(append(b, ") VALUES "...))
+}()
+
+// insertReturning is what Record reads back into each event.
+const insertReturning = " RETURNING id, created_at"
+
+var insertBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// insertSQL returns the INSERT of events for dialect d, with insertReturning when returning is set.
+func insertSQL(d schema.Dialect, events []*model.Event, returning bool) (string, error) {
+	bp := insertBufs.Get().(*[]byte)
+	defer insertBufs.Put(bp)
+	b := append((*bp)[:0], insertHead...)
+	var err error
+	for i, ev := range events {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, '(')
+		for j, c := range eventColumns {
+			if j > 0 {
+				b = append(b, ", "...)
+			}
+			if b, err = c.append(d, b, ev); err != nil {
+				return "", fmt.Errorf("%w %q: %s: %w", model.ErrInvalidEvent, ev.Name, c.name, err)
+			}
+		}
+		b = append(b, ')')
+	}
+	if returning {
+		b = append(b, insertReturning...)
+	}
+	*bp = b
+	return string(b), nil
+}
+
+// appendUUID appends id as a quoted literal in its canonical form.
+func appendUUID(b []byte, id uuid.UUID) []byte {
+	var s [36]byte
+	hex.Encode(s[0:8], id[0:4])
+	s[8] = '-'
+	hex.Encode(s[9:13], id[4:6])
+	s[13] = '-'
+	hex.Encode(s[14:18], id[6:8])
+	s[18] = '-'
+	hex.Encode(s[19:23], id[8:10])
+	s[23] = '-'
+	hex.Encode(s[24:], id[10:])
+	b = append(b, '\'')
+	b = append(b, s[:]...)
+	return append(b, '\'')
+}
+
+// appendMetadata appends the metadata as a jsonb literal; none is the empty object.
+func appendMetadata(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
+	if len(ev.Metadata) == 0 {
+		return append(b, "'{}'"...), nil
+	}
+	data, err := json.Marshal(ev.Metadata)
+	if err != nil {
+		return nil, err
+	}
+	return d.AppendJSON(b, data), nil
+}
