@@ -27,10 +27,18 @@ type eventColumn struct {
 // set is one more entry here (an optional one appends NULL for a nil pointer, or d.AppendTime for a time);
 // a column the relay sets (published_at, attempts, ...) stays out and keeps its default.
 var eventColumns = []eventColumn{
-	{"event_id", func(_ schema.Dialect, b []byte, ev *model.Event) ([]byte, error) { return appendUUID(b, ev.EventID), nil }},
-	{"event_name", func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) { return d.AppendString(b, ev.Name), nil }},
-	{"queue", func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) { return d.AppendString(b, ev.Queue), nil }},
-	{"payload", func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) { return d.AppendJSON(b, ev.Payload), nil }},
+	{"event_id", func(_ schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
+		return appendUUID(b, ev.EventID), nil
+	}},
+	{"event_name", func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
+		return d.AppendString(b, ev.Name), nil
+	}},
+	{"queue", func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
+		return d.AppendString(b, ev.Queue), nil
+	}},
+	{"payload", func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
+		return d.AppendJSON(b, ev.Payload), nil
+	}},
 	{"metadata", appendMetadata},
 }
 

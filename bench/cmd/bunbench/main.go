@@ -61,9 +61,18 @@ func main() {
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	flag.BoolVar(&quick, "quick", false, "a smoke run: 2 rounds, short arms, small backlogs")
 	flag.Parse()
-	if quick {
-		o.rounds, o.dur, o.drainN, o.drainCap, o.e2eDur, o.growthN, o.growthDead = 2, 300*time.Millisecond, 5000, 10*time.Second, time.Second, 2000, 10_000
-		growth = "0,10000"
+	if quick { // smaller defaults; a flag given on the command line still wins
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for name, value := range map[string]string{"rounds": "2", "dur": "300ms", "drain-n": "5000", "drain-cap": "10s",
+			"e2e-dur": "1s", "growth-n": "2000", "growth-dead": "10000"} {
+			if !set[name] {
+				_ = flag.Set(name, value)
+			}
+		}
+		if !set["growth"] {
+			growth = "0,10000"
+		}
 	}
 	o.parts = strings.Split(parts, ",")
 	for _, s := range strings.Split(growth, ",") {
