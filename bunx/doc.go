@@ -23,7 +23,7 @@
 //	r, err := relay.New(db, asynq.RedisClientOpt{Addr: addr}, relay.Config{})
 //	go r.Run(ctx)
 //
-// The hook writes its events with the query's own connection (q.NewInsert()), so inside a transaction or
+// The hook writes its events with the query's own connection (q.NewRaw), so inside a transaction or
 // savepoint they commit and roll back with the business row. Outside a transaction the business insert
 // and the events are two statements: if the process dies between them the event is lost, so write
 // business rows that emit events in RunInTx.

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"sync"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/jackc/pgx/v5"
@@ -52,7 +53,8 @@ func newEnv(ctx context.Context) (*env, error) {
 }
 
 func openBun(url string, params map[string]any, conns int) *bun.DB {
-	opts := []pgdriver.Option{pgdriver.WithDSN(url)}
+	// The growth part's fills and VACUUMs run longer than pgdriver's default 10 s read timeout.
+	opts := []pgdriver.Option{pgdriver.WithDSN(url), pgdriver.WithReadTimeout(10 * time.Minute)}
 	if len(params) > 0 {
 		opts = append(opts, pgdriver.WithConnParams(params))
 	}

@@ -72,9 +72,9 @@ func runGrowth(ctx context.Context, e *env, o options) error {
 			return err
 		}
 		t0 := time.Now()
-		if c.published > 0 {
+		for done := 0; done < c.published; done += 100_000 {
 			if _, err := db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, queue, payload, published_at)
-SELECT gen_random_uuid(), 'bench.old', 'default', ?, now() FROM generate_series(1, ?)`, string(drainPayload), c.published); err != nil {
+SELECT gen_random_uuid(), 'bench.old', 'default', ?, now() FROM generate_series(1, ?)`, string(drainPayload), min(100_000, c.published-done)); err != nil {
 				return err
 			}
 		}

@@ -51,7 +51,7 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 5, "rounds of the tax and drain parts (each figure is the median)")
 	flag.DurationVar(&o.dur, "dur", 2*time.Second, "how long each tax arm runs in each round")
 	flag.IntVar(&o.drainN, "drain-n", 100_000, "events in each drain backlog")
-	flag.DurationVar(&o.drainCap, "drain-cap", 20*time.Second, "the longest a drain arm may take (a capped arm reports its rate so far)")
+	flag.DurationVar(&o.drainCap, "drain-cap", 10*time.Second, "the longest a drain arm may take (a capped arm reports its rate so far)")
 	flag.IntVar(&o.rate, "rate", 1000, "events per second of the end-to-end run at a fixed rate")
 	flag.DurationVar(&o.e2eDur, "e2e-dur", 5*time.Second, "how long each end-to-end load runs")
 	flag.StringVar(&growth, "growth", "0,100000,1000000", "published rows kept in the growth part, comma-separated")
