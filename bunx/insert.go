@@ -4,6 +4,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strconv"
 	"sync"
 
 	"github.com/google/uuid"
@@ -18,41 +20,56 @@ import (
 // The statement names only the columns a producer sets; PostgreSQL fills the others with their defaults.
 
 // eventColumn is one column of outbox_events that the insert writes, and how its value is appended as SQL.
+// An optional column has set: the statement names it only when one of its events sets it, and appends
+// NULL for the others, as bun's nullzero did.
 type eventColumn struct {
 	name   string
+	set    func(ev *model.Event) bool
 	append func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error)
 }
 
 // eventColumns are the columns the insert writes, in order. A new column of model.Event that producers
-// set is one more entry here (an optional one appends NULL for a nil pointer, or d.AppendTime for a time);
-// a column the relay sets (published_at, attempts, ...) stays out and keeps its default.
+// set is one more entry here (TestEventColumnsCoverTheModel fails until it is); a column the relay sets
+// (published_at, attempts, ...) stays out and keeps its default.
 var eventColumns = []eventColumn{
-	{"event_id", func(_ schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
+	{"event_id", nil, func(_ schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 		return appendUUID(b, ev.EventID), nil
 	}},
-	{"event_name", func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
+	{"event_name", nil, func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 		return d.AppendString(b, ev.Name), nil
 	}},
-	{"queue", func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
+	{"queue", nil, func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 		return d.AppendString(b, ev.Queue), nil
 	}},
-	{"payload", func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
+	{"payload", nil, func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 		return d.AppendJSON(b, ev.Payload), nil
 	}},
-	{"metadata", appendMetadata},
+	{"metadata", nil, appendMetadata},
+	{"process_at", func(ev *model.Event) bool { return ev.ProcessAt != nil },
+		func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
+			return d.AppendTime(b, *ev.ProcessAt), nil
+		}},
+	{"max_retry", func(ev *model.Event) bool { return ev.MaxRetry != nil },
+		func(_ schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
+			return strconv.AppendInt(b, int64(*ev.MaxRetry), 10), nil
+		}},
+	{"timeout_ns", func(ev *model.Event) bool { return ev.Timeout != 0 },
+		func(_ schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
+			return strconv.AppendInt(b, int64(ev.Timeout), 10), nil
+		}},
+	{"deadline", func(ev *model.Event) bool { return ev.Deadline != nil },
+		func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
+			return d.AppendTime(b, *ev.Deadline), nil
+		}},
+	{"task_group", func(ev *model.Event) bool { return ev.Group != "" },
+		func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
+			return d.AppendString(b, ev.Group), nil
+		}},
+	{"retention_ns", func(ev *model.Event) bool { return ev.Retention != 0 },
+		func(_ schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
+			return strconv.AppendInt(b, int64(ev.Retention), 10), nil
+		}},
 }
-
-// insertHead is "INSERT INTO outbox_events (event_id, ...) VALUES ", built once from eventColumns.
-var insertHead = func() string {
-	b := []byte("INSERT INTO outbox_events (")
-	for i, c := range eventColumns {
-		if i > 0 {
-			b = append(b, ", "...)
-		}
-		b = append(b, c.name...)
-	}
-	return string(append(b, ") VALUES "...))
-}()
 
 // insertReturning is what Record reads back into each event.
 const insertReturning = " RETURNING id, created_at"
@@ -61,20 +78,40 @@ var insertBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &
 
 // insertSQL returns the INSERT of events for dialect d, with insertReturning when returning is set.
 func insertSQL(d schema.Dialect, events []*model.Event, returning bool) (string, error) {
+	var used [16]bool // which of eventColumns the statement names
+	if len(eventColumns) > len(used) {
+		panic("bunx: eventColumns outgrew insertSQL's array")
+	}
+	for i, c := range eventColumns {
+		used[i] = c.set == nil || slices.ContainsFunc(events, c.set)
+	}
 	bp := insertBufs.Get().(*[]byte)
 	defer insertBufs.Put(bp)
-	b := append((*bp)[:0], insertHead...)
+	b := append((*bp)[:0], "INSERT INTO outbox_events ("...)
+	sep := ""
+	for i, c := range eventColumns {
+		if used[i] {
+			b = append(append(b, sep...), c.name...)
+			sep = ", "
+		}
+	}
+	b = append(b, ") VALUES "...)
 	var err error
 	for i, ev := range events {
 		if i > 0 {
 			b = append(b, ", "...)
 		}
 		b = append(b, '(')
+		sep := ""
 		for j, c := range eventColumns {
-			if j > 0 {
-				b = append(b, ", "...)
+			if !used[j] {
+				continue
 			}
-			if b, err = c.append(d, b, ev); err != nil {
+			b = append(b, sep...)
+			sep = ", "
+			if c.set != nil && !c.set(ev) {
+				b = append(b, "NULL"...)
+			} else if b, err = c.append(d, b, ev); err != nil {
 				return "", fmt.Errorf("%w %q: %s: %w", model.ErrInvalidEvent, ev.Name, c.name, err)
 			}
 		}
