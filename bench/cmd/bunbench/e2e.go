@@ -34,7 +34,7 @@ type e2eArm struct {
 	start func(ctx context.Context, e *env, handled func(id string)) (produce func(ctx context.Context) (string, error), stop func(), err error)
 }
 
-func e2eBunbox(taskCheck time.Duration) func(ctx context.Context, e *env, handled func(string)) (func(context.Context) (string, error), func(), error) {
+func e2eBunbox(cfg asynq.Config) func(ctx context.Context, e *env, handled func(string)) (func(context.Context) (string, error), func(), error) {
 	return func(ctx context.Context, e *env, handled func(string)) (func(context.Context) (string, error), func(), error) {
 		db, _, err := e.schema(ctx, 20, true)
 		if err != nil {
@@ -46,7 +46,8 @@ func e2eBunbox(taskCheck time.Duration) func(ctx context.Context, e *env, handle
 		if err != nil {
 			return nil, nil, err
 		}
-		srv := asynq.NewServer(e.redis, asynq.Config{Queues: map[string]int{q: 1}, TaskCheckInterval: taskCheck, LogLevel: asynq.FatalLevel})
+		cfg.Queues, cfg.LogLevel = map[string]int{q: 1}, asynq.FatalLevel
+		srv := asynq.NewServer(e.redis, cfg)
 		mux := asynq.NewServeMux()
 		mux.HandleFunc("bench.event", func(_ context.Context, t *asynq.Task) error {
 			handled(t.Headers()[model.HeaderEventID])
@@ -183,8 +184,9 @@ func e2eWatermill(ctx context.Context, e *env, handled func(string)) (func(conte
 
 func e2eArms() []e2eArm {
 	return []e2eArm{
-		{"bunbox, asynq server defaults", "relay default Config (adaptive poll, no NOTIFY trigger); asynq.Server with default Concurrency and TaskCheckInterval (1 s)", e2eBunbox(0)},
-		{"bunbox, TaskCheckInterval 10 ms", "the same with asynq.Config.TaskCheckInterval = 10 ms", e2eBunbox(10 * time.Millisecond)},
+		{"bunbox, asynq server defaults", "relay default Config (adaptive poll, no NOTIFY trigger); asynq.Server with its defaults (Concurrency one per CPU, TaskCheckInterval 1 s)", e2eBunbox(asynq.Config{})},
+		{"bunbox, bunx.ServerConfig", "the same with bunx.ServerConfig (TaskCheckInterval 10 ms, DelayedTaskCheckInterval 100 ms)", e2eBunbox(bunx.ServerConfig(asynq.Config{}))},
+		{"bunbox, bunx.ServerConfig, Concurrency 32", "the same with 32 handler goroutines instead of asynq's default (one per CPU, 2 here)", e2eBunbox(bunx.ServerConfig(asynq.Config{Concurrency: 32}))},
 		{"River", "river v0.51 on pgx, InsertTx in the producer's tx, default Config (LISTEN/NOTIFY), MaxWorkers 100", e2eRiver},
 		{"Watermill", "watermill-sql v4 publisher in the producer's tx, SQL subscriber with default config (offsets adapter, batches of 100, poll 1 s)", e2eWatermill},
 	}
