@@ -394,7 +394,7 @@ func runDrain(ctx context.Context, e *env, o options) error {
 		}
 		note := ""
 		if cappedAny[a.name] {
-			note = fmt.Sprintf(" (stopped at the %s cap)", o.drainCap)
+			note = fmt.Sprintf(" (a round hit the %s cap)", o.drainCap)
 		}
 		rows = append(rows, []string{a.name, fmt.Sprintf("%.0f%s", median(rates[a.name]), note),
 			fmt.Sprintf("**%.2f** (%s)", median(ratios[a.name]), spread(ratios[a.name]))})
