@@ -69,6 +69,10 @@ var eventColumns = []eventColumn{
 		func(_ schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 			return strconv.AppendInt(b, int64(ev.Retention), 10), nil
 		}},
+	{"ordering_key", func(ev *model.Event) bool { return ev.OrderingKey != "" },
+		func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
+			return d.AppendString(b, ev.OrderingKey), nil
+		}},
 }
 
 // insertReturning is what Record reads back into each event.

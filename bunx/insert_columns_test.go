@@ -13,7 +13,7 @@ import (
 
 // columnsLeftToDefaults are the columns of model.Event that the insert does not write: PostgreSQL fills
 // them (id, created_at) or the relay does.
-var columnsLeftToDefaults = []string{"id", "created_at", "published_at", "attempts", "next_attempt_at", "last_error", "dead_at"}
+var columnsLeftToDefaults = []string{"id", "created_at", "published_at", "attempts", "next_attempt_at", "last_error", "dead_at", "completed_at"}
 
 // TestEventColumnsCoverTheModel fails when model.Event gains a column that the hand-built insert would
 // silently leave out: add it to eventColumns (bunx/insert.go), or to columnsLeftToDefaults when producers
