@@ -141,7 +141,7 @@ func unavailable(err error) bool {
 	msg := err.Error()
 	for _, s := range []string{"connection refused", "connection reset", "broken pipe", "i/o timeout", "EOF",
 		"use of closed network connection", "LOADING", "READONLY", "MASTERDOWN", "OOM", "pool timeout",
-		"context deadline exceeded", "no such host"} {
+		"context deadline exceeded", "no such host", "CLUSTERDOWN", "TRYAGAIN"} {
 		if strings.Contains(msg, s) {
 			return true
 		}
