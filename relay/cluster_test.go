@@ -214,3 +214,32 @@ func weights(queues []string) map[string]int {
 	}
 	return m
 }
+
+// The relay's pipelined client follows a queue whose hash slot moves to another node while it enqueues:
+// ASK during the move, MOVED after it (its slot map is stale), TRYAGAIN for a script whose keys are
+// split between the nodes for a moment. Every event reaches Redis once, on the new node.
+func TestClusterSlotMigration(t *testing.T) {
+	t.Parallel()
+	b := setupCluster(t, nil)
+	queue := b.queues[0]
+	b.queues = []string{queue}
+	to := (b.nodeOf[queue] + 1) % 3
+	events := b.insert(t, 3000)
+	b.runRelay(t)
+	outboxtest.WaitFor(t, 60*time.Second, "the relay under way", func() bool { return b.pending(t) < 3000 })
+	b.cluster.MigrateSlot(t, "{"+queue+"}", to)
+	events = append(events, b.insert(t, 500)...) // enqueued with a slot map that says the old node
+	outboxtest.WaitFor(t, 60*time.Second, "every row published", func() bool { return b.pending(t) == 0 })
+
+	require.Equal(t, to, b.cluster.NodeOf(t, "{"+queue+"}"))
+	ins := asynq.NewInspector(b.opt)
+	t.Cleanup(func() { _ = ins.Close() })
+	info, err := ins.GetQueueInfo(queue)
+	require.NoError(t, err)
+	require.Equal(t, len(events), info.Pending, "every event once")
+	for _, ev := range events {
+		key := "asynq:{" + queue + "}:t:" + ev.EventID.String()
+		require.Equal(t, "1", b.cluster.Nodes[to].Cmd(t, "exists", key), "task %s on the new node", key)
+	}
+	require.Zero(t, outboxtest.Count(t, b.db, "outbox_events", "attempts > 0"), "no row was charged for the move")
+}

@@ -171,3 +171,41 @@ func clusterPort(tb testing.TB) int {
 	tb.Fatal(fmt.Errorf("no free port pair for a cluster node"))
 	return 0
 }
+
+// MigrateSlot moves the hash slot of key, with its keys, from the node serving it to Nodes[to], the way
+// `redis-cli --cluster reshard` does: the slot is marked importing and migrating, its keys move in
+// batches (meanwhile the source answers ASK for keys it no longer has, and TRYAGAIN to commands whose keys
+// are split), then every node is told the new owner. Clients that cached the old owner get MOVED.
+func (c *RedisCluster) MigrateSlot(tb testing.TB, key string, to int) {
+	tb.Helper()
+	from := c.NodeOf(tb, key)
+	if from == to {
+		return
+	}
+	src, dst := c.Nodes[from], c.Nodes[to]
+	slot := src.Cmd(tb, "cluster", "keyslot", key)
+	srcID, dstID := src.Cmd(tb, "cluster", "myid"), dst.Cmd(tb, "cluster", "myid")
+	dst.mustOK(tb, "cluster", "setslot", slot, "importing", srcID)
+	src.mustOK(tb, "cluster", "setslot", slot, "migrating", dstID)
+	for {
+		keys := strings.Fields(src.Cmd(tb, "cluster", "getkeysinslot", slot, "100"))
+		if len(keys) == 0 {
+			break
+		}
+		args := append([]string{"migrate", "127.0.0.1", strconv.Itoa(dst.port), "", "0", "5000", "keys"}, keys...)
+		if out := src.Cmd(tb, args...); out != "OK" && out != "NOKEY" { // NOKEY: gone meanwhile
+			tb.Fatalf("redis-cli migrate on %s: %s", src.Addr(), out)
+		}
+	}
+	for _, n := range append([]*Redis{dst, src}, c.Nodes...) {
+		n.mustOK(tb, "cluster", "setslot", slot, "node", dstID)
+	}
+	c.WaitOK(tb)
+}
+
+func (r *Redis) mustOK(tb testing.TB, args ...string) {
+	tb.Helper()
+	if out := r.Cmd(tb, args...); out != "OK" {
+		tb.Fatalf("redis-cli %v on %s: %s", args, r.Addr(), out)
+	}
+}
