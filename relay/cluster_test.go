@@ -27,7 +27,7 @@ type clusterBundle struct {
 	nodeOf  map[string]int // queue → index of its node in cluster.Nodes
 }
 
-func setupCluster(t *testing.T, opts *outboxtest.RedisOptions) *clusterBundle {
+func setupCluster(t testing.TB, opts *outboxtest.RedisOptions) *clusterBundle {
 	t.Helper()
 	db, _ := outboxtest.Schema(t)
 	c := outboxtest.StartRedisCluster(t, opts)
@@ -46,7 +46,7 @@ func setupCluster(t *testing.T, opts *outboxtest.RedisOptions) *clusterBundle {
 }
 
 // insert adds n events per queue.
-func (b *clusterBundle) insert(t *testing.T, n int) []*model.Event {
+func (b *clusterBundle) insert(t testing.TB, n int) []*model.Event {
 	t.Helper()
 	var events []*model.Event
 	for _, q := range b.queues {
@@ -61,7 +61,7 @@ func (b *clusterBundle) insert(t *testing.T, n int) []*model.Event {
 	return events
 }
 
-func (b *clusterBundle) pending(t *testing.T) int64 {
+func (b *clusterBundle) pending(t testing.TB) int64 {
 	t.Helper()
 	return outboxtest.Count(t, b.db, "outbox_events", "published_at IS NULL")
 }
