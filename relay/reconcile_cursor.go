@@ -48,11 +48,11 @@ func newReconcileCursor() reconcileCursor {
 }
 
 // reconcileHorizonSQL reads the database's clock and the horizon: the clock, or the start of the earliest
-// transaction open in this database when that is earlier (a relay's round stamps its rows with it, and
-// they become visible at its commit).
+// client transaction open in this database when that is earlier (a relay's round stamps its rows with
+// it, and they become visible at its commit). Background workers (autovacuum) cannot publish rows.
 const reconcileHorizonSQL = `WITH c AS (SELECT clock_timestamp() AS now)
 SELECT now, least(now, (SELECT min(xact_start) FROM pg_stat_activity
-  WHERE datname = current_database() AND pid <> pg_backend_pid())) FROM c`
+  WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid())) FROM c`
 
 // begin starts a pass: a new marker value, and the queues whose rows all left the window forgotten.
 func (c *reconcileCursor) begin(from time.Time) {
