@@ -155,10 +155,11 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		case err != nil:
 			r.log.LogAttrs(ctx, slog.LevelWarn, "bunbox reconciler pass failed", slog.Any("err", err),
 				slog.Int("checked", res.Checked), slog.Int("requeued", res.Requeued))
-		case res.Missing > 0:
+		case res.Missing > 0 || len(res.LostQueues) > 0:
 			r.log.LogAttrs(ctx, slog.LevelWarn, "bunbox reconciler: tasks missing from Redis were requeued",
 				slog.Int("checked", res.Checked), slog.Int("missing", res.Missing),
-				slog.Int("requeued", res.Requeued), slog.Duration("duration", res.Duration))
+				slog.Int("requeued", res.Requeued), slog.Any("lost_queues", res.LostQueues),
+				slog.Duration("duration", res.Duration))
 		default:
 			r.log.LogAttrs(ctx, slog.LevelDebug, "bunbox reconciler pass",
 				slog.Int("checked", res.Checked), slog.Duration("duration", res.Duration))
