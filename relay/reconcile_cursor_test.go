@@ -163,3 +163,33 @@ func TestReconcilerSweepsTheQueuesThatLostData(t *testing.T) {
 	require.Empty(t, res.LostQueues)
 	require.Zero(t, res.Missing)
 }
+
+// A queue whose only row was published before the window but is scheduled ahead stays watched: when Redis
+// loses its data, the scheduled task is found missing and requeued.
+func TestReconcilerKeepsWatchingScheduledRows(t *testing.T) {
+	t.Parallel()
+	b := setupReconcile(t)
+	ctx := context.Background()
+	ev, err := model.NewEvent("reconcile.test", nil, model.WithQueue("later"), model.WithProcessIn(24*time.Hour))
+	require.NoError(t, err)
+	_, err = b.db.NewInsert().Model(ev).Exec(ctx)
+	require.NoError(t, err)
+	b.relayAll(t)
+	_, err = b.db.ExecContext(ctx, "UPDATE outbox_events SET published_at = now() - interval '2 hours' WHERE id = ?", ev.ID)
+	require.NoError(t, err)
+
+	rc := newReconciler(t, b, relay.ReconcilerConfig{Window: time.Hour})
+	res, err := rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Checked, "the first pass sweeps the scheduled row")
+	res, err = rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.Empty(t, res.LostQueues)
+
+	b.redis.Stop(t)
+	b.redis.Start(t)
+	res, err = rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"later"}, res.LostQueues)
+	require.Equal(t, 1, res.Requeued)
+}
