@@ -36,9 +36,12 @@ func TestReconcileScale(t *testing.T) {
 	opt := asynq.RedisClientOpt{Addr: rd.Addr(), PoolSize: 64}
 	fill := func(rows int) {
 		start := time.Now()
-		_, err := db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, queue, payload)
-SELECT gen_random_uuid(), 'scale.test', 'scale' || (i % 4), '{"n":1}'::jsonb FROM generate_series(1, ?) AS i`, rows)
-		require.NoError(t, err)
+		for done := 0; done < rows; done += 100_000 { // in statements short enough for the driver's timeout
+			_, err := db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, queue, payload)
+SELECT gen_random_uuid(), 'scale.test', 'scale' || (i % 4), '{"n":1}'::jsonb FROM generate_series(1, ?) AS i`,
+				min(100_000, rows-done))
+			require.NoError(t, err)
+		}
 		t.Logf("inserted %d rows in %s", rows, time.Since(start).Round(time.Millisecond))
 	}
 	startRelay := func() (wait func(what string)) {
