@@ -32,8 +32,10 @@ var _ TaskInspector = (*asynq.Inspector)(nil)
 
 // ReconcilerConfig tunes a Reconciler. The zero value is ready to use.
 type ReconcilerConfig struct {
-	// Window is how far back the reconciler looks: it checks the rows published within the last Window.
-	// It must be shorter than TaskRetention: a task that was completed is visible in Redis only while
+	// Window is how far back the reconciler looks: a sweep (the first pass, a pass after Redis lost data,
+	// Sweep) checks the rows published within the last Window; the other passes check the rows published
+	// since the previous pass, within Window too. The cost of a sweep grows with Window, that of the other
+	// passes does not. It must be shorter than TaskRetention: a task that was completed is visible in Redis only while
 	// asynq retains it, so past TaskRetention a completed task and a lost one look the same (both are
 	// absent) and the reconciler would re-deliver events that were handled long ago. Keep it also shorter
 	// than the relay's Config.Retention, after which published rows are deleted and cannot be checked.
