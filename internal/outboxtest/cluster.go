@@ -1,7 +1,6 @@
 package outboxtest
 
 import (
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -126,22 +125,18 @@ func (r *Redis) owns(tb testing.TB, slot string) bool {
 			continue
 		}
 		for _, rg := range f[8:] {
-			lo, hi, _ := strings.Cut(rg, "-")
+			lo, hi, isRange := strings.Cut(rg, "-") // "0-5460", or a single slot "5461"
+			if !isRange {
+				hi = lo
+			}
 			a, err1 := strconv.Atoi(lo)
-			b, err2 := strconv.Atoi(cmpStr(hi, lo))
+			b, err2 := strconv.Atoi(hi)
 			if err1 == nil && err2 == nil && a <= s && s <= b {
 				return true
 			}
 		}
 	}
 	return false
-}
-
-func cmpStr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // Cmd runs a command on this server with redis-cli (no redirection) and returns its output, trimmed.
@@ -168,7 +163,7 @@ func clusterPort(tb testing.TB) int {
 			return p
 		}
 	}
-	tb.Fatal(fmt.Errorf("no free port pair for a cluster node"))
+	tb.Fatal("no free port pair for a cluster node")
 	return 0
 }
 
