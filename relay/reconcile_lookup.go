@@ -91,9 +91,6 @@ func (r *Reconciler) exist(ctx context.Context, res *ReconcileResult, rows []rec
 	return nil
 }
 
-// asynqTaskKey is the key of asynq's hash of a task (base.TaskKey).
-func asynqTaskKey(queue, id string) string { return "asynq:{" + queue + "}:t:" + id }
-
 // inspect looks the tasks up through ReconcilerConfig.Inspector, at most Concurrency at once, and sets
 // gone for the rows with a task it does not find (a queue it does not know counts as gone).
 func (r *Reconciler) inspect(ctx context.Context, rows []reconcileRow, gone []bool) error {
