@@ -447,9 +447,11 @@ func (t *keyTracker) lookUp(queue, id string) (*asynq.TaskInfo, error) {
 	return t.ins.GetTaskInfo(queue, id)
 }
 
-// register adds queue to the queues asynq's Inspector knows, as the Reconciler does (see its
-// registerQueue): a fresh client enqueues a probe a century ahead, which is deleted at once. At most once
-// a second per queue.
+// registerQueueProbe is the id of the task register enqueues, far in the future, and deletes.
+const registerQueueProbe = "bunbox-reconciler-queue-probe"
+
+// register adds queue to the queues asynq's Inspector knows: a fresh client enqueues a probe a century
+// ahead, which is deleted at once. At most once a second per queue.
 func (t *keyTracker) register(queue string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()

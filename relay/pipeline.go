@@ -194,17 +194,26 @@ func newClient(opt asynq.RedisConnOpt) (*asynq.Client, redis.UniversalClient, er
 // applied to its connections' reads and writes: go-redis ignores them by default, so that an enqueue
 // would wait for its ReadTimeout (3 s) rather than Config.EnqueueTimeout. Unusable options give an error
 // rather than asynq's panic.
+//
+// On a Redis Cluster each node's client gets a pipelineHook of its own (the hook returned is nil): the
+// cluster client routes each script call to the node of its keys' hash slot, follows MOVED and ASK
+// redirections and retries TRYAGAIN and CLUSTERDOWN as for a command sent alone, and the node's hook
+// sends the calls queued for that node as one pipeline. A hook on the cluster client itself would send
+// one pipeline over every node, and each pipeline would wait for the slowest node.
 func pipelinedRedis(opt asynq.RedisConnOpt) (redis.UniversalClient, *pipelineHook, error) {
 	rdb, ok := opt.MakeRedisClient().(redis.UniversalClient)
 	if !ok {
 		return nil, nil, fmt.Errorf("bunbox: relay: unusable Redis options %T: they make no go-redis client", opt)
 	}
-	// Set before the first command: the client reads its options as it goes.
+	// Set before the first command: the client reads its options as it goes, and makes the cluster's
+	// node clients at its first command.
 	switch c := rdb.(type) {
 	case *redis.Client:
 		c.Options().ContextTimeoutEnabled = true
 	case *redis.ClusterClient:
 		c.Options().ContextTimeoutEnabled = true
+		c.OnNewNode(func(node *redis.Client) { node.AddHook(&pipelineHook{rdb: node}) })
+		return rdb, nil, nil
 	}
 	h := &pipelineHook{rdb: rdb}
 	rdb.AddHook(h)

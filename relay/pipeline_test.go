@@ -171,3 +171,66 @@ func TestPipelineHookHonorsDeadline(t *testing.T) {
 		return rdb.Eval(ctx, "return 1", nil).Err() == nil
 	})
 }
+
+// On a Redis Cluster every node's client pipelines the script calls routed to it: each caller gets its
+// own reply from the node of its key, and a script Redis refuses fails alone.
+func TestPipelineHookPerClusterNode(t *testing.T) {
+	t.Parallel()
+	c := outboxtest.StartRedisCluster(t, &outboxtest.RedisOptions{NoPersistence: true})
+	rdb, h, err := pipelinedRedis(asynq.RedisClusterClientOpt{Addrs: c.Addrs()})
+	require.NoError(t, err)
+	require.Nil(t, h, "no hook on the cluster client itself")
+	t.Cleanup(func() { _ = rdb.Close() })
+	var mu sync.Mutex
+	counters := map[string]*pipelineCounter{}
+	rdb.(*redis.ClusterClient).OnNewNode(func(node *redis.Client) {
+		n := &pipelineCounter{}
+		node.AddHook(n)
+		mu.Lock()
+		counters[node.Options().Addr] = n
+		mu.Unlock()
+	})
+
+	ctx := context.Background()
+	incr := redis.NewScript("return redis.call('INCR', KEYS[1])")
+	const callers, rounds = 48, 40
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for i := range callers {
+		wg.Go(func() {
+			key := "{bunbox_pipeline_" + strconv.Itoa(i) + "}"
+			for j := range rounds {
+				if i%8 == 0 {
+					if err := rdb.Eval(ctx, "return redis.call('bunbox-no-such-command')", []string{key}).Err(); err == nil {
+						errs <- fmt.Errorf("caller %d: an unknown command succeeded", i)
+						return
+					}
+					continue
+				}
+				v, err := incr.Run(ctx, rdb, []string{key}).Int64()
+				if err != nil || v != int64(j+1) {
+					errs <- fmt.Errorf("caller %d round %d: INCR = %d, %v; want %d", i, j, v, err, j+1)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	total := 0
+	for _, addr := range c.Addrs() {
+		n := counters[addr]
+		require.NotNil(t, n, "node %s used", addr)
+		n.mu.Lock()
+		require.Positive(t, n.pipelines, "node %s got pipelines", addr)
+		total += n.commands
+		t.Logf("node %s: %d commands in %d pipelines, the largest of %d", addr, n.commands, n.pipelines, n.largest)
+		n.mu.Unlock()
+	}
+	require.GreaterOrEqual(t, total, callers*rounds, "every script call went through a node's pipeline")
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 )
@@ -24,46 +25,69 @@ type ReconcileResult struct {
 	// Requeued is the number of missing ones put back in line for the relay (a row that changed since it
 	// was read, e.g. requeued by another reconciler, is not counted).
 	Requeued int
+	// Swept reports that the pass looked at every row published within Window (of all queues, or of the
+	// queues in LostQueues), not only at the rows published since the previous pass: the first pass of a
+	// Reconciler, a pass after Redis lost data, Sweep, and every pass with ReconcilerConfig.Inspector.
+	Swept bool
+	// LostQueues are the queues whose marker the pass found gone or changed: Redis lost data there since
+	// the previous pass (a restart without persistence, a failover to a replica that lagged).
+	LostQueues []string
 	// Duration is how long the pass took.
 	Duration time.Duration
 }
 
 // Reconciler re-delivers events whose asynq task Redis lost. asynq acknowledges an enqueue once Redis
 // has it in memory; a failover to a replica that lagged, or a restart without persistence, loses such
-// tasks although the relay has marked their rows published. The reconciler looks up, for every row
-// published within Window, and every published row whose ProcessAt (model.WithProcessAt) is within
-// Window or still ahead, the task with the event's id in the event's queue. A task in any state
-// (pending, active, scheduled, aggregating, retry, archived, completed) is fine; a task scheduled with
-// model.WithProcessAt is there as scheduled until its time. For a task that is gone the row's
-// published_at is cleared, so the relay enqueues it again with the same TaskID (a conflict there means
-// someone was faster, which is fine). Re-delivered events may already have been handled before the loss:
-// consumers must be idempotent, which the bunx Inbox provides.
+// tasks although the relay has marked their rows published. The reconciler looks the events' tasks up
+// (the task with the event's id in the event's queue); a task in any state (pending, active, scheduled,
+// aggregating, retry, archived, completed) is fine; a task scheduled with model.WithProcessAt is there as
+// scheduled until its time. For a task that is gone the row's published_at is cleared, so the relay
+// enqueues it again with the same TaskID (a conflict there means someone was faster, which is fine).
+// Re-delivered events may already have been handled before the loss: consumers must be idempotent, which
+// the bunx Inbox provides.
 //
-// Any number of reconcilers may run (e.g. one next to each relay): requeueing is conditional on the row
-// being unchanged since it was read. A requeued row keeps its attempts; its last_error says why it was
-// requeued.
+// A pass costs what could have been lost, not Window × rate. Before it looks up a queue's tasks, a pass
+// writes a marker key of its own in the queue's Redis hash slot (next to asynq's keys for the queue, so on
+// the same Cluster node), and the next pass reads it back. Redis keeps or loses its writes in order (an
+// append-only file, a replica's stream), so a marker still there proves that every task written before
+// it is still there: the pass then looks up only the rows published since the previous pass began (a
+// cursor on published_at, held back to the start of any transaction still open then, as a relay's round
+// stamps its rows with its transaction's start). Each row is thus looked up about twice. A marker gone or
+// changed means that Redis lost data in that queue's slot: the pass then sweeps every row of the queue
+// published within Window, and every published row of it whose ProcessAt (model.WithProcessAt) is within
+// Window or still ahead. The first pass of a Reconciler sweeps every queue. The look-ups of a page go
+// to Redis as one pipeline (EXISTS on asynq's task keys), one round trip per Redis node.
+//
+// Any number of reconcilers may run (e.g. one next to each relay): each keeps markers of its own, and
+// requeueing is conditional on the row being unchanged since it was read. A requeued row keeps its
+// attempts; its last_error says why it was requeued.
 //
 // The relay enqueues a requeued row from the row, so with the same delivery options: a ProcessAt still
 // ahead is scheduled again for that time, one that has passed makes the task pending.
 //
 // Limits: grouped events (model.WithGroup) are not checked, since asynq deletes the tasks it
 // aggregated. A task deleted on purpose (Inspector.DeleteTask) or trimmed from a full archive (asynq keeps
-// at most 10,000 archived tasks per queue, for 90 days) looks lost too and is delivered again. Rows
-// deleted by the relay's cleanup (Config.Retention) are no longer checked.
+// at most 10,000 archived tasks per queue, for 90 days) is noticed only by a sweep (Sweep, or the next
+// data loss), and then delivered again. Keys evicted by a Redis maxmemory policy other than noeviction
+// (which asynq requires anyway) are not noticed either. The cursor reads the transactions in progress
+// from pg_stat_activity: the reconciler's database role must see the relays' sessions (the same role, or
+// pg_read_all_stats). Rows deleted by the relay's cleanup (Config.Retention) are no longer checked.
 type Reconciler struct {
 	db      *bun.DB
 	cfg     ReconcilerConfig
 	log     *slog.Logger
-	ins     TaskInspector
-	redis   asynq.RedisConnOpt
-	owned   *asynq.Inspector // the inspector NewReconciler made, closed by Close
+	ins     TaskInspector         // with ReconcilerConfig.Inspector: look-ups one at a time, every pass a sweep
+	rdb     redis.UniversalClient // otherwise: the client NewReconciler made, closed by Close
 	running atomic.Bool
+
+	passMu sync.Mutex // one pass at a time
+	cursor reconcileCursor
 }
 
 // NewReconciler checks that the outbox table exists and that Redis answers, and returns a Reconciler.
-// redis may be nil when cfg.Inspector is set. Invalid settings give an error wrapping ErrInvalidConfig
+// redisOpt may be nil when cfg.Inspector is set. Invalid settings give an error wrapping ErrInvalidConfig
 // that names the field; a missing table gives ErrNoSchema.
-func NewReconciler(db *bun.DB, redis asynq.RedisConnOpt, cfg ReconcilerConfig) (*Reconciler, error) {
+func NewReconciler(db *bun.DB, redisOpt asynq.RedisConnOpt, cfg ReconcilerConfig) (*Reconciler, error) {
 	if db == nil {
 		return nil, errors.New("bunbox: relay.NewReconciler: db is nil")
 	}
@@ -71,37 +95,39 @@ func NewReconciler(db *bun.DB, redis asynq.RedisConnOpt, cfg ReconcilerConfig) (
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	r := &Reconciler{db: db, cfg: cfg, log: cfg.Logger, ins: cfg.Inspector}
+	r := &Reconciler{db: db, cfg: cfg, log: cfg.Logger, ins: cfg.Inspector, cursor: newReconcileCursor()}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if err := checkSchema(ctx, db); err != nil {
 		return nil, err
 	}
 	if r.ins == nil {
-		if redis == nil {
+		if redisOpt == nil {
 			return nil, errors.New("bunbox: relay.NewReconciler: give the Redis options or ReconcilerConfig.Inspector")
 		}
-		ins, err := fromRedisOpt(redis, asynq.NewInspector)
+		rdb, err := fromRedisOpt(redisOpt, func(o asynq.RedisConnOpt) any { return o.MakeRedisClient() })
 		if err != nil {
 			return nil, err
 		}
-		r.owned, r.ins, r.redis = ins, ins, redis
-		// Listing the queues is a cheap call that fails only when Redis does not answer.
-		if _, err := ins.Queues(); err != nil {
-			_ = ins.Close()
+		r.rdb, _ = rdb.(redis.UniversalClient)
+		if r.rdb == nil {
+			return nil, fmt.Errorf("bunbox: relay: unusable Redis options %T: they make no go-redis client", redisOpt)
+		}
+		if err := r.rdb.Ping(ctx).Err(); err != nil {
+			_ = r.rdb.Close()
 			return nil, fmt.Errorf("bunbox: reconciler: Redis does not answer: %w", err)
 		}
 	}
 	return r, nil
 }
 
-// Close releases the Redis connections of the inspector that NewReconciler made (none when
-// ReconcilerConfig.Inspector was given). Call it after Run has returned.
+// Close releases the Redis connections that NewReconciler made (none when ReconcilerConfig.Inspector
+// was given). Call it after Run has returned.
 func (r *Reconciler) Close() error {
-	if r.owned == nil {
+	if r.rdb == nil {
 		return nil
 	}
-	return r.owned.Close()
+	return r.rdb.Close()
 }
 
 // Run reconciles at once and then every Interval until ctx is done, and returns nil. A failed pass (Redis
@@ -129,10 +155,11 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		case err != nil:
 			r.log.LogAttrs(ctx, slog.LevelWarn, "bunbox reconciler pass failed", slog.Any("err", err),
 				slog.Int("checked", res.Checked), slog.Int("requeued", res.Requeued))
-		case res.Missing > 0:
+		case res.Missing > 0 || len(res.LostQueues) > 0:
 			r.log.LogAttrs(ctx, slog.LevelWarn, "bunbox reconciler: tasks missing from Redis were requeued",
 				slog.Int("checked", res.Checked), slog.Int("missing", res.Missing),
-				slog.Int("requeued", res.Requeued), slog.Duration("duration", res.Duration))
+				slog.Int("requeued", res.Requeued), slog.Any("lost_queues", res.LostQueues),
+				slog.Duration("duration", res.Duration))
 		default:
 			r.log.LogAttrs(ctx, slog.LevelDebug, "bunbox reconciler pass",
 				slog.Int("checked", res.Checked), slog.Duration("duration", res.Duration))
@@ -141,48 +168,156 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	}
 }
 
-// reconcileRow is the part of a published row a pass needs.
-type reconcileRow struct {
-	ID          int64     `bun:"id"`
-	EventID     uuid.UUID `bun:"event_id"`
-	Name        string    `bun:"event_name"`
-	Queue       string    `bun:"queue"`
-	PublishedAt time.Time `bun:"published_at"`
+// ReconcileOnce makes one pass, as Run does every Interval: it looks up the tasks of the rows published
+// since the previous pass began, or of every row published within Window where that is needed (the
+// first pass, Redis lost data; see Reconciler), and requeues the rows whose task Redis lost. Rows are
+// read page by page and a page's missing rows are requeued before the next page is read, so a pass cut
+// short by an error keeps what it did (see the result); the next pass starts again where this one
+// began. Passes of one Reconciler run one at a time.
+func (r *Reconciler) ReconcileOnce(ctx context.Context) (ReconcileResult, error) {
+	return r.pass(ctx, false)
 }
 
-// reconcilePageSQL reads a page of the rows to check. A row whose process_at is within Window or ahead is
-// checked however long ago it was published: its task cannot have run before process_at, nor left Redis
-// before TaskRetention after that. Grouped events (model.WithGroup) are left out: asynq deletes a group's
-// tasks once it has aggregated them, so a missing task of theirs proves nothing.
-const reconcilePageSQL = `SELECT id, event_id, event_name, queue, published_at FROM outbox_events
-WHERE (published_at >= ?0 OR process_at >= ?0) AND published_at <= ?1 AND id > ?2 AND task_group IS NULL
-ORDER BY id
-LIMIT ?3`
+// Sweep makes one pass over every row published within Window, whatever the markers say: for a task
+// removed from Redis by hand or by eviction, which no marker notices. It costs one look-up per row of
+// Window.
+func (r *Reconciler) Sweep(ctx context.Context) (ReconcileResult, error) {
+	return r.pass(ctx, true)
+}
 
-// ReconcileOnce makes one pass over the rows published within Window, page by page in id order, and
-// requeues those whose task Redis lost. Rows of a page are requeued before the next page is read, so a
-// pass cut short by an error keeps what it did (see the result). The window is measured on the
-// database's clock, which also stamped published_at.
-func (r *Reconciler) ReconcileOnce(ctx context.Context) (res ReconcileResult, _ error) {
+// reconcileRow is the part of a published row a pass needs.
+type reconcileRow struct {
+	ID          int64      `bun:"id"`
+	EventID     uuid.UUID  `bun:"event_id"`
+	Name        string     `bun:"event_name"`
+	Queue       string     `bun:"queue"`
+	PublishedAt time.Time  `bun:"published_at"`
+	ProcessAt   *time.Time `bun:"process_at"`
+	PageKey     time.Time  `bun:"page_key"` // the column the page is ordered by: published_at or process_at
+}
+
+// pass is ReconcileOnce (sweep false) and Sweep (sweep true).
+func (r *Reconciler) pass(ctx context.Context, sweep bool) (res ReconcileResult, err error) {
+	r.passMu.Lock()
+	defer r.passMu.Unlock()
 	start := r.cfg.now()
 	defer func() { res.Duration = r.cfg.now().Sub(start) }()
 
-	var dbNow time.Time
-	if err := r.db.NewRaw("SELECT clock_timestamp()").Scan(ctx, &dbNow); err != nil {
+	// The horizon is read before any marker is written (see reconcileCursor).
+	var now, horizon time.Time
+	if err := r.db.NewRaw(reconcileHorizonSQL).Scan(ctx, &now, &horizon); err != nil {
 		return res, fmt.Errorf("bunbox: reconciler: PostgreSQL: %w", err)
 	}
-	from := dbNow.Add(-r.cfg.Window)
-	var after int64
+	from := now.Add(-r.cfg.Window)
+	c := &r.cursor
+	c.begin(from)
+	if r.ins != nil {
+		// No Redis of its own: no markers, so every pass sweeps.
+		res.Swept = true
+		return res, r.sweep(ctx, &res, scanRange{from: from, to: now})
+	}
+	if sweep {
+		c.sweepAll = true
+	}
+	lost, err := r.writeMarkers(ctx, c.knownQueues())
+	res.LostQueues = lost
+	for _, q := range lost {
+		c.sweep[q] = true
+	}
+	if err != nil {
+		return res, err
+	}
+
+	var swept []string
+	switch {
+	case c.sweepAll || c.horizon.IsZero():
+		res.Swept = true
+		if err := r.sweep(ctx, &res, scanRange{from: from, to: now}); err != nil {
+			return res, err
+		}
+		c.sweepAll = false
+		clear(c.sweep)
+	default:
+		if len(c.sweep) > 0 {
+			res.Swept = true
+			swept = c.sweepQueues()
+			if err := r.sweep(ctx, &res, scanRange{from: from, to: now, queues: swept}); err != nil {
+				return res, err
+			}
+			clear(c.sweep)
+		}
+		incFrom := from
+		if c.horizon.After(from) {
+			incFrom = c.horizon
+		}
+		if err := r.scan(ctx, &res, scanRange{from: incFrom, to: now, notQueues: swept}); err != nil {
+			return res, err
+		}
+	}
+	c.horizon = horizon
+	return res, nil
+}
+
+// scanRange is the rows a scan reads: published within [from, to] (or, with scheduled, published before
+// from with a process_at at or after from), of the given queues only (when any) and of none of notQueues.
+type scanRange struct {
+	from, to  time.Time
+	queues    []string
+	notQueues []string
+	scheduled bool
+}
+
+// reconcilePageSQL reads a page of the rows to check, keyset-paginated on (published_at, id), or with
+// scheduled on (process_at, id). A row whose process_at is within Window or ahead is swept however long ago
+// it was published: its task cannot have run before process_at, nor left Redis before TaskRetention after
+// that. Grouped events (model.WithGroup) are left out: asynq deletes a group's tasks once it has
+// aggregated them, so a missing task of theirs proves nothing.
+const (
+	reconcilePageSQL = `SELECT id, event_id, event_name, queue, published_at, process_at, published_at AS page_key
+FROM outbox_events
+WHERE published_at >= ?0 AND published_at <= ?1 AND (published_at, id) > (?2, ?3) AND task_group IS NULL
+  AND (cardinality(?4::text[]) = 0 OR queue = ANY(?4::text[])) AND NOT (queue = ANY(?5::text[]))
+ORDER BY published_at, id
+LIMIT ?6`
+	reconcileScheduledPageSQL = `SELECT id, event_id, event_name, queue, published_at, process_at, process_at AS page_key
+FROM outbox_events
+WHERE process_at >= ?0 AND published_at < ?0 AND (process_at, id) > (?2, ?3) AND task_group IS NULL
+  AND (cardinality(?4::text[]) = 0 OR queue = ANY(?4::text[])) AND NOT (queue = ANY(?5::text[]))
+ORDER BY process_at, id
+LIMIT ?6`
+)
+
+// sweep scans the rows published within rg, then those published before it whose process_at is within
+// it or ahead.
+func (r *Reconciler) sweep(ctx context.Context, res *ReconcileResult, rg scanRange) error {
+	if err := r.scan(ctx, res, rg); err != nil {
+		return err
+	}
+	rg.scheduled = true
+	return r.scan(ctx, res, rg)
+}
+
+// scan pages through the rows of rg in (published_at, id) order, looks their tasks up and requeues the
+// rows whose task is gone.
+func (r *Reconciler) scan(ctx context.Context, res *ReconcileResult, rg scanRange) error {
+	afterAt, afterID := rg.from, int64(0)
+	queues, notQueues := pgdialect.Array(nonNil(rg.queues)), pgdialect.Array(nonNil(rg.notQueues))
+	query := reconcilePageSQL
+	if rg.scheduled {
+		query = reconcileScheduledPageSQL
+	}
 	for {
 		var rows []reconcileRow
-		if err := r.db.NewRaw(reconcilePageSQL, from, dbNow, after, r.cfg.BatchSize).Scan(ctx, &rows); err != nil {
-			return res, fmt.Errorf("bunbox: reconciler: read published rows: %w", err)
+		if err := r.db.NewRaw(query, rg.from, rg.to, afterAt, afterID, queues, notQueues,
+			r.cfg.BatchSize).Scan(ctx, &rows); err != nil {
+			return fmt.Errorf("bunbox: reconciler: read published rows: %w", err)
 		}
 		if len(rows) == 0 {
-			return res, nil
+			return nil
 		}
-		after = rows[len(rows)-1].ID
-		missing, err := r.findMissing(ctx, rows)
+		last := &rows[len(rows)-1]
+		afterAt, afterID = last.PageKey, last.ID
+		missing, err := r.findMissing(ctx, res, rows)
 		res.Checked += len(rows)
 		res.Missing += len(missing)
 		if len(missing) > 0 {
@@ -194,151 +329,23 @@ func (r *Reconciler) ReconcileOnce(ctx context.Context) (res ReconcileResult, _ 
 					slog.String("queue", row.Queue))
 			}
 			if rerr != nil {
-				return res, fmt.Errorf("bunbox: reconciler: requeue: %w", rerr)
+				return fmt.Errorf("bunbox: reconciler: requeue: %w", rerr)
 			}
 		}
 		if err != nil {
-			return res, err
+			return err
 		}
 		if len(rows) < r.cfg.BatchSize {
-			return res, nil
+			return nil
 		}
 	}
 }
 
-// taskLookup is one task of a row to look up.
-type taskLookup struct {
-	row    int
-	taskID string
-}
-
-// findMissing looks the rows' tasks up, at most Concurrency at once, and returns the rows of which a
-// task is gone. Any other error (Redis unreachable) aborts: an unanswered look-up must never count as
-// missing.
-//
-// asynq's Inspector finds a task only in a queue registered in Redis, and an asynq Client registers a
-// queue at its first enqueue into it, once per Client: after Redis lost its data, a relay that kept
-// running re-creates tasks in a queue nobody registers again, and every look-up says the queue does not
-// exist although its tasks do. So a queue that is not found is registered again (see registerQueue) and
-// its look-ups are made once more; only then does "queue not found" mean the task is gone.
-func (r *Reconciler) findMissing(ctx context.Context, rows []reconcileRow) ([]reconcileRow, error) {
-	lookups := make([]taskLookup, 0, len(rows))
-	for i, row := range rows {
-		id := row.EventID.String()
-		listeners := r.cfg.Routes[row.Name]
-		if len(listeners) == 0 {
-			lookups = append(lookups, taskLookup{i, id})
-			continue
-		}
-		for _, l := range listeners {
-			lookups = append(lookups, taskLookup{i, id + ":" + l})
-		}
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
 	}
-	gone := make([]bool, len(rows))
-	noQueue, err := r.lookUp(ctx, rows, lookups, gone)
-	if err != nil || len(noQueue) == 0 {
-		return missingRows(rows, gone), err
-	}
-	queues := map[string]bool{}
-	for _, lk := range noQueue {
-		queues[rows[lk.row].Queue] = true
-	}
-	for q := range queues {
-		if err := r.registerQueue(q); err != nil {
-			return missingRows(rows, gone), fmt.Errorf("bunbox: reconciler: register queue %q again: %w", q, err)
-		}
-	}
-	noQueue, err = r.lookUp(ctx, rows, noQueue, gone)
-	for _, lk := range noQueue {
-		gone[lk.row] = true // registered a moment ago and still not found: Redis has nothing of it
-	}
-	return missingRows(rows, gone), err
-}
-
-func missingRows(rows []reconcileRow, gone []bool) []reconcileRow {
-	var missing []reconcileRow
-	for i, row := range rows {
-		if gone[i] {
-			missing = append(missing, row)
-		}
-	}
-	return missing
-}
-
-// lookUp makes the look-ups, at most Concurrency at once, sets gone for the rows with a task Redis does
-// not have, and returns the look-ups whose queue is not registered.
-func (r *Reconciler) lookUp(ctx context.Context, rows []reconcileRow, lookups []taskLookup, gone []bool) ([]taskLookup, error) {
-	var (
-		mu       sync.Mutex
-		firstErr error
-		noQueue  []taskLookup
-		wg       sync.WaitGroup
-	)
-	failed := func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return firstErr != nil
-	}
-	sem := make(chan struct{}, r.cfg.Concurrency)
-	for _, lk := range lookups {
-		if failed() {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			wg.Wait()
-			return nil, ctx.Err()
-		case sem <- struct{}{}:
-		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			row := &rows[lk.row]
-			_, err := r.ins.GetTaskInfo(row.Queue, lk.taskID)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-			case errors.Is(err, asynq.ErrTaskNotFound):
-				gone[lk.row] = true
-			case errors.Is(err, asynq.ErrQueueNotFound):
-				noQueue = append(noQueue, lk)
-			case firstErr == nil:
-				firstErr = fmt.Errorf("bunbox: reconciler: look up task %s in queue %q: %w", lk.taskID, row.Queue, err)
-			}
-		})
-	}
-	wg.Wait()
-	return noQueue, firstErr
-}
-
-// registerQueueProbe is the id of the task registerQueue enqueues, far in the future, and deletes.
-const registerQueueProbe = "bunbox-reconciler-queue-probe"
-
-// registerQueue adds queue to the queues asynq's Inspector knows. asynq has no call for that but an
-// enqueue from a Client that has not enqueued into the queue yet: a fresh Client enqueues a probe task
-// scheduled a century ahead (no worker can take it) and the probe is deleted at once; the registration
-// stays. With ReconcilerConfig.Inspector (no Redis options) it cannot, and a queue that is not found
-// counts as lost.
-func (r *Reconciler) registerQueue(queue string) error {
-	if r.redis == nil || r.owned == nil {
-		return nil
-	}
-	c, err := fromRedisOpt(r.redis, asynq.NewClient)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_, err = c.Enqueue(asynq.NewTask("bunbox:reconciler-probe", nil), asynq.Queue(queue), asynq.TaskID(registerQueueProbe),
-		asynq.ProcessAt(time.Now().AddDate(100, 0, 0)), asynq.MaxRetry(0))
-	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
-		return err
-	}
-	if err := r.owned.DeleteTask(queue, registerQueueProbe); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
-		return err
-	}
-	r.log.LogAttrs(context.Background(), slog.LevelInfo, "bunbox reconciler: registered an asynq queue again (Redis lost its data?)",
-		slog.String("queue", queue))
-	return nil
+	return s
 }
 
 // requeue clears published_at of the rows that are still exactly as read (same published_at), so the

@@ -32,22 +32,25 @@ var _ TaskInspector = (*asynq.Inspector)(nil)
 
 // ReconcilerConfig tunes a Reconciler. The zero value is ready to use.
 type ReconcilerConfig struct {
-	// Window is how far back the reconciler looks: it checks the rows published within the last Window.
-	// It must be shorter than TaskRetention: a task that was completed is visible in Redis only while
+	// Window is how far back the reconciler looks: a sweep (the first pass, a pass after Redis lost data,
+	// Sweep) checks the rows published within the last Window; the other passes check the rows published
+	// since the previous pass, within Window too. The cost of a sweep grows with Window, that of the other
+	// passes does not. It must be shorter than TaskRetention: a task that was completed is visible in Redis only while
 	// asynq retains it, so past TaskRetention a completed task and a lost one look the same (both are
 	// absent) and the reconciler would re-deliver events that were handled long ago. Keep it also shorter
 	// than the relay's Config.Retention, after which published rows are deleted and cannot be checked.
 	// Defaults to 1h.
 	Window time.Duration
-	// Interval is the pause between two passes of Run. A pass checks every row of the Window, so a task
-	// lost to a Redis failover is re-delivered within about Interval plus the duration of one pass.
-	// Defaults to 1m.
+	// Interval is the pause between two passes of Run. A pass looks up the rows published since the
+	// previous one (and sweeps the window when Redis lost data), so a task lost to a Redis failover is
+	// re-delivered within about Interval plus the duration of one pass. Defaults to 1m.
 	Interval time.Duration
-	// BatchSize is how many rows one page of a pass reads (keyset-paginated by id), 1 to 10000.
-	// Defaults to 500.
+	// BatchSize is how many rows one page of a pass reads (keyset-paginated by published_at and id), 1 to
+	// 10000; a page's look-ups go to Redis as one pipeline. Defaults to 500.
 	BatchSize int
-	// Concurrency bounds the task look-ups of a page running at once (one Redis round trip each), 1 to
-	// 1024. Defaults to 16.
+	// Concurrency bounds the look-ups through Inspector running at once (one Redis round trip each), 1 to
+	// 1024; without Inspector a page's look-ups go as one pipeline and Concurrency is not used. Defaults
+	// to 16.
 	Concurrency int
 	// TaskRetention must be the relay's Config.TaskRetention: how long asynq keeps a completed task.
 	// It bounds Window. Defaults to 24h, the relay's default.
@@ -61,10 +64,10 @@ type ReconcilerConfig struct {
 	// Logger receives the reconciler's logs. Defaults to a logger that discards everything below Warn and
 	// writes warnings and errors to stderr.
 	Logger *slog.Logger
-	// Inspector, when set, is used instead of an asynq.Inspector built from the Redis options given to
-	// NewReconciler; the reconciler does not close it. Without the Redis options the reconciler cannot
-	// register again a queue that asynq forgot after a data loss (see Reconciler), so a task whose queue
-	// is not found counts as lost. Defaults to nil.
+	// Inspector, when set, is used instead of the Redis options given to NewReconciler; the reconciler
+	// does not close it. It looks tasks up one at a time, and without Redis of its own the reconciler
+	// cannot keep markers there (see Reconciler): every pass then sweeps the whole window, and a task whose
+	// queue asynq does not know counts as lost. Defaults to nil.
 	Inspector TaskInspector
 
 	now func() time.Time

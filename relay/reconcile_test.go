@@ -112,7 +112,8 @@ func TestReconcilerRedeliversTasksLostWithRedis(t *testing.T) {
 
 	res, err = rc.ReconcileOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, relay.ReconcileResult{Checked: 120, Missing: 120, Requeued: 120, Duration: res.Duration}, res)
+	require.Equal(t, relay.ReconcileResult{Checked: 120, Missing: 120, Requeued: 120, Swept: true,
+		LostQueues: []string{b.queue}, Duration: res.Duration}, res)
 	require.EqualValues(t, 120, outboxtest.Count(t, b.db, "outbox_events", "published_at IS NULL AND last_error LIKE '%reconciler%'"))
 
 	b.relayAll(t)
@@ -164,7 +165,10 @@ func TestReconcilerAfterRedisLossWithALongLivedRelay(t *testing.T) {
 
 	res, err = rc.ReconcileOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 40, res.Checked)
+	// The rows published since the first pass began: the requeued ones, and the fresh ones too when a
+	// transaction of another test in the shared database was open then (it holds the cursor back).
+	require.GreaterOrEqual(t, res.Checked, 30)
+	require.LessOrEqual(t, res.Checked, 40)
 	require.Zero(t, res.Missing)
 	b.requireTasks(t, append(lost, fresh...)) // the queue is registered again
 	info, err := b.inspector.GetQueueInfo(b.queue)
@@ -240,9 +244,10 @@ func TestReconcilerChecksEveryListenerOfAFanOut(t *testing.T) {
 	require.Zero(t, res.Missing)
 
 	// One listener's task of one event is gone: the row is requeued, the relay re-enqueues both
-	// listeners, and the one still there is a conflict.
+	// listeners, and the one still there is a conflict. A task deleted by hand is no data loss that the
+	// markers see: a sweep finds it.
 	require.NoError(t, b.inspector.DeleteTask(b.queue, events[3].EventID.String()+":stock"))
-	res, err = rc.ReconcileOnce(ctx)
+	res, err = rc.Sweep(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Missing)
 	require.Equal(t, 1, res.Requeued)
@@ -338,7 +343,7 @@ func TestReconcilerNeverRequeuesOnLookupErrors(t *testing.T) {
 		defer b.redis.Start(t) // empty again: the next subtest works on an empty Redis, which is fine
 		res, err := rc.ReconcileOnce(ctx)
 		require.Error(t, err)
-		require.ErrorContains(t, err, "look up task")
+		require.ErrorContains(t, err, "Redis")
 		require.Zero(t, res.Requeued)
 		require.Zero(t, outboxtest.Count(t, b.db, "outbox_events", "published_at IS NULL"))
 	})

@@ -141,7 +141,9 @@ func unavailable(err error) bool {
 	msg := err.Error()
 	for _, s := range []string{"connection refused", "connection reset", "broken pipe", "i/o timeout", "EOF",
 		"use of closed network connection", "LOADING", "READONLY", "MASTERDOWN", "OOM", "pool timeout",
-		"context deadline exceeded", "no such host"} {
+		"context deadline exceeded", "no such host",
+		// A Redis Cluster moving a slot, or electing a master: the client's redirections ran out.
+		"CLUSTERDOWN", "TRYAGAIN", "MOVED ", " ASK "} {
 		if strings.Contains(msg, s) {
 			return true
 		}

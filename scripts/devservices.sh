@@ -5,6 +5,7 @@
 #   scripts/devservices.sh env    print the settings as shell exports (eval "$(scripts/devservices.sh env)")
 #   scripts/devservices.sh down   stop both and delete their data
 #   scripts/devservices.sh status say what runs
+#   scripts/devservices.sh cluster also start a 3-node Redis Cluster (optional; the tests start their own)
 #
 # Everything lives under .dev/ in the project (git-ignored), or under BUNBOX_DEV_DIR when set. PostgreSQL's
 # initdb refuses to run as root, so as root the cluster belongs to the postgres user. redis-server comes from
@@ -116,6 +117,32 @@ redis_up() {
   echo "$port" >"$dir/redis.port"
 }
 
+# cluster_up starts three redis-server nodes in cluster mode on free port pairs (port and bus port+10000),
+# joins them with redis-cli --cluster create and records their addresses for write_env.
+cluster_up() {
+  local p port addrs=() i
+  ensure_redis
+  [ -f "$dir/cluster.addrs" ] && return
+  p=${BUNBOX_REDIS_CLUSTER_PORT:-47001}
+  for i in 1 2 3; do
+    while ! port_free "$p" || ! port_free $((p + 10000)); do p=$((p + 1)); done
+    port=$p
+    p=$((p + 1))
+    mkdir -p "$dir/cluster/$port"
+    redis-server --bind 127.0.0.1 --port "$port" --dir "$dir/cluster/$port" --daemonize yes \
+      --pidfile "$dir/cluster/$port/redis.pid" --logfile "$dir/cluster/$port/redis.log" \
+      --cluster-enabled yes --cluster-config-file nodes.conf --appendonly yes --save "" >/dev/null
+    wait_for "Redis Cluster node $port" 30 redis-cli -h 127.0.0.1 -p "$port" ping
+    addrs+=("127.0.0.1:$port")
+  done
+  redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes >"$dir/cluster/create.log" 2>&1 ||
+    die "redis-cli --cluster create failed: $(tail -5 "$dir/cluster/create.log")"
+  for a in "${addrs[@]}"; do
+    wait_for "Redis Cluster ($a)" 30 sh -c "redis-cli -h 127.0.0.1 -p ${a##*:} cluster info | grep -q cluster_state:ok"
+  done
+  (IFS=,; echo "${addrs[*]}") >"$dir/cluster.addrs"
+}
+
 write_env() {
   local pg redis
   pg=$(cat "$dir/pg.port")
@@ -126,6 +153,9 @@ export TEST_REDIS_ADDR='127.0.0.1:$redis'
 export DATABASE_URL="\$TEST_DATABASE_URL"
 export REDIS_ADDR="\$TEST_REDIS_ADDR"
 EOF
+  if [ -f "$dir/cluster.addrs" ]; then
+    echo "export TEST_REDIS_CLUSTER_ADDRS='$(cat "$dir/cluster.addrs")'" >>"$envfile"
+  fi
 }
 
 down() {
@@ -140,6 +170,9 @@ down() {
     kill "$pid" 2>/dev/null || true
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   fi
+  for f in "$dir"/cluster/*/redis.pid; do
+    [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true
+  done
   rm -rf "$dir"
   log "stopped"
 }
@@ -153,6 +186,12 @@ up)
   log "PostgreSQL and Redis are up; settings in $envfile:"
   sed 's/^export //' "$envfile" | head -2 >&2
   ;;
+cluster)
+  [ -f "$envfile" ] || die "not running: run '$0 up' first"
+  cluster_up
+  write_env
+  log "Redis Cluster is up: TEST_REDIS_CLUSTER_ADDRS=$(cat "$dir/cluster.addrs")"
+  ;;
 env)
   [ -f "$envfile" ] || die "not running: run '$0 up' first"
   cat "$envfile"
@@ -162,7 +201,7 @@ status)
   [ -f "$envfile" ] && cat "$envfile" || echo "not running"
   ;;
 *)
-  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
   ;;
 esac

@@ -44,9 +44,10 @@ type RedisOptions struct {
 
 // Redis is a private redis-server process.
 type Redis struct {
-	dir  string
-	port int
-	opts RedisOptions
+	dir   string
+	port  int
+	opts  RedisOptions
+	extra []string // more redis-server arguments (a Cluster node's)
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -102,6 +103,7 @@ func (r *Redis) Start(tb testing.TB) {
 	if r.opts.Password != "" {
 		args = append(args, "--requirepass", r.opts.Password)
 	}
+	args = append(args, r.extra...)
 	cmd := exec.Command("redis-server", args...)
 	cmd.Stdout, cmd.Stderr = out, out
 	// Pdeathsig: a test binary killed by -timeout takes its server down with it, instead of leaking it.

@@ -31,3 +31,17 @@ func TestStartPostgresRestart(t *testing.T) {
 	pg.Crash(t)
 	pg.Start(t)
 }
+
+func TestStartRedisCluster(t *testing.T) {
+	t.Parallel()
+	c := outboxtest.StartRedisCluster(t, nil)
+	require.Len(t, c.Addrs(), 3)
+	nodes := map[int]bool{}
+	for _, q := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+		nodes[c.NodeOf(t, "asynq:{"+q+"}:pending")] = true
+	}
+	require.Len(t, nodes, 3, "eight queues land on all three nodes")
+	c.Nodes[2].Stop(t)
+	c.Nodes[2].Start(t)
+	c.WaitOK(t)
+}

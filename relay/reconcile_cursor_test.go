@@ -1,0 +1,195 @@
+package relay_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/model"
+	"github.com/bunbox/bunbox/relay"
+)
+
+// setupPrivateReconcile is setupReconcile on a PostgreSQL of the test's own: the reconciler's cursor
+// waits for the transactions open in the database, and other tests' transactions would move it.
+func setupPrivateReconcile(t *testing.T) *reconcileBundle {
+	t.Helper()
+	pg := outboxtest.StartPostgres(t)
+	rd := outboxtest.StartRedis(t, &outboxtest.RedisOptions{NoPersistence: true})
+	b := &reconcileBundle{db: pg.Schema(t), redis: rd, opt: asynq.RedisClientOpt{Addr: rd.Addr()}, queue: "reconcile"}
+	b.inspector = asynq.NewInspector(b.opt)
+	t.Cleanup(func() { _ = b.inspector.Close() })
+	return b
+}
+
+func (b *reconcileBundle) insertInto(t *testing.T, queue string, n int) []*model.Event {
+	t.Helper()
+	q := b.queue
+	b.queue = queue
+	defer func() { b.queue = q }()
+	return b.insert(t, n)
+}
+
+// Each published row is looked up in the pass after it was published, and not again while Redis keeps
+// its data: the cost of a pass follows what was published since the last one, not the window.
+func TestReconcilerCursorChecksEachRowOnce(t *testing.T) {
+	t.Parallel()
+	b := setupPrivateReconcile(t)
+	ctx := context.Background()
+	b.insert(t, 50)
+	b.relayAll(t)
+	rc := newReconciler(t, b, relay.ReconcilerConfig{BatchSize: 7})
+
+	res, err := rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.True(t, res.Swept, "the first pass sweeps")
+	require.Equal(t, 50, res.Checked)
+
+	for range 3 {
+		res, err = rc.ReconcileOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, relay.ReconcileResult{Duration: res.Duration}, res, "nothing published since the last pass")
+	}
+
+	fresh := b.insertInto(t, "other", 20)
+	b.relayAll(t)
+	res, err = rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.False(t, res.Swept)
+	require.Equal(t, 20, res.Checked, "the rows published since, in a queue new to the reconciler too")
+	res, err = rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, res.Checked)
+
+	// A task deleted by hand is no data loss a marker sees: the next pass does not notice it, Sweep does.
+	require.NoError(t, b.inspector.DeleteTask("other", fresh[4].EventID.String()))
+	res, err = rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, res.Checked)
+	res, err = rc.Sweep(ctx)
+	require.NoError(t, err)
+	require.True(t, res.Swept)
+	require.Equal(t, relay.ReconcileResult{Checked: 70, Missing: 1, Requeued: 1, Swept: true, Duration: res.Duration}, res)
+	b.relayAll(t)
+	res, err = rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Checked, "the row published again")
+	require.Zero(t, res.Missing)
+}
+
+// A relay's round stamps its rows with its transaction's start and commits them later. A task it
+// enqueues after a pass wrote its markers, and that Redis then loses without losing the markers (a
+// failover to a replica that had the markers but not the task), must be found by the next pass although
+// its row's published_at is older than that pass.
+func TestReconcilerCursorWaitsForOpenTransactions(t *testing.T) {
+	t.Parallel()
+	b := setupPrivateReconcile(t)
+	ctx := context.Background()
+	b.insert(t, 5)
+	b.relayAll(t)
+	rc := newReconciler(t, b, relay.ReconcilerConfig{})
+	_, err := rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+
+	// A round begins: its transaction starts before the next pass, which sees nothing to check.
+	late := b.insert(t, 1)[0]
+	tx, err := b.db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	var started time.Time
+	require.NoError(t, tx.NewRaw("SELECT now()").Scan(ctx, &started))
+	res, err := rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, res.Checked)
+
+	// The round enqueues after the pass wrote its markers, marks the row with its start and commits.
+	client := asynq.NewClient(b.opt)
+	defer client.Close()
+	_, err = client.Enqueue(asynq.NewTask(late.Name, late.Payload), asynq.TaskID(late.EventID.String()), asynq.Queue(b.queue))
+	require.NoError(t, err)
+	_, err = tx.NewRaw("UPDATE outbox_events SET published_at = now() WHERE event_id = ?", late.EventID).Exec(ctx)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+	// Redis loses the task and keeps the markers.
+	require.NoError(t, b.inspector.DeleteTask(b.queue, late.EventID.String()))
+
+	res, err = rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.False(t, res.Swept)
+	require.Equal(t, relay.ReconcileResult{Checked: 1, Missing: 1, Requeued: 1, Duration: res.Duration}, res)
+	require.EqualValues(t, 1, outboxtest.Count(t, b.db, "outbox_events", "event_id = ? AND published_at IS NULL", late.EventID))
+}
+
+// A marker gone from a queue's slot (that part of Redis lost its data) makes the next pass sweep that
+// queue's rows of the whole window, and only that queue's.
+func TestReconcilerSweepsTheQueuesThatLostData(t *testing.T) {
+	t.Parallel()
+	b := setupReconcile(t)
+	ctx := context.Background()
+	a := b.insertInto(t, "alpha", 12)
+	b.insertInto(t, "beta", 8)
+	b.relayAll(t)
+	rc := newReconciler(t, b, relay.ReconcilerConfig{BatchSize: 5})
+	res, err := rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 20, res.Checked)
+
+	// alpha's slot loses its data: its tasks and the reconciler's marker there.
+	rdb := redis.NewClient(&redis.Options{Addr: b.redis.Addr()})
+	defer rdb.Close()
+	keys, err := rdb.Keys(ctx, "*{alpha}*").Result()
+	require.NoError(t, err)
+	require.NotEmpty(t, keys)
+	require.NoError(t, rdb.Del(ctx, keys...).Err())
+
+	res, err = rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.True(t, res.Swept)
+	require.Equal(t, []string{"alpha"}, res.LostQueues)
+	require.GreaterOrEqual(t, res.Checked, 12, "alpha's rows, and beta's only if a transaction held the cursor back")
+	require.Equal(t, 12, res.Missing)
+	require.Equal(t, 12, res.Requeued)
+	b.relayAll(t)
+	b.queue = "alpha"
+	b.requireTasks(t, a)
+
+	res, err = rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.False(t, res.Swept)
+	require.Empty(t, res.LostQueues)
+	require.Zero(t, res.Missing)
+}
+
+// A queue whose only row was published before the window but is scheduled ahead stays watched: when Redis
+// loses its data, the scheduled task is found missing and requeued.
+func TestReconcilerKeepsWatchingScheduledRows(t *testing.T) {
+	t.Parallel()
+	b := setupReconcile(t)
+	ctx := context.Background()
+	ev, err := model.NewEvent("reconcile.test", nil, model.WithQueue("later"), model.WithProcessIn(24*time.Hour))
+	require.NoError(t, err)
+	_, err = b.db.NewInsert().Model(ev).Exec(ctx)
+	require.NoError(t, err)
+	b.relayAll(t)
+	_, err = b.db.ExecContext(ctx, "UPDATE outbox_events SET published_at = now() - interval '2 hours' WHERE id = ?", ev.ID)
+	require.NoError(t, err)
+
+	rc := newReconciler(t, b, relay.ReconcilerConfig{Window: time.Hour})
+	res, err := rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Checked, "the first pass sweeps the scheduled row")
+	res, err = rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.Empty(t, res.LostQueues)
+
+	b.redis.Stop(t)
+	b.redis.Start(t)
+	res, err = rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"later"}, res.LostQueues)
+	require.Equal(t, 1, res.Requeued)
+}
