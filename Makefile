@@ -26,6 +26,7 @@ test: ## every test with -race: test/unit (on pgdriver, then on pgx), test/bench
 DRIVERS ?= pgdriver pgx
 
 test/unit: ## start the services, run the unit and integration tests with -race once per driver in DRIVERS (pgdriver pgx), stop the services
+	@$(DEV) tools
 	@$(call with_services,for d in $(DRIVERS); do echo "== BUNBOX_TEST_DRIVER=$$d"; s=$$SECONDS; BUNBOX_TEST_DRIVER=$$d $(GO) test -race -count=1 -timeout 30m ./... || { fail=1; break; }; echo "== BUNBOX_TEST_DRIVER=$$d passed in $$((SECONDS-s))s"; done; [ -z "$$fail" ])
 
 test/race: test ## alias of test: the race detector is always on

@@ -5,6 +5,7 @@
 #   scripts/devservices.sh env    print the settings as shell exports (eval "$(scripts/devservices.sh env)")
 #   scripts/devservices.sh down   stop both and delete their data
 #   scripts/devservices.sh status say what runs
+#   scripts/devservices.sh tools  install what the tests use when missing (redis-server, promtool), as root
 #   scripts/devservices.sh cluster also start a 3-node Redis Cluster (optional; the tests start their own)
 #
 # Everything lives under .dev/ in the project (git-ignored), or under BUNBOX_DEV_DIR when set. PostgreSQL's
@@ -177,7 +178,24 @@ down() {
   log "stopped"
 }
 
+# ensure_promtool installs promtool (Debian's prometheus package), which the alert-rule tests use, when it is
+# missing and we are root; otherwise those tests skip their promtool part and say so.
+ensure_promtool() {
+  command -v promtool >/dev/null 2>&1 && return
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    log "installing promtool (Debian's prometheus package) for the alert-rule tests"
+    { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null 2>&1 ||
+      { DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null 2>&1; }; } ||
+      log "could not install prometheus; the promtool checks will be skipped"
+  fi
+}
+
 case "${1:-}" in
+tools)
+  ensure_redis
+  ensure_promtool
+  ;;
 up)
   mkdir -p "$dir"
   pg_up
