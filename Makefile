@@ -11,12 +11,18 @@ DEV := scripts/devservices.sh
 , := ,
 with_services = $(DEV) up && eval "$$($(DEV) env)" && $(1); rc=$$?; $(DEV) down; exit $$rc
 
+# golangci-lint, pinned: `make lint` installs this version into .bin/ (git-ignored) from the Go module proxy when
+# .bin/golangci-lint is missing or reports another version.
+LINT_VERSION := 2.15.0
+LINT := $(CURDIR)/.bin/golangci-lint
+
 .PHONY: help test test/unit test/short test/race test/fault test/fuzz fuzz lint demo services/up services/down test/bench bench
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-test: ## every test with -race: test/unit (on pgdriver, then on pgx), test/bench, test/fault (on pgdriver), then each fuzz target briefly (test/fuzz)
+test: ## lint first, then every test with -race: test/unit (on pgdriver, then on pgx), test/bench, test/fault (on pgdriver), then each fuzz target briefly (test/fuzz)
+	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory test/unit
 	@$(MAKE) --no-print-directory test/bench
 	@$(MAKE) --no-print-directory test/fault
@@ -64,9 +70,10 @@ fuzz: ## each fuzz target for FUZZTIME (2m; e.g. make fuzz FUZZTIME=10m)
 test/short: ## the tests that need no server
 	$(GO) test -short -race -count=1 ./...
 
-lint: ## gofmt and go vet
+lint: ## gofmt, then golangci-lint (.golangci.yml: errcheck, govet, staticcheck, unused, ineffassign, doc comments, import rules)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
+	@[ "$$($(LINT) version --short 2>/dev/null)" = "$(LINT_VERSION)" ] || { echo "installing golangci-lint v$(LINT_VERSION) into .bin/"; GOBIN=$(CURDIR)/.bin $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v$(LINT_VERSION); }
+	$(LINT) run ./...
 
 # bench/ is a module of its own (the peers it compares with never enter the library's go.mod): vet and build it,
 # and run a smoke pass of the command with the services up. It requires the library through a replace of ../,

@@ -40,7 +40,7 @@ func bind(db *bun.DB, reg *registry) {
 	b.mu.Unlock()
 	if _, ok := b.hooked.LoadOrStore(weak.Make(db), struct{}{}); !ok {
 		runtime.AddCleanup(db, func(k weak.Pointer[bun.DB]) { b.hooked.Delete(k) }, weak.Make(db))
-		db.AddQueryHook(rowsHook{b})
+		db.AddQueryHook(rowsHook{b}) //nolint:staticcheck // the hook must reach the caller's *bun.DB itself; WithQueryHook returns a copy
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 	"github.com/bunbox/bunbox/model"
 )
 
-// Hooks, embedded in a bun model, records the events registered for the model's type with OnInsert,
+// Hooks records, when embedded in a bun model, the events registered for the model's type with OnInsert,
 // OnUpdate and OnDelete after each insert, update and delete, on the query's own connection:
 //
 //	type Order struct {

@@ -195,7 +195,6 @@ func TestHookUpdateAndDelete(t *testing.T) {
 type OwnHooks struct {
 	bun.BaseModel `bun:"table:own_hooks"`
 	ID            int64 `bun:",pk,autoincrement"`
-	called        bool
 }
 
 func (*OwnHooks) AfterInsert(ctx context.Context, q *bun.InsertQuery) error {

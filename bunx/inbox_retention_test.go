@@ -135,7 +135,7 @@ func TestInboxCleanerDeletesOldRecordsInBatches(t *testing.T) {
 	ctx := context.Background()
 	db, _ := outboxtest.Schema(t)
 	deletes := &deleteSizes{}
-	db.AddQueryHook(deletes)
+	db.AddQueryHook(deletes) //nolint:staticcheck // on this test's *bun.DB, which the retention code runs on
 	window := 48 * time.Hour
 	seedInbox(t, db, "ship", 23, window+time.Hour)
 	seedInbox(t, db, "audit", 2, 90*24*time.Hour)

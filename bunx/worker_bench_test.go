@@ -106,7 +106,9 @@ func measureToHandler(b *testing.B, cfg asynq.Config, rate int, d, schedule time
 	go func() { stopped <- r.Run(runCtx) }()
 	defer func() {
 		cancel()
-		<-stopped
+		if err := <-stopped; err != nil {
+			b.Error(err)
+		}
 		ins := asynq.NewInspector(redisOpt)
 		_ = ins.DeleteQueue(queue, true)
 		_ = ins.Close()

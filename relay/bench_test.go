@@ -3,7 +3,6 @@ package relay
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -265,7 +264,9 @@ func measureLatency(b *testing.B, notify bool, cfg Config, rate int, d time.Dura
 	go func() { stopped <- r.Run(runCtx) }()
 	defer func() {
 		cancel()
-		<-stopped
+		if err := <-stopped; err != nil {
+			b.Error(err)
+		}
 	}()
 	if notify { // the trigger's notifications reach the relay once its LISTEN is confirmed
 		outboxtest.WaitFor(b, 10*time.Second, "the listener", func() bool { return listening.Load() })
@@ -378,7 +379,7 @@ func BenchmarkNotifyCommitCost(b *testing.B) {
 		b.ReportMetric(without, "commits/s_plain")
 		b.ReportMetric(with, "commits/s_notify")
 		b.ReportMetric(with/without, "notify/plain")
-		b.Log(fmt.Sprintf("8 writers: %.0f commits/s plain, %.0f with the NOTIFY trigger (ratio %.2f)", without, with, with/without))
+		b.Logf("8 writers: %.0f commits/s plain, %.0f with the NOTIFY trigger (ratio %.2f)", without, with, with/without)
 	}
 }
 

@@ -151,7 +151,7 @@ func TestShopEndToEnd(t *testing.T) {
 			ids = append(ids, o.ID)
 		}
 		outboxtest.WaitFor(t, 30*time.Second, "a confirmation of every placed order", func() bool {
-			return outboxtest.Count(t, bundle.db, "confirmations", "order_id IN (?)", bun.In(ids)) == int64(len(ids))
+			return outboxtest.Count(t, bundle.db, "confirmations", "order_id IN (?)", bun.List(ids)) == int64(len(ids))
 		})
 		for _, id := range ids {
 			c, ok := confirmation(t, bundle.db, id)

@@ -329,7 +329,7 @@ func readLedger(t *testing.T, dir string, db *bun.DB) *ledger {
 	if len(failed) > 0 {
 		var nos []int64
 		err := retryQuery(func() error {
-			return db.NewRaw("SELECT DISTINCT tx_no FROM orders WHERE tx_no IN (?)", bun.In(failed)).Scan(context.Background(), &nos)
+			return db.NewRaw("SELECT DISTINCT tx_no FROM orders WHERE tx_no IN (?)", bun.List(failed)).Scan(context.Background(), &nos)
 		})
 		if err != nil {
 			t.Fatalf("resolve failed transactions: %v", err)

@@ -263,7 +263,9 @@ func serveAPI(ctx context.Context, addr string, db *bun.DB, logger *slog.Logger)
 	if err := srv.Shutdown(sctx); err != nil {
 		return fmt.Errorf("http shutdown: %w", err)
 	}
-	<-done
+	if err := <-done; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("http: %w", err)
+	}
 	return nil
 }
 
