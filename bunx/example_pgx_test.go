@@ -1,7 +1,6 @@
 package bunx_test
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,7 +21,7 @@ import (
 // constraint name, so an event id already in the outbox is a *bunx.DuplicateEventError either way.
 func Example_pgx() {
 	ctx := context.Background()
-	cfg, err := pgx.ParseConfig(cmp.Or(os.Getenv("DATABASE_URL"), "postgres://postgres@127.0.0.1:55432/postgres?sslmode=disable"))
+	cfg, err := pgx.ParseConfig(os.Getenv("DATABASE_URL"))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -51,7 +50,9 @@ func Example_pgx() {
 // An InboxCleaner keeps inbox_events from growing forever. Run it next to the asynq worker; its Window
 // must outlast the time asynq may deliver a task again (about 21 days with asynq's defaults).
 func ExampleInboxCleaner() {
-	var db *bun.DB // the worker's database
+	ctx, cancel := context.WithCancel(context.Background())
+	db := exampleDB(ctx) // the worker's database
+	defer db.Close()
 	inbox := bunx.NewInbox(db)
 	cleaner, err := bunx.NewInboxCleaner(inbox, bunx.InboxCleanerConfig{
 		MaxRetry:    5,                // the largest model.WithMaxRetry of the handled events
@@ -61,5 +62,13 @@ func ExampleInboxCleaner() {
 	if err != nil {
 		panic(err)
 	}
-	go func() { _ = cleaner.Run(context.Background()) }()
+	fmt.Println("shortest Window:", cleaner.Config().MinWindow())
+	stopped := make(chan error, 1)
+	go func() { stopped <- cleaner.Run(ctx) }() // a pass every Interval until ctx is done
+
+	cancel() // the worker shuts down
+	fmt.Println(<-stopped)
+	// Output:
+	// shortest Window: 24h0m0s
+	// <nil>
 }

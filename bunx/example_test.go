@@ -1,8 +1,8 @@
 package bunx_test
 
 import (
-	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 
@@ -27,16 +27,17 @@ type ShopOrder struct {
 // (see the relay package). The event commits, or rolls back, with the order.
 func Example() {
 	ctx := context.Background()
-	db, err := connect.Postgres(ctx, // TLS as sslmode says: verify-full in production
-		cmp.Or(os.Getenv("DATABASE_URL"), "postgres://postgres@127.0.0.1:55432/postgres?sslmode=disable"), connect.Options{})
+	// TLS as sslmode says: ...?sslmode=verify-full in production.
+	db, err := connect.Postgres(ctx, os.Getenv("DATABASE_URL"), connect.Options{})
 	if err != nil {
-		fmt.Println(err)
-		return
+		panic(err) // the error shows the URL with its password masked
 	}
 	defer db.Close()
-	if err := bunboxmigrate.Up(ctx, db); err != nil {
-		fmt.Println(err)
-		return
+	if err := bunboxmigrate.Up(ctx, db); err != nil { // bunbox's schema
+		panic(err)
+	}
+	if _, err := db.NewCreateTable().Model((*ShopOrder)(nil)).IfNotExists().Exec(ctx); err != nil { // the app's
+		panic(err)
 	}
 
 	ob := bunx.New(db)
@@ -49,17 +50,32 @@ func Example() {
 		_, err := tx.NewInsert().Model(&ShopOrder{Customer: "ada"}).Exec(ctx)
 		return err // the hook wrote order.placed in this same transaction
 	})
-	fmt.Println(err)
+	fmt.Println("committed:", err)
+	err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.NewInsert().Model(&ShopOrder{Customer: "bob"}).Exec(ctx); err != nil {
+			return err
+		}
+		return errors.New("payment declined") // rolls back the order and its event
+	})
+	fmt.Println("rolled back:", err)
+
+	n, err := db.NewSelect().Table("outbox_events").Where("event_name = ?", "order.placed").Count(ctx)
+	fmt.Println("order.placed events:", n, err)
+	// Output:
+	// committed: <nil>
+	// rolled back: payment declined
+	// order.placed events: 1 <nil>
 }
 
 // Record writes events that no hook can see, such as those of a set-based update, in the caller's
 // transaction.
 func ExampleOutbox_Record() {
 	ctx := context.Background()
-	var db *bun.DB // your database
+	db := exampleDB(ctx) // your database
+	defer db.Close()
 	ob := bunx.New(db)
 
-	_ = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		if _, err := tx.NewUpdate().Model((*ShopOrder)(nil)).
 			Set("customer = 'anonymous'").Where("customer = ?", "deleted").Exec(ctx); err != nil {
 			return err
@@ -70,16 +86,24 @@ func ExampleOutbox_Record() {
 		}
 		return ob.Record(ctx, tx, ev)
 	})
+	fmt.Println(err)
+
+	n, err := db.NewSelect().Table("outbox_events").Where("event_name = ?", "customers.anonymized").Count(ctx)
+	fmt.Println("customers.anonymized events:", n, err)
+	// Output:
+	// <nil>
+	// customers.anonymized events: 1 <nil>
 }
 
 // Service code takes a Dispatcher and a Transactor and knows nothing of the outbox.
 func ExampleTransactor_WithinTransaction() {
 	ctx := context.Background()
-	var db *bun.DB // your database
+	db := exampleDB(ctx) // your database
+	defer db.Close()
 	var events bunx.Dispatcher = bunx.New(db)
 	txr := bunx.NewTransactor(db)
 
-	_ = txr.WithinTransaction(ctx, func(ctx context.Context) error {
+	err := txr.WithinTransaction(ctx, func(ctx context.Context) error {
 		if _, err := bunx.Conn(ctx, db).NewInsert().Model(&ShopOrder{Customer: "ada"}).Exec(ctx); err != nil {
 			return err
 		}
@@ -89,4 +113,26 @@ func ExampleTransactor_WithinTransaction() {
 		}
 		return events.Dispatch(ctx, ev) // joins the transaction in ctx
 	})
+	fmt.Println(err)
+
+	n, err := db.NewSelect().Table("outbox_events").Where("event_name = ?", "customer.welcomed").Count(ctx)
+	fmt.Println("customer.welcomed events:", n, err)
+	// Output:
+	// <nil>
+	// customer.welcomed events: 1 <nil>
+}
+
+// exampleDB opens DATABASE_URL with bunbox's schema and the shop_orders table of these examples.
+func exampleDB(ctx context.Context) *bun.DB {
+	db, err := connect.Postgres(ctx, os.Getenv("DATABASE_URL"), connect.Options{})
+	if err != nil {
+		panic(err)
+	}
+	if err := bunboxmigrate.Up(ctx, db); err != nil {
+		panic(err)
+	}
+	if _, err := db.NewCreateTable().Model((*ShopOrder)(nil)).IfNotExists().Exec(ctx); err != nil {
+		panic(err)
+	}
+	return db
 }
