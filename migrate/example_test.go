@@ -3,19 +3,29 @@ package migrate_test
 import (
 	"context"
 	"fmt"
+	"os"
 
-	"github.com/uptrace/bun"
 	bunmigrate "github.com/uptrace/bun/migrate"
 
+	"github.com/bunbox/bunbox/connect"
 	bunboxmigrate "github.com/bunbox/bunbox/migrate"
 )
 
 // Up applies bunbox's schema with its own migration tables; call it on start.
 func ExampleUp() {
-	var db *bun.DB // your database
-	if err := bunboxmigrate.Up(context.Background(), db); err != nil {
-		fmt.Println(err)
+	ctx := context.Background()
+	db, err := connect.Postgres(ctx, os.Getenv("DATABASE_URL"), connect.Options{}) // your database
+	if err != nil {
+		panic(err)
 	}
+	defer db.Close()
+	if err := bunboxmigrate.Up(ctx, db); err != nil { // applies what is missing; a no-op when up to date
+		panic(err)
+	}
+	var exists bool
+	err = db.NewRaw("SELECT to_regclass('outbox_events') IS NOT NULL").Scan(ctx, &exists)
+	fmt.Println(exists, err)
+	// Output: true <nil>
 }
 
 // Register merges bunbox's migrations into the application's, for one migrator.

@@ -7,8 +7,13 @@ import (
 	"os"
 	"time"
 
+	"github.com/hibiken/asynq"
+	"github.com/uptrace/bun"
+
+	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/connect"
 	bunboxmigrate "github.com/bunbox/bunbox/migrate"
+	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
 )
 
@@ -21,6 +26,7 @@ func Example() {
 	if err != nil {
 		panic(err) // the error shows the URL with its password masked
 	}
+	defer db.Close()
 	if err := bunboxmigrate.Up(ctx, db); err != nil {
 		panic(err)
 	}
@@ -32,8 +38,23 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
+
+	// A committed event to forward (the application's transactions write them with package bunx).
+	ev, err := model.NewEvent("order.placed", map[string]int{"order_id": 1})
+	if err != nil {
+		panic(err)
+	}
+	if err := bunx.New(db).Record(ctx, db, ev); err != nil {
+		panic(err)
+	}
+
 	r, err := relay.New(db, redisOpt, relay.Config{
 		Logger: slog.Default(),
+		Hooks: relay.Hooks{OnEnqueue: func(_ context.Context, e relay.EnqueueEvent) {
+			if e.EventID == ev.EventID.String() && e.Err == nil {
+				cancel() // for this example: stop once the event is in Redis
+			}
+		}},
 	})
 	if err != nil {
 		panic(err) // Redis does not answer, or the schema is missing
@@ -42,6 +63,15 @@ func Example() {
 	if err := r.Run(ctx); err != nil { // blocks until ctx is done; nil on a clean stop
 		panic(err)
 	}
+
+	ins := asynq.NewInspector(redisOpt)
+	defer ins.Close()
+	task, err := ins.GetTaskInfo(ev.Queue, ev.EventID.String()) // the TaskID is the event id
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(task.Type, task.Queue, task.State)
+	// Output: order.placed default pending
 }
 
 // Load the settings from OUTBOX_* variables; New applies the defaults to what is unset.
@@ -65,14 +95,41 @@ func ExampleRetryDead() {
 	if err != nil {
 		panic(err)
 	}
+	defer db.Close()
+	deadForExample(ctx, db) // for this example, an event the relay gave up on
+
 	dead, err := relay.DeadEvents(ctx, db, 50)
 	if err != nil {
 		panic(err)
 	}
 	for _, ev := range dead {
-		fmt.Println(ev.EventID, ev.Name, ev.Attempts, ev.LastError)
-		if _, err := relay.RetryDead(ctx, db, ev.EventID); err != nil {
+		fmt.Println(ev.Name, ev.Attempts, ev.LastError)
+		n, err := relay.RetryDead(ctx, db, ev.EventID)
+		if err != nil {
 			panic(err)
 		}
+		fmt.Println("revived:", n)
+	}
+	// Output:
+	// invoice.send 25 smtp: 550 mailbox unavailable
+	// revived: 1
+}
+
+// deadForExample records an event and marks it dead as the relay would after its last attempt.
+func deadForExample(ctx context.Context, db *bun.DB) {
+	if err := bunboxmigrate.Up(ctx, db); err != nil {
+		panic(err)
+	}
+	ev, err := model.NewEvent("invoice.send", nil)
+	if err != nil {
+		panic(err)
+	}
+	if err := bunx.New(db).Record(ctx, db, ev); err != nil {
+		panic(err)
+	}
+	if _, err := db.NewUpdate().Table("outbox_events").
+		Set("attempts = 25, last_error = 'smtp: 550 mailbox unavailable', dead_at = now()").
+		Where("event_id = ?", ev.EventID).Exec(ctx); err != nil {
+		panic(err)
 	}
 }

@@ -4,10 +4,12 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/bunbox/bunbox/internal/outboxtest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	goleak.VerifyTestMain(outboxtest.Examples(m),
 		// database/sql opens connections in the background for pools the tests close at cleanup.
 		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
 		// go-redis pools reap idle connections on a timer goroutine that ends shortly after Close.

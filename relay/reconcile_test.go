@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 
+	"github.com/bunbox/bunbox/connect"
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
@@ -440,9 +442,16 @@ func TestReconcilerConfig(t *testing.T) {
 // The reconciler runs next to the relays (one per relay, or one per deployment): every Interval it looks
 // up the tasks of the rows published within Window and puts back in line those Redis lost.
 func ExampleNewReconciler() {
-	ctx := context.Background()
-	db := yourDB() // your *bun.DB, with bunbox's schema applied
-	redis := asynq.RedisClientOpt{Addr: "localhost:6379"}
+	ctx, cancel := context.WithCancel(context.Background())
+	db, err := connect.Postgres(ctx, os.Getenv("DATABASE_URL"), connect.Options{}) // bunbox's schema applied
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+	redis, err := connect.Redis(os.Getenv("REDIS_URL"))
+	if err != nil {
+		panic(err)
+	}
 	rc, err := relay.NewReconciler(db, redis, relay.ReconcilerConfig{
 		Window:        time.Hour,      // must be shorter than TaskRetention
 		Interval:      time.Minute,    // a lost task is re-delivered within about a minute
@@ -452,10 +461,15 @@ func ExampleNewReconciler() {
 		panic(err) // Redis or PostgreSQL unreachable, the schema missing, or an invalid setting
 	}
 	defer rc.Close()
-	go func() { _ = rc.Run(ctx) }() // returns nil when ctx is done
+	stopped := make(chan error, 1)
+	go func() { stopped <- rc.Run(ctx) }() // returns nil when ctx is done
 
 	res, err := rc.ReconcileOnce(ctx) // or one pass on demand, e.g. right after a Redis failover
-	fmt.Println(res.Checked, res.Missing, res.Requeued, err)
-}
+	fmt.Println(res.Missing, res.Requeued, err)
 
-func yourDB() *bun.DB { return nil }
+	cancel() // the service shuts down
+	fmt.Println(<-stopped)
+	// Output:
+	// 0 0 <nil>
+	// <nil>
+}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
@@ -26,20 +27,33 @@ const ExampleRedisDB = 9
 //
 // Its Run creates a fresh schema migrated with bunbox's migrations, points DATABASE_URL at it (TEST_DATABASE_URL
 // with search_path set) and REDIS_URL at the test Redis (database ExampleRedisDB), runs m, restores both variables
-// and drops the schema. The examples read the same variables an application would. Under -short it only runs m:
-// `make test/short` skips the examples.
-func Examples(m *testing.M) interface{ Run() int } { return examples{m} }
+// and drops the schema. The examples read the same variables an application would. Under -short it runs m with
+// -skip '^Example' (unless -skip is given): the package's examples need the servers.
+func Examples(m *testing.M) interface{ Run() int } { return examples{m: m, redisDB: ExampleRedisDB} }
 
-type examples struct{ m *testing.M }
+// ExamplesRedisDB is Examples with REDIS_URL on Redis database redisDB, which it empties first: give it a
+// database that no other package uses, for examples whose workers must not see other packages' tasks.
+func ExamplesRedisDB(m *testing.M, redisDB int) interface{ Run() int } {
+	return examples{m: m, redisDB: redisDB, flush: true}
+}
+
+type examples struct {
+	m       *testing.M
+	redisDB int
+	flush   bool
+}
 
 func (e examples) Run() int {
 	if !flag.Parsed() {
 		flag.Parse()
 	}
-	if testing.Short() {
+	if testing.Short() { // no servers: skip the examples, unless -skip says otherwise
+		if f := flag.Lookup("test.skip"); f != nil && f.Value.String() == "" {
+			_ = f.Value.Set("^Example")
+		}
 		return e.m.Run()
 	}
-	drop, err := exampleEnv()
+	drop, err := exampleEnv(e.redisDB, e.flush)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "outboxtest: prepare the examples' database:", err)
 		return 1
@@ -52,8 +66,16 @@ func (e examples) Run() int {
 }
 
 // exampleEnv creates and migrates the examples' schema, sets the variables, and returns what undoes both.
-func exampleEnv() (func() error, error) {
+func exampleEnv(redisDB int, flush bool) (func() error, error) {
 	ctx := context.Background()
+	if flush {
+		rdb := redis.NewClient(&redis.Options{Addr: RedisAddr(), DB: redisDB})
+		err := rdb.FlushDB(ctx).Err()
+		_ = rdb.Close()
+		if err != nil {
+			return nil, fmt.Errorf("empty Redis database %d at %s: %w", redisDB, RedisAddr(), err)
+		}
+	}
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	name := "bunbox_example_" + hex.EncodeToString(b[:])
@@ -91,7 +113,7 @@ func exampleEnv() (func() error, error) {
 	u.RawQuery = q.Encode()
 	restore := setenv(map[string]string{
 		"DATABASE_URL": u.String(),
-		"REDIS_URL":    fmt.Sprintf("redis://%s/%d", RedisAddr(), ExampleRedisDB),
+		"REDIS_URL":    fmt.Sprintf("redis://%s/%d", RedisAddr(), redisDB),
 	})
 	return func() error { restore(); return dropSchema() }, nil
 }
