@@ -260,7 +260,7 @@ func TestPostgresDriver(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = db.Close() })
 			want := map[connect.Driver]string{connect.DriverPgdriver: "pgdriver.Driver", connect.DriverPgx: "*stdlib.Driver"}[driver]
-			require.Equal(t, want, fmt.Sprintf("%T", db.DB.Driver()))
+			require.Equal(t, want, fmt.Sprintf("%T", db.Driver()))
 
 			// The server's error stays reachable by its SQLSTATE (3D000: no such database).
 			u, err := url.Parse(outboxtest.DatabaseURL())
