@@ -153,7 +153,7 @@ func TestCluster(t *testing.T) {
 	events = append(events, more...)
 	outboxtest.WaitFor(t, 60*time.Second, "the events of the nodes still up published", func() bool {
 		return outboxtest.Count(t, b.db, "outbox_events", "published_at IS NULL AND queue NOT IN (?)",
-			bun.In(queuesOf(b, down))) == 0
+			bun.List(queuesOf(b, down))) == 0
 	})
 	require.EqualValues(t, 2*20, b.pending(t), "the events of the stopped node's queues wait")
 	b.cluster.Nodes[down].Start(t) // empty: it ran without persistence
