@@ -31,12 +31,12 @@ func (o *Outbox) Dispatch(ctx context.Context, events ...*model.Event) error {
 	if o == nil {
 		return errors.New("bunx: Dispatch on a nil Outbox: make it with bunx.New")
 	}
-	return o.Record(ctx, Conn(ctx, o.db), events...)
+	return o.Record(ctx, TxOrDB(ctx, o.db), events...)
 }
 
 type txKey struct{}
 
-// ContextWithTx returns a context that carries tx, for Dispatch and Conn to join.
+// ContextWithTx returns a context that carries tx, for Dispatch and TxOrDB to join.
 func ContextWithTx(ctx context.Context, tx bun.Tx) context.Context {
 	return context.WithValue(ctx, txKey{}, tx)
 }
@@ -47,11 +47,11 @@ func TxFromContext(ctx context.Context) (bun.Tx, bool) {
 	return tx, ok
 }
 
-// Conn returns the transaction that ctx carries, or db when it carries none. Repositories use it so that
+// TxOrDB returns the transaction that ctx carries, or db when it carries none. Repositories use it so that
 // their queries join the caller's transaction:
 //
-//	_, err := bunx.Conn(ctx, r.db).NewInsert().Model(order).Exec(ctx)
-func Conn(ctx context.Context, db bun.IDB) bun.IDB {
+//	_, err := bunx.TxOrDB(ctx, r.db).NewInsert().Model(order).Exec(ctx)
+func TxOrDB(ctx context.Context, db bun.IDB) bun.IDB {
 	if tx, ok := TxFromContext(ctx); ok {
 		return tx
 	}
@@ -59,7 +59,7 @@ func Conn(ctx context.Context, db bun.IDB) bun.IDB {
 }
 
 // Transactor runs functions in a transaction that it puts into their context (the seed's
-// WithinTransaction), so that Dispatch, Conn and the model hooks of queries made with Conn all join it.
+// WithinTransaction), so that Dispatch, TxOrDB and the model hooks of queries made with TxOrDB all join it.
 type Transactor struct {
 	db   *bun.DB
 	opts *sql.TxOptions

@@ -104,7 +104,7 @@ func ExampleTransactor_WithinTransaction() {
 	txr := bunx.NewTransactor(db)
 
 	err := txr.WithinTransaction(ctx, func(ctx context.Context) error {
-		if _, err := bunx.Conn(ctx, db).NewInsert().Model(&ShopOrder{Customer: "ada"}).Exec(ctx); err != nil {
+		if _, err := bunx.TxOrDB(ctx, db).NewInsert().Model(&ShopOrder{Customer: "ada"}).Exec(ctx); err != nil {
 			return err
 		}
 		ev, err := model.NewEvent("customer.welcomed", map[string]string{"customer": "ada"})

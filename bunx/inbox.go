@@ -89,7 +89,7 @@ func (in *Inbox) Handler(name string, fn func(ctx context.Context, tx bun.Tx, t 
 }
 
 func (in *Inbox) handle(ctx context.Context, name string, t *asynq.Task, fn func(ctx context.Context, tx bun.Tx, t *asynq.Task) error) error {
-	id, err := EventID(t)
+	id, err := TaskEventID(t)
 	if err != nil {
 		in.logger.LogAttrs(ctx, slog.LevelError, "bunbox inbox: rejecting task",
 			slog.String("handler", name), slog.String("task_type", t.Type()), slog.Any("err", err))
@@ -140,9 +140,9 @@ func decodePayload[T any](t *asynq.Task) (*T, error) {
 	return p, nil
 }
 
-// EventID reads the event id the relay put in the task's headers. A task without a valid one (not
+// TaskEventID reads the event id the relay put in the task's headers. A task without a valid one (not
 // enqueued by the relay, or tampered with) gets an error wrapping ErrMalformedTask and asynq.SkipRetry.
-func EventID(t *asynq.Task) (uuid.UUID, error) {
+func TaskEventID(t *asynq.Task) (uuid.UUID, error) {
 	raw, ok := t.Headers()[model.HeaderEventID]
 	if !ok {
 		return uuid.Nil, fmt.Errorf("%w: %s: no %s header: %w", ErrMalformedTask, t.Type(), model.HeaderEventID, asynq.SkipRetry)

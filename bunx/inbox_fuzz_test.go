@@ -28,7 +28,7 @@ func FuzzInboxTask(f *testing.F) {
 			headers[model.HeaderEventID] = header
 		}
 		task := asynq.NewTaskWithHeaders("order.placed", payload, headers)
-		id, err := EventID(task)
+		id, err := TaskEventID(task)
 		if err != nil {
 			requireMalformed(t, err)
 		} else {

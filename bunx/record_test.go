@@ -205,7 +205,7 @@ func TestDispatcherJoinsTheTransactionInContext(t *testing.T) {
 	// placeOrder is service code: it knows a Dispatcher and a transactor, not the outbox.
 	placeOrder := func(ctx context.Context, d bunx.Dispatcher, ref string, fail bool) error {
 		return txr.WithinTransaction(ctx, func(ctx context.Context) error {
-			if _, err := bunx.Conn(ctx, b.db).NewInsert().Model(&Order{Ref: ref}).Exec(ctx); err != nil {
+			if _, err := bunx.TxOrDB(ctx, b.db).NewInsert().Model(&Order{Ref: ref}).Exec(ctx); err != nil {
 				return err
 			}
 			ev, err := model.NewEvent("order.audit", map[string]string{"ref": ref})

@@ -96,7 +96,7 @@ func measureToHandler(b *testing.B, cfg asynq.Config, rate int, d, schedule time
 		b.Fatal(err)
 	}
 	defer srv.Shutdown()
-	r, err := relay.New(db, redisOpt, relay.Config{Retention: -1})
+	r, err := relay.New(db, redisOpt, relay.Config{PublishedRetention: -1})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -29,7 +29,7 @@ func jitter(d time.Duration, f float64) time.Duration {
 
 // roundBackoff is the wait after the n-th failed round in a row (n >= 1), with jitter.
 func (c Config) roundBackoff(n int) time.Duration {
-	return jitter(backoff(c.Backoff, c.BackoffMax, n-1), rand.Float64())
+	return jitter(backoff(c.RoundBackoff, c.RoundBackoffMax, n-1), rand.Float64())
 }
 
 // retryDelay is the wait before a row is tried again after its attempts-th failure (attempts >= 1), with

@@ -42,9 +42,9 @@ func TestJitteredBackoffBounds(t *testing.T) {
 		wait func(int) time.Duration
 		d    time.Duration
 	}{
-		{"RoundFirst", 1, c.roundBackoff, BackoffDefault},
-		{"RoundSecond", 2, c.roundBackoff, 2 * BackoffDefault},
-		{"RoundCapped", 50, c.roundBackoff, BackoffMaxDefault},
+		{"RoundFirst", 1, c.roundBackoff, RoundBackoffDefault},
+		{"RoundSecond", 2, c.roundBackoff, 2 * RoundBackoffDefault},
+		{"RoundCapped", 50, c.roundBackoff, RoundBackoffMaxDefault},
 		{"RetryFirst", 1, c.retryDelay, RetryBackoffDefault},
 		{"RetrySecond", 2, c.retryDelay, 2 * RetryBackoffDefault},
 		{"RetryCapped", 40, c.retryDelay, RetryBackoffMaxDefault},

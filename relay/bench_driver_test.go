@@ -76,8 +76,8 @@ func BenchmarkDrainByDriver(b *testing.B) {
 			}
 			v.queue = benchQueuePrefix + randHex(6)
 			b.Cleanup(func() { _ = ins.DeleteQueue(v.queue, true) })
-			cfg := Config{DisableNotify: true, Retention: -1}
-			cfg.Hooks.OnBatch = func(_ context.Context, ev BatchEvent) {
+			cfg := Config{DisableNotify: true, PublishedRetention: -1}
+			cfg.Observer.OnBatch = func(_ context.Context, ev BatchEvent) {
 				if v.done.Add(int64(ev.Published)) >= v.target.Load() {
 					v.stop.Load().(context.CancelFunc)()
 				}

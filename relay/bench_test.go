@@ -102,11 +102,11 @@ SELECT gen_random_uuid(), 'bench.event', ?, ? FROM generate_series(1, ?)`, queue
 		if err != nil {
 			b.Fatal(err)
 		}
-		cfg.Concurrency, cfg.DisableNotify, cfg.Retention = concurrency, true, -1
+		cfg.Concurrency, cfg.DisableNotify, cfg.PublishedRetention = concurrency, true, -1
 		var segmentDone atomic.Int64
 		segmentTarget := atomic.Int64{}
 		var stopSegment atomic.Value // context.CancelFunc
-		cfg.Hooks.OnBatch = func(_ context.Context, ev BatchEvent) {
+		cfg.Observer.OnBatch = func(_ context.Context, ev BatchEvent) {
 			if segmentDone.Add(int64(ev.Published)) >= segmentTarget.Load() {
 				stopSegment.Load().(context.CancelFunc)()
 			}
@@ -252,7 +252,7 @@ func measureLatency(b *testing.B, notify bool, cfg Config, rate int, d time.Dura
 	defer client.Close()
 	enq := &latencyEnqueuer{Client: client}
 	cfg.Enqueuer = enq
-	cfg.Retention = -1
+	cfg.PublishedRetention = -1
 	var listening atomic.Bool
 	cfg.Logger = slog.New(flagHandler{msg: "listening for notifications", flag: &listening})
 	r, err := New(db, nil, cfg)

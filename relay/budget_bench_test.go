@@ -51,8 +51,8 @@ SELECT gen_random_uuid(), 'bench.big', ?, to_jsonb(repeat('x', ?)) FROM generate
 				}
 				var published atomic.Int64
 				done := make(chan struct{})
-				cfg := Config{BatchBytes: arm.budget, DisableNotify: true, Retention: -1, TaskRetention: time.Second}
-				cfg.Hooks.OnBatch = func(_ context.Context, ev BatchEvent) {
+				cfg := Config{BatchBytes: arm.budget, DisableNotify: true, PublishedRetention: -1, TaskRetention: time.Second}
+				cfg.Observer.OnBatch = func(_ context.Context, ev BatchEvent) {
 					if published.Add(int64(ev.Published)) == int64(arm.events) {
 						close(done)
 					}

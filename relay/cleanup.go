@@ -22,12 +22,12 @@ func (r *Relay) cleanupLoop(ctx context.Context) {
 	}
 }
 
-// cleanup deletes the rows published more than Retention ago, CleanupBatchSize per statement so that no
+// cleanup deletes the rows published more than PublishedRetention ago, CleanupBatchSize per statement so that no
 // statement holds many locks or runs long, and returns how many it deleted. A row with a ProcessAt is kept
-// until Retention after that time, so that the reconciler can check a task scheduled far ahead and
+// until PublishedRetention after that time, so that the reconciler can check a task scheduled far ahead and
 // `bunbox status` counts it; a keyed row is kept until it completed (an unfinished one holds its key).
 func (r *Relay) cleanup(ctx context.Context) (int64, error) {
-	cutoff := r.cfg.now().Add(-r.cfg.Retention)
+	cutoff := r.cfg.now().Add(-r.cfg.PublishedRetention)
 	var total int64
 	for ctx.Err() == nil {
 		res, err := r.db.NewRaw(`DELETE FROM outbox_events WHERE id IN (
@@ -47,7 +47,7 @@ func (r *Relay) cleanup(ctx context.Context) (int64, error) {
 	}
 	if total > 0 {
 		r.log.LogAttrs(ctx, slog.LevelInfo, "bunbox relay: deleted published rows past retention",
-			slog.Int64("rows", total), slog.Duration("retention", r.cfg.Retention))
+			slog.Int64("rows", total), slog.Duration("retention", r.cfg.PublishedRetention))
 	}
 	return total, nil
 }

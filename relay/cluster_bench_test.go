@@ -51,7 +51,7 @@ func BenchmarkClusterDrain(b *testing.B) {
 func drain(b *testing.B, cb *clusterBundle, cfg relay.Config, n int) time.Duration {
 	b.Helper()
 	published := make(chan int, 1024)
-	cfg.Hooks.OnBatch = func(_ context.Context, ev relay.BatchEvent) { published <- ev.Published }
+	cfg.Observer.OnBatch = func(_ context.Context, ev relay.BatchEvent) { published <- ev.Published }
 	r, err := relay.New(cb.db, cb.opt, cfg)
 	require.NoError(b, err)
 	defer r.Close()

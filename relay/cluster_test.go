@@ -69,8 +69,8 @@ func (b *clusterBundle) pending(t testing.TB) int64 {
 // runRelay runs a relay on the cluster until the test ends.
 func (b *clusterBundle) runRelay(t *testing.T) {
 	t.Helper()
-	r, err := relay.New(b.db, b.opt, relay.Config{PollInterval: 20 * time.Millisecond, Backoff: 10 * time.Millisecond,
-		BackoffMax: 200 * time.Millisecond, RetryBackoff: 50 * time.Millisecond, RetryBackoffMax: 200 * time.Millisecond,
+	r, err := relay.New(b.db, b.opt, relay.Config{PollInterval: 20 * time.Millisecond, RoundBackoff: 10 * time.Millisecond,
+		RoundBackoffMax: 200 * time.Millisecond, RetryBackoff: 50 * time.Millisecond, RetryBackoffMax: 200 * time.Millisecond,
 		MaxAttempts: 1000, EnqueueTimeout: time.Second, DisableNotify: true, Logger: outboxtest.Logger(t)})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

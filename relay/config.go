@@ -16,23 +16,23 @@ import (
 
 // Defaults applied by New to the zero fields of a Config.
 const (
-	BatchSizeDefault        = 500
-	BatchBytesDefault       = 16 << 20
-	ConcurrencyDefault      = 32
-	WorkersDefault          = 2
-	PollIntervalDefault     = 500 * time.Millisecond
-	MinPollIntervalDefault  = 5 * time.Millisecond
-	TaskRetentionDefault    = 24 * time.Hour
-	MaxAttemptsDefault      = 10
-	RetryBackoffDefault     = time.Second
-	RetryBackoffMaxDefault  = time.Hour
-	BackoffDefault          = 100 * time.Millisecond
-	BackoffMaxDefault       = 30 * time.Second
-	EnqueueTimeoutDefault   = 5 * time.Second
-	RetentionDefault        = 7 * 24 * time.Hour
-	CleanupIntervalDefault  = time.Minute
-	CleanupBatchSizeDefault = 1000
-	KeyCheckIntervalDefault = 10 * time.Millisecond
+	BatchSizeDefault          = 500
+	BatchBytesDefault         = 16 << 20
+	ConcurrencyDefault        = 32
+	WorkersDefault            = 2
+	PollIntervalDefault       = 500 * time.Millisecond
+	MinPollIntervalDefault    = 5 * time.Millisecond
+	TaskRetentionDefault      = 24 * time.Hour
+	MaxAttemptsDefault        = 10
+	RetryBackoffDefault       = time.Second
+	RetryBackoffMaxDefault    = time.Hour
+	RoundBackoffDefault       = 100 * time.Millisecond
+	RoundBackoffMaxDefault    = 30 * time.Second
+	EnqueueTimeoutDefault     = 5 * time.Second
+	PublishedRetentionDefault = 7 * 24 * time.Hour
+	CleanupIntervalDefault    = time.Minute
+	CleanupBatchSizeDefault   = 1000
+	KeyCheckIntervalDefault   = 10 * time.Millisecond
 	// NotifyChannel is the PostgreSQL channel the relay listens on and the trigger of EnableNotify notifies.
 	NotifyChannel = "bunbox_outbox"
 )
@@ -91,18 +91,18 @@ type Config struct {
 	RetryBackoff time.Duration
 	// RetryBackoffMax caps RetryBackoff's growth. Defaults to 1h.
 	RetryBackoffMax time.Duration
-	// Backoff is the wait after a failed round (PostgreSQL or Redis unreachable); it doubles with each
-	// failed round in a row up to BackoffMax, and the first good round resets it. Each wait is cut by a
+	// RoundBackoff is the wait after a failed round (PostgreSQL or Redis unreachable); it doubles with each
+	// failed round in a row up to RoundBackoffMax, and the first good round resets it. Each wait is cut by a
 	// random part of up to half, so that replicas that failed together do not retry in lockstep.
 	// Defaults to 100ms.
-	Backoff time.Duration
-	// BackoffMax caps Backoff's growth. Defaults to 30s.
-	BackoffMax time.Duration
+	RoundBackoff time.Duration
+	// RoundBackoffMax caps RoundBackoff's growth. Defaults to 30s.
+	RoundBackoffMax time.Duration
 	// EnqueueTimeout bounds one enqueue. Defaults to 5s.
 	EnqueueTimeout time.Duration
-	// Retention is how long published rows are kept before the relay deletes them; a negative value keeps
+	// PublishedRetention is how long published rows are kept before the relay deletes them; a negative value keeps
 	// them forever. Defaults to 7 days.
-	Retention time.Duration
+	PublishedRetention time.Duration
 	// CleanupInterval is how often the relay deletes expired published rows. Defaults to 1m.
 	CleanupInterval time.Duration
 	// CleanupBatchSize is how many rows one cleanup statement deletes, 1 to 100000. Defaults to 1000.
@@ -116,8 +116,8 @@ type Config struct {
 	// Enqueuer, when set, is used instead of an asynq.Client built from the Redis options given to New; the
 	// relay does not close it. Defaults to nil.
 	Enqueuer Enqueuer
-	// Hooks are called as the relay works; see Hooks. Defaults to no hooks.
-	Hooks Hooks
+	// Observer are called as the relay works; see Observer. Defaults to no hooks.
+	Observer Observer
 	// TracerProvider makes the relay's publish spans (one per enqueued row; see the package doc).
 	// Defaults to the global one, otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
@@ -145,10 +145,10 @@ func (c Config) withDefaults() Config {
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
 	c.RetryBackoff = cmp.Or(c.RetryBackoff, RetryBackoffDefault)
 	c.RetryBackoffMax = cmp.Or(c.RetryBackoffMax, max(RetryBackoffMaxDefault, c.RetryBackoff))
-	c.Backoff = cmp.Or(c.Backoff, BackoffDefault)
-	c.BackoffMax = cmp.Or(c.BackoffMax, max(BackoffMaxDefault, c.Backoff))
+	c.RoundBackoff = cmp.Or(c.RoundBackoff, RoundBackoffDefault)
+	c.RoundBackoffMax = cmp.Or(c.RoundBackoffMax, max(RoundBackoffMaxDefault, c.RoundBackoff))
 	c.EnqueueTimeout = cmp.Or(c.EnqueueTimeout, EnqueueTimeoutDefault)
-	c.Retention = cmp.Or(c.Retention, RetentionDefault)
+	c.PublishedRetention = cmp.Or(c.PublishedRetention, PublishedRetentionDefault)
 	c.CleanupInterval = cmp.Or(c.CleanupInterval, CleanupIntervalDefault)
 	c.CleanupBatchSize = cmp.Or(c.CleanupBatchSize, CleanupBatchSizeDefault)
 	c.Logger = cmp.Or(c.Logger, defaultLogger())
@@ -181,8 +181,8 @@ func (c Config) validate() error {
 	check(c.MaxAttempts >= 1, "MaxAttempts must be at least 1, got %d", c.MaxAttempts)
 	check(c.RetryBackoff > 0, "RetryBackoff must be positive, got %s", c.RetryBackoff)
 	check(c.RetryBackoffMax >= c.RetryBackoff, "RetryBackoffMax must be at least RetryBackoff (%s), got %s", c.RetryBackoff, c.RetryBackoffMax)
-	check(c.Backoff > 0, "Backoff must be positive, got %s", c.Backoff)
-	check(c.BackoffMax >= c.Backoff, "BackoffMax must be at least Backoff (%s), got %s", c.Backoff, c.BackoffMax)
+	check(c.RoundBackoff > 0, "RoundBackoff must be positive, got %s", c.RoundBackoff)
+	check(c.RoundBackoffMax >= c.RoundBackoff, "RoundBackoffMax must be at least RoundBackoff (%s), got %s", c.RoundBackoff, c.RoundBackoffMax)
 	check(c.EnqueueTimeout > 0, "EnqueueTimeout must be positive, got %s", c.EnqueueTimeout)
 	check(c.CleanupInterval > 0, "CleanupInterval must be positive, got %s", c.CleanupInterval)
 	check(c.CleanupBatchSize >= 1 && c.CleanupBatchSize <= 100000, "CleanupBatchSize must be between 1 and 100000, got %d", c.CleanupBatchSize)

@@ -20,23 +20,23 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, MaxAttemptsDefault, c.MaxAttempts)
 	require.Equal(t, RetryBackoffDefault, c.RetryBackoff)
 	require.Equal(t, RetryBackoffMaxDefault, c.RetryBackoffMax)
-	require.Equal(t, BackoffDefault, c.Backoff)
-	require.Equal(t, BackoffMaxDefault, c.BackoffMax)
+	require.Equal(t, RoundBackoffDefault, c.RoundBackoff)
+	require.Equal(t, RoundBackoffMaxDefault, c.RoundBackoffMax)
 	require.Equal(t, EnqueueTimeoutDefault, c.EnqueueTimeout)
-	require.Equal(t, RetentionDefault, c.Retention)
+	require.Equal(t, PublishedRetentionDefault, c.PublishedRetention)
 	require.Equal(t, CleanupIntervalDefault, c.CleanupInterval)
 	require.Equal(t, CleanupBatchSizeDefault, c.CleanupBatchSize)
 	require.NotNil(t, c.Logger)
 	require.False(t, c.DisableNotify)
 
 	// Defaults that depend on other fields stay consistent.
-	c = Config{PollInterval: time.Millisecond, Backoff: time.Minute, RetryBackoff: 2 * time.Hour}.withDefaults()
+	c = Config{PollInterval: time.Millisecond, RoundBackoff: time.Minute, RetryBackoff: 2 * time.Hour}.withDefaults()
 	require.NoError(t, c.validate())
 	require.Equal(t, time.Millisecond, c.MinPollInterval)
-	require.Equal(t, time.Minute, c.BackoffMax)
+	require.Equal(t, time.Minute, c.RoundBackoffMax)
 	require.Equal(t, 2*time.Hour, c.RetryBackoffMax)
-	// A negative Retention disables cleanup and is valid.
-	require.NoError(t, Config{Retention: -1}.withDefaults().validate())
+	// A negative PublishedRetention disables cleanup and is valid.
+	require.NoError(t, Config{PublishedRetention: -1}.withDefaults().validate())
 }
 
 func TestConfigValidate(t *testing.T) {
@@ -58,8 +58,8 @@ func TestConfigValidate(t *testing.T) {
 		{"MaxAttemptsNegative", Config{MaxAttempts: -1}, "MaxAttempts"},
 		{"RetryBackoffNegative", Config{RetryBackoff: -1}, "RetryBackoff"},
 		{"RetryBackoffMaxBelowRetryBackoff", Config{RetryBackoff: time.Hour, RetryBackoffMax: time.Minute}, "RetryBackoffMax"},
-		{"BackoffNegative", Config{Backoff: -1}, "Backoff"},
-		{"BackoffMaxBelowBackoff", Config{Backoff: time.Second, BackoffMax: time.Millisecond}, "BackoffMax"},
+		{"RoundBackoffNegative", Config{RoundBackoff: -1}, "RoundBackoff"},
+		{"RoundBackoffMaxBelowRoundBackoff", Config{RoundBackoff: time.Second, RoundBackoffMax: time.Millisecond}, "RoundBackoffMax"},
 		{"EnqueueTimeoutNegative", Config{EnqueueTimeout: -1}, "EnqueueTimeout"},
 		{"CleanupIntervalNegative", Config{CleanupInterval: -1}, "CleanupInterval"},
 		{"CleanupBatchSizeNegative", Config{CleanupBatchSize: -1}, "CleanupBatchSize"},
@@ -83,28 +83,28 @@ func TestConfigFromEnv(t *testing.T) {
 	require.Equal(t, Config{}, c)
 
 	c, err = configFromLookup(env(map[string]string{
-		"OUTBOX_BATCH_SIZE":         "250",
-		"OUTBOX_CONCURRENCY":        "8",
-		"OUTBOX_POLL_INTERVAL":      "2s",
-		"OUTBOX_MIN_POLL_INTERVAL":  "1ms",
-		"OUTBOX_TASK_RETENTION":     "48h",
-		"OUTBOX_MAX_ATTEMPTS":       "5",
-		"OUTBOX_RETRY_BACKOFF":      "3s",
-		"OUTBOX_RETRY_BACKOFF_MAX":  "10m",
-		"OUTBOX_BACKOFF":            "50ms",
-		"OUTBOX_BACKOFF_MAX":        "10s",
-		"OUTBOX_ENQUEUE_TIMEOUT":    "1s",
-		"OUTBOX_RETENTION":          "-1s",
-		"OUTBOX_CLEANUP_INTERVAL":   "5m",
-		"OUTBOX_CLEANUP_BATCH_SIZE": "100",
-		"OUTBOX_DISABLE_NOTIFY":     "true",
-		"OUTBOX_ROUTES":             "order.placed=email, stock; order.paid=ledger;",
+		"OUTBOX_BATCH_SIZE":          "250",
+		"OUTBOX_CONCURRENCY":         "8",
+		"OUTBOX_POLL_INTERVAL":       "2s",
+		"OUTBOX_MIN_POLL_INTERVAL":   "1ms",
+		"OUTBOX_TASK_RETENTION":      "48h",
+		"OUTBOX_MAX_ATTEMPTS":        "5",
+		"OUTBOX_RETRY_BACKOFF":       "3s",
+		"OUTBOX_RETRY_BACKOFF_MAX":   "10m",
+		"OUTBOX_ROUND_BACKOFF":       "50ms",
+		"OUTBOX_ROUND_BACKOFF_MAX":   "10s",
+		"OUTBOX_ENQUEUE_TIMEOUT":     "1s",
+		"OUTBOX_PUBLISHED_RETENTION": "-1s",
+		"OUTBOX_CLEANUP_INTERVAL":    "5m",
+		"OUTBOX_CLEANUP_BATCH_SIZE":  "100",
+		"OUTBOX_DISABLE_NOTIFY":      "true",
+		"OUTBOX_ROUTES":              "order.placed=email, stock; order.paid=ledger;",
 	}))
 	require.NoError(t, err)
 	require.Equal(t, Config{
 		BatchSize: 250, Concurrency: 8, PollInterval: 2 * time.Second, MinPollInterval: time.Millisecond,
 		TaskRetention: 48 * time.Hour, MaxAttempts: 5, RetryBackoff: 3 * time.Second, RetryBackoffMax: 10 * time.Minute,
-		Backoff: 50 * time.Millisecond, BackoffMax: 10 * time.Second, EnqueueTimeout: time.Second, Retention: -time.Second,
+		RoundBackoff: 50 * time.Millisecond, RoundBackoffMax: 10 * time.Second, EnqueueTimeout: time.Second, PublishedRetention: -time.Second,
 		CleanupInterval: 5 * time.Minute, CleanupBatchSize: 100, DisableNotify: true,
 		Routes: Routes{"order.placed": {"email", "stock"}, "order.paid": {"ledger"}},
 	}, c)

@@ -12,14 +12,14 @@ import (
 	"github.com/bunbox/bunbox/model"
 )
 
-// DeadEventsLimitDefault is how many dead events DeadEvents lists when limit is not positive.
-const DeadEventsLimitDefault = 100
+// ListDeadLimitDefault is how many dead events DeadEvents lists when limit is not positive.
+const ListDeadLimitDefault = 100
 
-// DeadEvents lists up to limit events the relay gave up on, oldest first, with their attempts and last
-// error. A limit <= 0 means DeadEventsLimitDefault.
-func DeadEvents(ctx context.Context, db bun.IDB, limit int) ([]model.Event, error) {
+// ListDead lists up to limit events the relay gave up on, oldest first, with their attempts and last
+// error. A limit <= 0 means ListDeadLimitDefault.
+func ListDead(ctx context.Context, db bun.IDB, limit int) ([]model.Event, error) {
 	if limit <= 0 {
-		limit = DeadEventsLimitDefault
+		limit = ListDeadLimitDefault
 	}
 	var events []model.Event
 	err := db.NewSelect().Model(&events).Where("dead_at IS NOT NULL").OrderExpr("id").Limit(int64(limit)).Scan(ctx)

@@ -80,8 +80,8 @@
 // it costs; the README lists the figures and the limits.
 //
 // Rows that fail to enqueue are retried with their own exponential backoff and marked dead after
-// [Config.MaxAttempts]; [DeadEvents] lists them and [RetryDead] puts them back in line. Published rows are
-// deleted after [Config.Retention]. [Relay.Stats] and [Config.Hooks] expose what happened; package
+// [Config.MaxAttempts]; [ListDead] lists them and [RetryDead] puts them back in line. Published rows are
+// deleted after [Config.PublishedRetention]. [Relay.Stats] and [Config.Observer] expose what happened; package
 // relaymetrics turns both into Prometheus metrics. [DeadFilter] selects dead events by id, name or age for
 // [CountDead], [RetryDeadWhere] and [PurgeDead]; [ReadBacklogByEvent] breaks the backlog down by queue and
 // event name.

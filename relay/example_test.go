@@ -50,7 +50,7 @@ func Example() {
 
 	r, err := relay.New(db, redisOpt, relay.Config{
 		Logger: slog.Default(),
-		Hooks: relay.Hooks{OnEnqueue: func(_ context.Context, e relay.EnqueueEvent) {
+		Observer: relay.Observer{OnEnqueue: func(_ context.Context, e relay.EnqueueEvent) {
 			if e.EventID == ev.EventID.String() && e.Err == nil {
 				cancel() // for this example: stop once the event is in Redis
 			}
@@ -98,7 +98,7 @@ func ExampleRetryDead() {
 	defer db.Close()
 	deadForExample(ctx, db) // for this example, an event the relay gave up on
 
-	dead, err := relay.DeadEvents(ctx, db, 50)
+	dead, err := relay.ListDead(ctx, db, 50)
 	if err != nil {
 		panic(err)
 	}

@@ -13,12 +13,17 @@ import (
 	"github.com/bunbox/bunbox/model"
 )
 
+// roundBackoffLog is the message of the relay loop's backoffs. The keyed-event checker backs off in a loop
+// of its own ("checking keyed events failed, backing off"), which the counts below must not mix in: seven
+// backoffs of the two loops together may leave both short of the cap.
+const roundBackoffLog = "round failed, backing off"
+
 // requireBackoffCapped checks that the relay logged at least n backoffs, that their attempts count up and
 // that no delay exceeded max, whose level was reached: with jitter a wait of d is drawn from (d/2, d], and
-// only the level of max (a power-of-two multiple of Backoff in these tests) can give more than max/2.
+// only the level of max (a power-of-two multiple of RoundBackoff in these tests) can give more than max/2.
 func requireBackoffCapped(t *testing.T, logs *logRecorder, n int, limit time.Duration) {
 	t.Helper()
-	recs := logs.matching("backing off")
+	recs := logs.matching(roundBackoffLog)
 	require.GreaterOrEqual(t, len(recs), n)
 	var longest time.Duration
 	for _, r := range recs {
@@ -36,7 +41,7 @@ func TestRedisRestartMidStream(t *testing.T) {
 	db, _ := outboxtest.Schema(t)
 	b := setupWith(t, db, asynq.RedisClientOpt{Addr: rd.Addr()})
 	const backoffMax = 160 * time.Millisecond
-	r := b.newRelay(t, Config{BatchSize: 50, Backoff: 10 * time.Millisecond, BackoffMax: backoffMax,
+	r := b.newRelay(t, Config{BatchSize: 50, RoundBackoff: 10 * time.Millisecond, RoundBackoffMax: backoffMax,
 		EnqueueTimeout: time.Second, PollInterval: 20 * time.Millisecond})
 	run(t, r)
 
@@ -77,7 +82,7 @@ func TestRedisRestartMidStream(t *testing.T) {
 	outboxtest.WaitFor(t, 30*time.Second, "some rows published", func() bool { return published(t, db) >= 300 })
 	rd.Stop(t)
 	outboxtest.WaitFor(t, 30*time.Second, "the relay backing off to its cap", func() bool {
-		return len(b.logs.matching("backing off")) >= 7
+		return len(b.logs.matching(roundBackoffLog)) >= 7
 	})
 	before := published(t, db)
 	rd.Start(t)
@@ -101,14 +106,14 @@ func TestPostgresRestartMidStream(t *testing.T) {
 	db := pg.Schema(t)
 	b := setupWith(t, db, asynq.RedisClientOpt{Addr: outboxtest.RedisAddr()})
 	const backoffMax = 160 * time.Millisecond
-	r := b.newRelay(t, Config{BatchSize: 50, Concurrency: 4, Backoff: 10 * time.Millisecond, BackoffMax: backoffMax})
+	r := b.newRelay(t, Config{BatchSize: 50, Concurrency: 4, RoundBackoff: 10 * time.Millisecond, RoundBackoffMax: backoffMax})
 	events := insertEvents(t, db, b.queue, 3000)
 	run(t, r)
 
 	outboxtest.WaitFor(t, 30*time.Second, "some rows published", func() bool { return published(t, db) >= 200 })
 	pg.Stop(t)
 	outboxtest.WaitFor(t, 30*time.Second, "the relay backing off to its cap", func() bool {
-		return len(b.logs.matching("backing off")) >= 7
+		return len(b.logs.matching(roundBackoffLog)) >= 7
 	})
 	pg.Start(t)
 	ctx := context.Background()

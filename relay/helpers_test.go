@@ -62,7 +62,7 @@ func (b *testBundle) newRelay(t *testing.T, cfg Config) *Relay {
 	}
 	cfg.Logger = cmpLogger(cfg.Logger, b.logs.logger())
 	cfg.PollInterval = cmpDur(cfg.PollInterval, 50*time.Millisecond)
-	cfg.Backoff = cmpDur(cfg.Backoff, 10*time.Millisecond)
+	cfg.RoundBackoff = cmpDur(cfg.RoundBackoff, 10*time.Millisecond)
 	r, err := New(b.db, b.redis, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.Close() })

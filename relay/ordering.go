@@ -298,8 +298,8 @@ FROM unnest(?::bigint[], ?::text[]) AS d(id, err) WHERE o.id = d.id`,
 			r.log.LogAttrs(bg, slog.LevelError, "bunbox relay: asynq archived the task of a keyed event; its key is blocked until it is retried",
 				slog.Int64("outbox_id", row.ID), slog.String("event_id", row.EventID.String()),
 				slog.String("task_type", row.Name), slog.String("ordering_key", row.Key), slog.String("err", lastErrs[i]))
-			if r.cfg.Hooks.OnDead != nil {
-				r.cfg.Hooks.OnDead(bg, DeadEvent{ID: row.ID, EventID: row.EventID.String(), EventName: row.Name,
+			if r.cfg.Observer.OnDead != nil {
+				r.cfg.Observer.OnDead(bg, DeadEvent{ID: row.ID, EventID: row.EventID.String(), EventName: row.Name,
 					Err: errors.New(lastErrs[i])})
 			}
 		}

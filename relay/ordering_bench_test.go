@@ -37,7 +37,7 @@ func BenchmarkOrderingHandoff(b *testing.B) {
 		if err := srv.Start(recordingHandler(rec, nil)); err != nil {
 			b.Fatal(err)
 		}
-		r, err := New(db, redis, Config{DisableNotify: true, Retention: -1, Logger: outboxtest.Logger(b)})
+		r, err := New(db, redis, Config{DisableNotify: true, PublishedRetention: -1, Logger: outboxtest.Logger(b)})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -165,7 +165,7 @@ FROM generate_series(1, ?) i`, keyExpr), keyedQueue, queue, payload, n); err != 
 			b.Fatal(err)
 		}
 		others = outboxtest.Count(b, db, "outbox_events", "queue = ?", queue)
-		r, err := New(db, redis, Config{DisableNotify: true, Retention: -1, Logger: outboxtest.Logger(b)})
+		r, err := New(db, redis, Config{DisableNotify: true, PublishedRetention: -1, Logger: outboxtest.Logger(b)})
 		if err != nil {
 			b.Fatal(err)
 		}

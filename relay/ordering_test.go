@@ -302,7 +302,7 @@ func TestOrderingArchivedBlocksAndRetryRuns(t *testing.T) {
 	var dead []DeadEvent
 	var deadMu sync.Mutex
 	// Config.Inspector: the tracker looks every task up with it, rather than reading the states from Redis.
-	run(t, b.newRelay(t, Config{Inspector: b.inspector, Hooks: Hooks{OnDead: func(_ context.Context, ev DeadEvent) {
+	run(t, b.newRelay(t, Config{Inspector: b.inspector, Observer: Observer{OnDead: func(_ context.Context, ev DeadEvent) {
 		deadMu.Lock()
 		defer deadMu.Unlock()
 		dead = append(dead, ev)
@@ -447,7 +447,7 @@ func TestKeyCheckIntervalConfig(t *testing.T) {
 	require.Equal(t, 25*time.Millisecond, c.KeyCheckInterval)
 }
 
-// TestOrderingCleanupKeepsUnfinishedKeyedRows: the cleanup deletes a keyed row past Retention only once
+// TestOrderingCleanupKeepsUnfinishedKeyedRows: the cleanup deletes a keyed row past PublishedRetention only once
 // it completed; an unfinished one holds its key, and deleting it would release the next event.
 func TestOrderingCleanupKeepsUnfinishedKeyedRows(t *testing.T) {
 	t.Parallel()
@@ -459,7 +459,7 @@ WHERE ordering_key = 'done' OR ordering_key IS NULL OR id = (SELECT min(id) FROM
 	require.NoError(t, err)
 	_, err = b.db.ExecContext(ctx, `UPDATE outbox_events SET completed_at = now() WHERE ordering_key = 'done'`)
 	require.NoError(t, err)
-	n, err := b.newRelay(t, Config{Retention: time.Hour}).cleanup(ctx)
+	n, err := b.newRelay(t, Config{PublishedRetention: time.Hour}).cleanup(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n, "the completed keyed row and the unkeyed one")
 	require.EqualValues(t, 2, outboxtest.Count(t, b.db, "outbox_events", "ordering_key = 'inflight'"))

@@ -17,7 +17,7 @@ import (
 // tracerName is the instrumentation scope of the relay's spans.
 const tracerName = "github.com/bunbox/bunbox/relay"
 
-// publish enqueues ev (see enqueue) in a publish span and reports it to Hooks.OnEnqueue.
+// publish enqueues ev (see enqueue) in a publish span and reports it to Observer.OnEnqueue.
 //
 // The span follows the OpenTelemetry messaging conventions: kind producer, named "send <queue>", with
 // messaging.system "asynq", messaging.destination.name the queue, messaging.message.id the event id and
@@ -52,8 +52,8 @@ func (r *Relay) publish(ctx context.Context, ev *model.Event) error {
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End()
-	if r.cfg.Hooks.OnEnqueue != nil {
-		r.cfg.Hooks.OnEnqueue(ctx, EnqueueEvent{
+	if r.cfg.Observer.OnEnqueue != nil {
+		r.cfg.Observer.OnEnqueue(ctx, EnqueueEvent{
 			ID: ev.ID, EventID: ev.EventID.String(), EventName: ev.Name, Queue: ev.Queue,
 			CreatedAt: ev.CreatedAt, Duration: time.Since(start), Err: err,
 		})

@@ -71,7 +71,7 @@ type ReconcileResult struct {
 // data loss), and then delivered again. Keys evicted by a Redis maxmemory policy other than noeviction
 // (which asynq requires anyway) are not noticed either. The cursor reads the transactions in progress
 // from pg_stat_activity: the reconciler's database role must see the relays' sessions (the same role, or
-// pg_read_all_stats). Rows deleted by the relay's cleanup (Config.Retention) are no longer checked.
+// pg_read_all_stats). Rows deleted by the relay's cleanup (Config.PublishedRetention) are no longer checked.
 type Reconciler struct {
 	db      *bun.DB
 	cfg     ReconcilerConfig

@@ -38,7 +38,7 @@ type ReconcilerConfig struct {
 	// passes does not. It must be shorter than TaskRetention: a task that was completed is visible in Redis only while
 	// asynq retains it, so past TaskRetention a completed task and a lost one look the same (both are
 	// absent) and the reconciler would re-deliver events that were handled long ago. Keep it also shorter
-	// than the relay's Config.Retention, after which published rows are deleted and cannot be checked.
+	// than the relay's Config.PublishedRetention, after which published rows are deleted and cannot be checked.
 	// Defaults to 1h.
 	Window time.Duration
 	// Interval is the pause between two passes of Run. A pass looks up the rows published since the

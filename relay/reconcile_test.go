@@ -44,7 +44,7 @@ func (b *reconcileBundle) relayAll(t *testing.T) { t.Helper(); b.relayAllRoutes(
 
 func (b *reconcileBundle) relayAllRoutes(t *testing.T, routes relay.Routes) {
 	t.Helper()
-	r, err := relay.New(b.db, b.opt, relay.Config{PollInterval: 20 * time.Millisecond, Backoff: 10 * time.Millisecond,
+	r, err := relay.New(b.db, b.opt, relay.Config{PollInterval: 20 * time.Millisecond, RoundBackoff: 10 * time.Millisecond,
 		DisableNotify: true, Logger: outboxtest.Logger(t), Routes: routes})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, r.Close()) }()
@@ -138,8 +138,8 @@ func TestReconcilerAfterRedisLossWithALongLivedRelay(t *testing.T) {
 	t.Parallel()
 	b := setupReconcile(t)
 	ctx := context.Background()
-	r, err := relay.New(b.db, b.opt, relay.Config{PollInterval: 20 * time.Millisecond, Backoff: 10 * time.Millisecond,
-		BackoffMax: 50 * time.Millisecond, DisableNotify: true, Logger: outboxtest.Logger(t)})
+	r, err := relay.New(b.db, b.opt, relay.Config{PollInterval: 20 * time.Millisecond, RoundBackoff: 10 * time.Millisecond,
+		RoundBackoffMax: 50 * time.Millisecond, DisableNotify: true, Logger: outboxtest.Logger(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.Close() })
 	runCtx, cancel := context.WithCancel(ctx)

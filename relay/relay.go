@@ -132,7 +132,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	if !r.cfg.DisableNotify {
 		wg.Go(func() { r.listen(ctx, wake) })
 	}
-	if r.cfg.Retention > 0 {
+	if r.cfg.PublishedRetention > 0 {
 		wg.Go(func() { r.cleanupLoop(ctx) })
 	}
 	if r.keys != nil {

@@ -133,7 +133,7 @@ func TestFailingRowEndsDeadWithoutBlockingOthers(t *testing.T) {
 	r := b.newRelay(t, Config{
 		MaxAttempts: 3, RetryBackoff: time.Millisecond, RetryBackoffMax: 5 * time.Millisecond,
 		BatchSize: 100, PollInterval: 10 * time.Millisecond,
-		Hooks: Hooks{OnDead: func(_ context.Context, ev DeadEvent) {
+		Observer: Observer{OnDead: func(_ context.Context, ev DeadEvent) {
 			mu.Lock()
 			defer mu.Unlock()
 			dead = append(dead, ev)
@@ -160,7 +160,7 @@ func TestFailingRowEndsDeadWithoutBlockingOthers(t *testing.T) {
 	require.EqualValues(t, 1, r.Stats().Dead)
 
 	// The operator lists it and, once the cause is fixed, retries it.
-	listed, err := DeadEvents(context.Background(), b.db, 0)
+	listed, err := ListDead(context.Background(), b.db, 0)
 	require.NoError(t, err)
 	require.Len(t, listed, 1)
 	require.Equal(t, poison.EventID, listed[0].EventID)
@@ -312,7 +312,7 @@ func TestCleanupDeletesExpiredPublishedRows(t *testing.T) {
 	_, err = b.db.ExecContext(ctx, `UPDATE outbox_events SET published_at = now() WHERE id = (SELECT max(id) FROM outbox_events)`)
 	require.NoError(t, err)
 
-	r := b.newRelay(t, Config{Retention: time.Hour, CleanupBatchSize: 10})
+	r := b.newRelay(t, Config{PublishedRetention: time.Hour, CleanupBatchSize: 10})
 	n, err := r.cleanup(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 25, n)

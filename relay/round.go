@@ -164,8 +164,8 @@ func (r *Relay) settle(ctx context.Context, tx bun.Tx, events []model.Event, d d
 		r.log.LogAttrs(ctx, slog.LevelError, "bunbox relay: event is dead after its last attempt",
 			slog.Int64("outbox_id", ev.ID), slog.String("event_id", ev.EventID.String()),
 			slog.String("task_type", ev.Name), slog.Int("attempts", f.attempts), slog.String("err", f.err))
-		if r.cfg.Hooks.OnDead != nil {
-			r.cfg.Hooks.OnDead(ctx, DeadEvent{ID: ev.ID, EventID: ev.EventID.String(), EventName: ev.Name,
+		if r.cfg.Observer.OnDead != nil {
+			r.cfg.Observer.OnDead(ctx, DeadEvent{ID: ev.ID, EventID: ev.EventID.String(), EventName: ev.Name,
 				Attempts: f.attempts, Err: d.errs[d.failed[i]]})
 		}
 	}

@@ -92,7 +92,7 @@ func TestRedisPasswordNeverShows(t *testing.T) {
 		var logs lockedBuffer
 		logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		r, err := relay.New(db, fromURL("redis://:"+password+"@"+rd.Addr()), relay.Config{
-			Logger: logger, PollInterval: 20 * time.Millisecond, Backoff: 10 * time.Millisecond, EnqueueTimeout: time.Second,
+			Logger: logger, PollInterval: 20 * time.Millisecond, RoundBackoff: 10 * time.Millisecond, EnqueueTimeout: time.Second,
 		})
 		require.NoError(t, err)
 		defer r.Close()

@@ -220,7 +220,7 @@ func TestFanOutWithDeliveryOptions(t *testing.T) {
 	require.Equal(t, 2, info.Aggregating)
 }
 
-// ReadBacklog counts the published events whose time is still ahead; cleanup keeps them until Retention
+// ReadBacklog counts the published events whose time is still ahead; cleanup keeps them until PublishedRetention
 // after their time.
 func TestScheduledBacklogAndCleanup(t *testing.T) {
 	t.Parallel()
@@ -231,7 +231,7 @@ func TestScheduledBacklogAndCleanup(t *testing.T) {
 	b.newEvent(t, "opts.past", model.WithProcessAt(time.Now().Add(-time.Minute)))
 	pendingLater := b.newEvent(t, "opts.later", model.WithProcessIn(time.Hour))
 
-	r := b.newRelay(t, Config{Retention: time.Hour})
+	r := b.newRelay(t, Config{PublishedRetention: time.Hour})
 	require.NoError(t, r.runOnce(ctx).Err)
 	_, err := b.db.ExecContext(ctx, "UPDATE outbox_events SET published_at = NULL WHERE id = ?", pendingLater.ID)
 	require.NoError(t, err)
@@ -240,13 +240,13 @@ func TestScheduledBacklogAndCleanup(t *testing.T) {
 	require.EqualValues(t, 2, bl.Scheduled, "published and still ahead; the pending one counts as pending")
 	require.EqualValues(t, 1, bl.Pending)
 
-	// Published 2 hours ago, past the relay's Retention of 1 hour: only the rows whose time is also
-	// more than Retention ago go.
+	// Published 2 hours ago, past the relay's PublishedRetention of 1 hour: only the rows whose time is also
+	// more than PublishedRetention ago go.
 	_, err = b.db.ExecContext(ctx, "UPDATE outbox_events SET published_at = now() - interval '2 hours' WHERE published_at IS NOT NULL")
 	require.NoError(t, err)
 	n, err := r.cleanup(ctx)
 	require.NoError(t, err)
-	require.EqualValues(t, 0, n, "the past ProcessAt is a minute ago, within Retention")
+	require.EqualValues(t, 0, n, "the past ProcessAt is a minute ago, within PublishedRetention")
 	_, err = b.db.ExecContext(ctx, "UPDATE outbox_events SET process_at = now() - interval '90 minutes' WHERE event_name = 'opts.past'")
 	require.NoError(t, err)
 	n, err = r.cleanup(ctx)

@@ -41,7 +41,7 @@ type deadEventJSON struct {
 
 func (c *cli) deadList(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bunbox dead list", flag.ContinueOnError)
-	limit := fs.Int("limit", relay.DeadEventsLimitDefault, "how many dead events to list")
+	limit := fs.Int("limit", relay.ListDeadLimitDefault, "how many dead events to list")
 	asJSON := fs.Bool("json", false, "print JSON")
 	rest, err := c.flags(fs, args)
 	if err != nil {
@@ -58,7 +58,7 @@ func (c *cli) deadList(ctx context.Context, args []string) error {
 		return err
 	}
 	defer db.Close()
-	events, err := relay.DeadEvents(ctx, db, *limit)
+	events, err := relay.ListDead(ctx, db, *limit)
 	if err != nil {
 		return fmt.Errorf("list dead events: %w", err)
 	}

@@ -42,7 +42,7 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg.Hooks = metrics.Hooks(cfg.Hooks)
+	cfg.Observer = metrics.Observer(cfg.Observer)
 
 	redisOpt, redisName, err := c.redis()
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 	"github.com/bunbox/bunbox/relay/relaymetrics"
 )
 
-// Metrics observes the relay through its Hooks: install them before relay.New, register the Metrics
+// Metrics observes the relay through its Observer: install it before relay.New, register the Metrics
 // next to the Collector.
 func ExampleNewMetrics() {
 	m, err := relaymetrics.NewMetrics(relaymetrics.MetricsConfig{MaxLabelValues: 20})
@@ -18,10 +18,10 @@ func ExampleNewMetrics() {
 		return
 	}
 	cfg := relay.Config{}
-	cfg.Hooks = m.Hooks(cfg.Hooks)
+	cfg.Observer = m.Observer(cfg.Observer)
 	// r, err := relay.New(db, redisOpt, cfg)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m) // and relaymetrics.NewCollector(db, r)
-	fmt.Println(cfg.Hooks.OnEnqueue != nil, cfg.Hooks.OnBatch != nil)
+	fmt.Println(cfg.Observer.OnEnqueue != nil, cfg.Observer.OnBatch != nil)
 	// Output: true true
 }

@@ -28,13 +28,13 @@ type MetricsConfig struct {
 	MaxLabelValues int
 }
 
-// Metrics records what the relay reports through its Hooks, for Prometheus: the latency histograms an
+// Metrics records what the relay reports through its Observer, for Prometheus: the latency histograms an
 // SLO needs and the enqueues per queue and event name. It also counts the passes of a Reconciler (see
 // ObserveReconcile). Register it with a prometheus.Registerer next to the Collector, and install its hooks
 // in the relay's Config before relay.New:
 //
 //	m, err := relaymetrics.NewMetrics(relaymetrics.MetricsConfig{})
-//	cfg.Hooks = m.Hooks(cfg.Hooks)
+//	cfg.Observer = m.Observer(cfg.Observer)
 //	r, err := relay.New(db, redisOpt, cfg)
 //	reg.MustRegister(relaymetrics.NewCollector(db, r), m)
 //
@@ -110,9 +110,9 @@ func NewMetrics(cfg MetricsConfig) (*Metrics, error) {
 	}, nil
 }
 
-// Hooks returns next with the Metrics' observers added to OnBatch and OnEnqueue; next's own callbacks
+// Observer returns next with the Metrics' observers added to OnBatch and OnEnqueue; next's own callbacks
 // still run, after them.
-func (m *Metrics) Hooks(next relay.Hooks) relay.Hooks {
+func (m *Metrics) Observer(next relay.Observer) relay.Observer {
 	onBatch, onEnqueue := next.OnBatch, next.OnEnqueue
 	next.OnBatch = func(ctx context.Context, ev relay.BatchEvent) {
 		m.round.Observe(ev.Duration.Seconds())

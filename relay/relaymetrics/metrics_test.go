@@ -22,7 +22,7 @@ func TestMetricsBoundLabelValues(t *testing.T) {
 	t.Parallel()
 	m, err := relaymetrics.NewMetrics(relaymetrics.MetricsConfig{MaxLabelValues: 2})
 	require.NoError(t, err)
-	hooks := m.Hooks(relay.Hooks{})
+	hooks := m.Observer(relay.Observer{})
 	ctx := context.Background()
 	for _, name := range []string{"a", "b", "c", "d", "a"} {
 		hooks.OnEnqueue(ctx, relay.EnqueueEvent{Queue: "q-" + name, EventName: name, CreatedAt: time.Now(), Duration: time.Millisecond})
@@ -94,7 +94,7 @@ func TestMetricsAfterDrain(t *testing.T) {
 	m, err := relaymetrics.NewMetrics(relaymetrics.MetricsConfig{})
 	require.NoError(t, err)
 	r, err := relay.New(db, asynq.RedisClientOpt{Addr: outboxtest.RedisAddr()},
-		relay.Config{Hooks: m.Hooks(relay.Hooks{}), Logger: outboxtest.Logger(t), BatchSize: 7})
+		relay.Config{Observer: m.Observer(relay.Observer{}), Logger: outboxtest.Logger(t), BatchSize: 7})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.Close() })
 	runCtx, cancel := context.WithCancel(ctx)

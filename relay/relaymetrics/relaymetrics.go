@@ -2,10 +2,10 @@
 // dead rows, rounds) and, read from PostgreSQL at scrape time, the backlog, the dead rows and the lag (the
 // age of the oldest pending row), which is what to alert on: a lag that grows means events are not
 // reaching asynq. [Metrics] adds the histograms an SLO needs (delivery lag, enqueue and round durations)
-// and the enqueues per queue and event name, with a cap on distinct label values, from the relay's Hooks.
+// and the enqueues per queue and event name, with a cap on distinct label values, from the relay's Observer.
 //
 //	m, err := relaymetrics.NewMetrics(relaymetrics.MetricsConfig{})
-//	cfg.Hooks = m.Hooks(cfg.Hooks)
+//	cfg.Observer = m.Observer(cfg.Observer)
 //	r, err := relay.New(db, redisOpt, cfg)
 //	reg.MustRegister(relaymetrics.NewCollector(db, r), m)
 package relaymetrics

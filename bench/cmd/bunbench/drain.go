@@ -90,7 +90,7 @@ func drainBunbox(ctx context.Context, e *env, n int, cap time.Duration) (float64
 }
 
 func relayDrain(ctx context.Context, db *bun.DB, redis asynq.RedisClientOpt, n int, cap time.Duration) (float64, bool, error) {
-	r, err := relay.New(db, redis, relay.Config{DisableNotify: true, Retention: -1})
+	r, err := relay.New(db, redis, relay.Config{DisableNotify: true, PublishedRetention: -1})
 	if err != nil {
 		return 0, false, err
 	}

@@ -42,7 +42,7 @@ func e2eBunbox(cfg asynq.Config) func(ctx context.Context, e *env, handled func(
 		}
 		q := e.queue("e2e")
 		ob := bunx.New(db)
-		r, err := relay.New(db, e.redis, relay.Config{Retention: -1, Logger: discardLogger()})
+		r, err := relay.New(db, e.redis, relay.Config{PublishedRetention: -1, Logger: discardLogger()})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -63,7 +63,7 @@ func runWorker(ctx context.Context, args []string) error {
 	// The effect of a task: a row keyed by the task's id (the event id, or "<event id>:<listener>" for
 	// a fanned-out event), written with the handler's transaction.
 	writeEffect := func(ctx context.Context, db bun.IDB, t *asynq.Task) error {
-		id, err := bunx.EventID(t)
+		id, err := bunx.TaskEventID(t)
 		if err != nil {
 			return err
 		}

@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// Hooks are optional callbacks; each runs synchronously on the relay's goroutine, so keep them quick.
+// Observer are optional callbacks; each runs synchronously on the relay's goroutine, so keep them quick.
 // Their event structs may grow fields.
-type Hooks struct {
+type Observer struct {
 	// OnBatch is called after every round that claimed rows or failed.
 	OnBatch func(ctx context.Context, ev BatchEvent)
 	// OnDead is called for every row the relay marks dead.
@@ -70,7 +70,7 @@ type Stats struct {
 	Published    int64 // rows marked published
 	Failed       int64 // failed enqueues of single rows
 	Dead         int64 // rows marked dead (keyed rows too, whose task asynq archived)
-	Cleaned      int64 // published rows deleted after Retention
+	Cleaned      int64 // published rows deleted after PublishedRetention
 	Completed    int64 // keyed rows whose tasks this relay saw completed, releasing the next event of the key
 }
 
@@ -104,7 +104,7 @@ func (r *Relay) record(ctx context.Context, ev BatchEvent) {
 	c.published.Add(int64(ev.Published))
 	c.failed.Add(int64(ev.Failed))
 	c.dead.Add(int64(ev.Dead))
-	if r.cfg.Hooks.OnBatch != nil {
-		r.cfg.Hooks.OnBatch(ctx, ev)
+	if r.cfg.Observer.OnBatch != nil {
+		r.cfg.Observer.OnBatch(ctx, ev)
 	}
 }
