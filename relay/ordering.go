@@ -33,7 +33,7 @@ var _ KeyInspector = (*asynq.Inspector)(nil)
 //   - all of the row's tasks completed: completed_at is set, which makes the key's next row its head; the
 //     relay is woken to claim it.
 //   - a task archived (asynq gave up after its retries, or the handler returned SkipRetry): the row is
-//     marked dead with asynq's last error, and blocks its key until `bunbox dead retry` (RetryDead), after
+//     marked dead with asynq's last error, and blocks its key until `bunbox dead retry` (admin.RetryDead), after
 //     which the relay deletes the archived task and enqueues a fresh one.
 //   - a task missing from Redis: Redis lost it (a failover or a restart without persistence) or, when no
 //     relay looked for longer than TaskRetention, asynq dropped it after it completed. Either way the row is
@@ -476,7 +476,7 @@ func (t *keyTracker) register(queue string) error {
 }
 
 // rerunArchived handles a TaskID conflict of a keyed event's task. The task is there; when asynq archived
-// it (the operator retried the dead event, see RetryDead), it is deleted and enqueued afresh, with its
+// it (the operator retried the dead event, see admin.RetryDead), it is deleted and enqueued afresh, with its
 // full retry budget. Only the relay that holds the row's claim gets here, so nothing else enqueues it
 // meanwhile.
 func (r *Relay) rerunArchived(ctx context.Context, task *asynq.Task, opts []asynq.Option) error {

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 
+	"github.com/bunbox/bunbox/admin"
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/model"
 )
@@ -225,7 +226,7 @@ func TestOrderingKeys(t *testing.T) {
 }
 
 // TestOrderingUnkeyedFlowWhileKeyBlocked: a key whose head is dead holds its followers back, and nothing
-// else: unkeyed events and other keys flow. BlockedKeys and ReadBacklog show the key; RetryDead frees it.
+// else: unkeyed events and other keys flow. admin.BlockedKeys and admin.ReadBacklog show the key; admin.RetryDead frees it.
 func TestOrderingUnkeyedFlowWhileKeyBlocked(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -254,26 +255,26 @@ func TestOrderingUnkeyedFlowWhileKeyBlocked(t *testing.T) {
 	require.Zero(t, rec.completed("stuck"))
 	require.Zero(t, b.enq.count(blocked[1].EventID.String()), "the blocked key's followers were never enqueued")
 
-	keys, err := BlockedKeys(ctx, b.db, 0)
+	keys, err := admin.BlockedKeys(ctx, b.db, 0)
 	require.NoError(t, err)
 	require.Len(t, keys, 1)
 	require.Equal(t, "stuck", keys[0].Key)
 	require.Equal(t, blocked[0].EventID, keys[0].EventID)
 	require.EqualValues(t, 2, keys[0].Waiting)
 	require.Contains(t, keys[0].LastError, "injected: enqueue refused")
-	bl, err := ReadBacklog(ctx, b.db)
+	bl, err := admin.ReadBacklog(ctx, b.db)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, bl.BlockedKeys)
 	_ = others
 
 	b.enq.setFail(nil)
-	n, err := RetryDead(ctx, b.db, blocked[0].EventID)
+	n, err := admin.RetryDead(ctx, b.db, blocked[0].EventID)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	outboxtest.WaitFor(t, 30*time.Second, "the unblocked key drained", func() bool { return rec.completed("stuck") == 3 })
 	stop()
 	rec.requireInOrder(t, map[string]int{"stuck": 3, "free": 2})
-	keys, err = BlockedKeys(ctx, b.db, 0)
+	keys, err = admin.BlockedKeys(ctx, b.db, 0)
 	require.NoError(t, err)
 	require.Empty(t, keys)
 }
@@ -317,7 +318,7 @@ func TestOrderingArchivedBlocksAndRetryRuns(t *testing.T) {
 	deadMu.Lock()
 	require.Len(t, dead, 1)
 	deadMu.Unlock()
-	keys, err := BlockedKeys(ctx, b.db, 0)
+	keys, err := admin.BlockedKeys(ctx, b.db, 0)
 	require.NoError(t, err)
 	require.Len(t, keys, 1)
 	_, err = b.inspector.GetTaskInfo(b.queue, events[1].EventID.String())
@@ -326,7 +327,7 @@ func TestOrderingArchivedBlocksAndRetryRuns(t *testing.T) {
 	mu.Lock()
 	refuse = false
 	mu.Unlock()
-	n, err := RetryDead(ctx, b.db, events[0].EventID)
+	n, err := admin.RetryDead(ctx, b.db, events[0].EventID)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	outboxtest.WaitFor(t, 30*time.Second, "both events handled", func() bool { return rec.completed("k") == 2 })

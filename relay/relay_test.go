@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 
+	"github.com/bunbox/bunbox/admin"
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/model"
 )
@@ -160,12 +161,12 @@ func TestFailingRowEndsDeadWithoutBlockingOthers(t *testing.T) {
 	require.EqualValues(t, 1, r.Stats().Dead)
 
 	// The operator lists it and, once the cause is fixed, retries it.
-	listed, err := ListDead(context.Background(), b.db, 0)
+	listed, err := admin.ListDead(context.Background(), b.db, 0)
 	require.NoError(t, err)
 	require.Len(t, listed, 1)
 	require.Equal(t, poison.EventID, listed[0].EventID)
 	b.enq.setFail(nil)
-	n, err := RetryDead(context.Background(), b.db, poison.EventID)
+	n, err := admin.RetryDead(context.Background(), b.db, poison.EventID)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	outboxtest.WaitFor(t, 30*time.Second, "the revived row published", func() bool { return published(t, b.db) == 1001 })
@@ -324,16 +325,16 @@ func TestReadBacklog(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	bl, err := ReadBacklog(ctx, b.db)
+	bl, err := admin.ReadBacklog(ctx, b.db)
 	require.NoError(t, err)
-	require.Equal(t, Backlog{}, bl)
+	require.Equal(t, admin.Backlog{}, bl)
 
 	insertEvents(t, b.db, b.queue, 3)
 	_, err = b.db.ExecContext(ctx, `UPDATE outbox_events SET dead_at = now(), created_at = created_at - interval '1 hour' WHERE id = (SELECT max(id) FROM outbox_events)`)
 	require.NoError(t, err)
 	_, err = b.db.ExecContext(ctx, `UPDATE outbox_events SET created_at = now() - interval '1 minute' WHERE id = (SELECT min(id) FROM outbox_events)`)
 	require.NoError(t, err)
-	bl, err = ReadBacklog(ctx, b.db)
+	bl, err = admin.ReadBacklog(ctx, b.db)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, bl.Pending)
 	require.EqualValues(t, 1, bl.Dead)

@@ -9,6 +9,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bunbox/bunbox/admin"
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/model"
 )
@@ -220,7 +221,7 @@ func TestFanOutWithDeliveryOptions(t *testing.T) {
 	require.Equal(t, 2, info.Aggregating)
 }
 
-// ReadBacklog counts the published events whose time is still ahead; cleanup keeps them until PublishedRetention
+// admin.ReadBacklog counts the published events whose time is still ahead; cleanup keeps them until PublishedRetention
 // after their time.
 func TestScheduledBacklogAndCleanup(t *testing.T) {
 	t.Parallel()
@@ -235,7 +236,7 @@ func TestScheduledBacklogAndCleanup(t *testing.T) {
 	require.NoError(t, r.runOnce(ctx).Err)
 	_, err := b.db.ExecContext(ctx, "UPDATE outbox_events SET published_at = NULL WHERE id = ?", pendingLater.ID)
 	require.NoError(t, err)
-	bl, err := ReadBacklog(ctx, b.db)
+	bl, err := admin.ReadBacklog(ctx, b.db)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, bl.Scheduled, "published and still ahead; the pending one counts as pending")
 	require.EqualValues(t, 1, bl.Pending)
@@ -252,7 +253,7 @@ func TestScheduledBacklogAndCleanup(t *testing.T) {
 	n, err = r.cleanup(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
-	bl, err = ReadBacklog(ctx, b.db)
+	bl, err = admin.ReadBacklog(ctx, b.db)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, bl.Scheduled)
 }

@@ -9,8 +9,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/bunbox/bunbox/admin"
 	bunboxmigrate "github.com/bunbox/bunbox/migrate"
-	"github.com/bunbox/bunbox/relay"
 )
 
 func (c *cli) migrate(ctx context.Context, args []string) error {
@@ -106,7 +106,7 @@ type statusReport struct {
 	Events []eventStatus `json:"events"`
 	// BlockedKeys counts the ordering keys held by a dead event; Blocked lists the first of them.
 	BlockedKeys int64              `json:"blocked_keys"`
-	Blocked     []relay.BlockedKey `json:"blocked,omitempty"`
+	Blocked     []admin.BlockedKey `json:"blocked,omitempty"`
 }
 
 func (c *cli) status(ctx context.Context, args []string) error {
@@ -124,7 +124,7 @@ func (c *cli) status(ctx context.Context, args []string) error {
 		return err
 	}
 	defer db.Close()
-	b, err := relay.ReadBacklog(ctx, db)
+	b, err := admin.ReadBacklog(ctx, db)
 	if err != nil {
 		return fmt.Errorf("read backlog: %w", err)
 	}
@@ -138,7 +138,7 @@ func (c *cli) status(ctx context.Context, args []string) error {
 		return err
 	}
 	if b.BlockedKeys > 0 {
-		if rep.Blocked, err = relay.BlockedKeys(ctx, db, statusBlockedKeys); err != nil {
+		if rep.Blocked, err = admin.BlockedKeys(ctx, db, statusBlockedKeys); err != nil {
 			return fmt.Errorf("list blocked keys: %w", err)
 		}
 	}

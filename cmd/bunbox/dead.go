@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/bunbox/bunbox/relay"
+	"github.com/bunbox/bunbox/admin"
 )
 
 func (c *cli) dead(ctx context.Context, args []string) error {
@@ -41,7 +41,7 @@ type deadEventJSON struct {
 
 func (c *cli) deadList(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bunbox dead list", flag.ContinueOnError)
-	limit := fs.Int("limit", relay.ListDeadLimitDefault, "how many dead events to list")
+	limit := fs.Int("limit", admin.ListDeadLimitDefault, "how many dead events to list")
 	asJSON := fs.Bool("json", false, "print JSON")
 	rest, err := c.flags(fs, args)
 	if err != nil {
@@ -58,7 +58,7 @@ func (c *cli) deadList(ctx context.Context, args []string) error {
 		return err
 	}
 	defer db.Close()
-	events, err := relay.ListDead(ctx, db, *limit)
+	events, err := admin.ListDead(ctx, db, *limit)
 	if err != nil {
 		return fmt.Errorf("list dead events: %w", err)
 	}
@@ -100,7 +100,7 @@ func (c *cli) deadRetry(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var f relay.DeadFilter
+	var f admin.DeadFilter
 	switch {
 	case *all && (len(names) > 0 || len(rest) > 0), len(names) > 0 && len(rest) > 0:
 		return usageError(c.stderr, "dead retry takes event ids, -name or -all, one of them")
@@ -118,7 +118,7 @@ func (c *cli) deadRetry(ctx context.Context, args []string) error {
 		return err
 	}
 	defer db.Close()
-	n, err := relay.RetryDeadWhere(ctx, db, f)
+	n, err := admin.RetryDeadWhere(ctx, db, f)
 	if err != nil {
 		return fmt.Errorf("retry dead events: %w", err)
 	}
@@ -149,7 +149,7 @@ func (c *cli) deadPurge(ctx context.Context, args []string) error {
 	if err := c.noArgs("dead purge", rest); err != nil {
 		return err
 	}
-	f := relay.DeadFilter{Names: names, OlderThan: *olderThan, All: *all}
+	f := admin.DeadFilter{Names: names, OlderThan: *olderThan, All: *all}
 	switch {
 	case *olderThan < 0:
 		return usageError(c.stderr, "-older-than must be positive, got %s", *olderThan)
@@ -164,15 +164,15 @@ func (c *cli) deadPurge(ctx context.Context, args []string) error {
 	}
 	defer db.Close()
 	if !*yes {
-		n, err := relay.CountDead(ctx, db, f)
+		n, err := admin.CountDead(ctx, db, f)
 		if err != nil {
 			return fmt.Errorf("count dead events: %w", err)
 		}
 		return usageError(c.stderr, "dead purge would delete %d dead events for good: add -yes to confirm", n)
 	}
-	n, err := relay.PurgeDead(ctx, db, f)
+	n, err := admin.PurgeDead(ctx, db, f)
 	if err != nil {
-		if errors.Is(err, relay.ErrEmptyDeadFilter) {
+		if errors.Is(err, admin.ErrEmptyDeadFilter) {
 			return usageError(c.stderr, "%v", err)
 		}
 		return fmt.Errorf("purge dead events: %w", err)

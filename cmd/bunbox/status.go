@@ -6,9 +6,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/bunbox/bunbox/admin"
 	"github.com/uptrace/bun"
-
-	"github.com/bunbox/bunbox/relay"
 )
 
 // eventStatus is the backlog of one queue and event name in `bunbox status`.
@@ -21,7 +20,7 @@ type eventStatus struct {
 }
 
 func readEventStatus(ctx context.Context, db bun.IDB) ([]eventStatus, error) {
-	by, err := relay.ReadBacklogByEvent(ctx, db)
+	by, err := admin.ReadBacklogByEvent(ctx, db)
 	if err != nil {
 		return nil, fmt.Errorf("read backlog by event: %w", err)
 	}

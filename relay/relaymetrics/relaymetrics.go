@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/uptrace/bun"
 
+	"github.com/bunbox/bunbox/admin"
 	"github.com/bunbox/bunbox/relay"
 )
 
@@ -66,7 +67,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), ScrapeTimeoutDefault)
 	defer cancel()
-	b, err := relay.ReadBacklog(ctx, c.db)
+	b, err := admin.ReadBacklog(ctx, c.db)
 	if err != nil {
 		ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, 0)
 	} else {

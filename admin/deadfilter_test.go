@@ -1,4 +1,4 @@
-package relay
+package admin
 
 import (
 	"context"
@@ -76,4 +76,15 @@ func TestDeadFilter(t *testing.T) {
 	require.Zero(t, dead())
 	require.Equal(t, int64(1), outboxtest.Count(t, db, "outbox_events", "event_id = ? AND attempts = 0", oldB.EventID))
 	require.Equal(t, int64(4), outboxtest.Count(t, db, "outbox_events", "dead_at IS NULL"))
+}
+
+// insertEvents inserts n pending events into queue.
+func insertEvents(t testing.TB, db bun.IDB, queue string, n int) {
+	t.Helper()
+	for i := range n {
+		ev, err := model.NewEvent("test.event", map[string]int{"n": i}, model.WithQueue(queue))
+		require.NoError(t, err)
+		_, err = db.NewInsert().Model(ev).Exec(context.Background())
+		require.NoError(t, err)
+	}
 }
