@@ -18,5 +18,5 @@ const (
 	HeaderTraceState = "tracestate"
 )
 
-// HeaderListener carries the listener a fanned-out task is for (see relay.Routes); absent otherwise.
+// HeaderListener carries the listener a fanned-out task is for (see fanout.Routes); absent otherwise.
 const HeaderListener = "bunbox-listener"

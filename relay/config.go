@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/bunbox/bunbox/fanout"
 	"github.com/hibiken/asynq"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
@@ -107,9 +108,9 @@ type Config struct {
 	CleanupInterval time.Duration
 	// CleanupBatchSize is how many rows one cleanup statement deletes, 1 to 100000. Defaults to 1000.
 	CleanupBatchSize int
-	// Routes fans events out to several listeners, each its own asynq task that retries alone; see Routes.
+	// Routes fans events out to several listeners, each its own asynq task that retries alone; see fanout.Routes.
 	// Defaults to none: one task per event.
-	Routes Routes
+	Routes fanout.Routes
 	// Logger receives the relay's logs. Defaults to a logger that discards everything below Warn and
 	// writes warnings and errors to stderr.
 	Logger *slog.Logger
@@ -187,7 +188,7 @@ func (c Config) validate() error {
 	check(c.CleanupInterval > 0, "CleanupInterval must be positive, got %s", c.CleanupInterval)
 	check(c.CleanupBatchSize >= 1 && c.CleanupBatchSize <= 100000, "CleanupBatchSize must be between 1 and 100000, got %d", c.CleanupBatchSize)
 	check(c.KeyCheckInterval > 0, "KeyCheckInterval must be positive, got %s", c.KeyCheckInterval)
-	if err := c.Routes.validate(); err != nil {
+	if err := c.Routes.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {

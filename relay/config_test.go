@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bunbox/bunbox/fanout"
 	"github.com/stretchr/testify/require"
 )
 
@@ -106,7 +107,7 @@ func TestConfigFromEnv(t *testing.T) {
 		TaskRetention: 48 * time.Hour, MaxAttempts: 5, RetryBackoff: 3 * time.Second, RetryBackoffMax: 10 * time.Minute,
 		RoundBackoff: 50 * time.Millisecond, RoundBackoffMax: 10 * time.Second, EnqueueTimeout: time.Second, PublishedRetention: -time.Second,
 		CleanupInterval: 5 * time.Minute, CleanupBatchSize: 100, DisableNotify: true,
-		Routes: Routes{"order.placed": {"email", "stock"}, "order.paid": {"ledger"}},
+		Routes: fanout.Routes{"order.placed": {"email", "stock"}, "order.paid": {"ledger"}},
 	}, c)
 
 	for _, bad := range []struct{ name, value string }{

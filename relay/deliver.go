@@ -12,6 +12,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/bunbox/bunbox/fanout"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -103,7 +104,7 @@ func (r *Relay) enqueue(ctx context.Context, ev *model.Event) error {
 		if ev.Group != "" {
 			lopts = append(lopts, asynq.Group(listenerGroup(ev.Group, l)))
 		}
-		if err := r.enqueueTask(ctx, ev, asynq.NewTaskWithHeaders(ListenerTaskType(ev.Name, l), ev.Payload, headers), lopts); err != nil {
+		if err := r.enqueueTask(ctx, ev, asynq.NewTaskWithHeaders(fanout.ListenerTaskType(ev.Name, l), ev.Payload, headers), lopts); err != nil {
 			return fmt.Errorf("listener %s: %w", l, err)
 		}
 	}

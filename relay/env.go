@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/bunbox/bunbox/fanout"
 )
 
 // ConfigFromEnv reads a Config from the OUTBOX_* environment variables; unset variables keep the zero
@@ -85,8 +87,8 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	return c, nil
 }
 
-func parseRoutes(s string) (Routes, error) {
-	routes := Routes{}
+func parseRoutes(s string) (fanout.Routes, error) {
+	routes := fanout.Routes{}
 	for _, route := range strings.Split(s, ";") {
 		if strings.TrimSpace(route) == "" {
 			continue

@@ -11,6 +11,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bunbox/bunbox/fanout"
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/model"
 )
@@ -19,14 +20,14 @@ func TestRoutesValidate(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name    string
-		routes  Routes
+		routes  fanout.Routes
 		wantErr string
 	}{
 		{"None", nil, ""},
-		{"Good", Routes{"order.placed": {"email", "stock"}}, ""},
-		{"EmptyListener", Routes{"order.placed": {""}}, `Routes["order.placed"]: listener name "" must be non-empty`},
-		{"SpaceInListener", Routes{"order.placed": {"send email"}}, `listener name "send email"`},
-		{"Twice", Routes{"order.placed": {"email", "email"}}, `listener "email" is listed twice`},
+		{"Good", fanout.Routes{"order.placed": {"email", "stock"}}, ""},
+		{"EmptyListener", fanout.Routes{"order.placed": {""}}, `Routes["order.placed"]: listener name "" must be non-empty`},
+		{"SpaceInListener", fanout.Routes{"order.placed": {"send email"}}, `listener name "send email"`},
+		{"Twice", fanout.Routes{"order.placed": {"email", "email"}}, `listener "email" is listed twice`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -40,8 +41,10 @@ func TestRoutesValidate(t *testing.T) {
 			require.ErrorContains(t, err, tt.wantErr)
 		})
 	}
-	require.PanicsWithValue(t, `relay.Routes.Handle: no route from "order.placed" to listener "audit": add it to the Routes the relay runs with`,
-		func() { Routes{"order.placed": {"email"}}.Handle(asynq.NewServeMux(), "order.placed", "audit", nil) })
+	require.PanicsWithValue(t, `fanout.Routes.Handle: no route from "order.placed" to listener "audit": add it to the Routes the relay runs with`,
+		func() {
+			fanout.Routes{"order.placed": {"email"}}.Handle(asynq.NewServeMux(), "order.placed", "audit", nil)
+		})
 }
 
 // TestFanOut delivers each routed event as one task per listener, and a listener whose enqueue fails is
@@ -50,7 +53,7 @@ func TestFanOut(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	routes := Routes{"order.placed": {"email", "stock"}}
+	routes := fanout.Routes{"order.placed": {"email", "stock"}}
 
 	var placed []*model.Event
 	for i := range 5 {
@@ -102,7 +105,7 @@ func TestFanOut(t *testing.T) {
 func TestFanOutListenerRetriesAlone(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	routes := Routes{"order.placed": {"email", "stock"}}
+	routes := fanout.Routes{"order.placed": {"email", "stock"}}
 	ev, err := model.NewEvent("order.placed", map[string]int{"order": 1}, model.WithQueue(b.queue))
 	require.NoError(t, err)
 	_, err = b.db.NewInsert().Model(ev).Exec(context.Background())

@@ -15,6 +15,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/admin"
+	"github.com/bunbox/bunbox/fanout"
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/model"
 )
@@ -342,7 +343,7 @@ func TestOrderingArchivedBlocksAndRetryRuns(t *testing.T) {
 func TestOrderingFanOut(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	routes := Routes{"account.changed": {"ledger", "mail"}}
+	routes := fanout.Routes{"account.changed": {"ledger", "mail"}}
 	const keys, perKey = 3, 10
 	var items []keyedPayload
 	for n := range perKey {

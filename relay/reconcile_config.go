@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/bunbox/bunbox/fanout"
 	"github.com/hibiken/asynq"
 )
 
@@ -60,7 +61,7 @@ type ReconcilerConfig struct {
 	// re-enqueues all, and the ones still there count as conflicts). A listener added to Routes thus
 	// receives, at the next pass, the events of its event name published within Window. Defaults to
 	// none: one task per event, TaskID the event id.
-	Routes Routes
+	Routes fanout.Routes
 	// Logger receives the reconciler's logs. Defaults to a logger that discards everything below Warn and
 	// writes warnings and errors to stderr.
 	Logger *slog.Logger
@@ -101,7 +102,7 @@ func (c ReconcilerConfig) validate() error {
 	check(c.Interval > 0, "Interval must be positive, got %s", c.Interval)
 	check(c.BatchSize >= 1 && c.BatchSize <= 10000, "BatchSize must be between 1 and 10000, got %d", c.BatchSize)
 	check(c.Concurrency >= 1 && c.Concurrency <= 1024, "Concurrency must be between 1 and 1024, got %d", c.Concurrency)
-	if err := c.Routes.validate(); err != nil {
+	if err := c.Routes.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/connect"
+	"github.com/bunbox/bunbox/fanout"
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
@@ -42,7 +43,7 @@ func setupReconcile(t *testing.T) *reconcileBundle {
 // relayAll runs a relay until every row is published, then stops it.
 func (b *reconcileBundle) relayAll(t *testing.T) { t.Helper(); b.relayAllRoutes(t, nil) }
 
-func (b *reconcileBundle) relayAllRoutes(t *testing.T, routes relay.Routes) {
+func (b *reconcileBundle) relayAllRoutes(t *testing.T, routes fanout.Routes) {
 	t.Helper()
 	r, err := relay.New(b.db, b.opt, relay.Config{PollInterval: 20 * time.Millisecond, RoundBackoff: 10 * time.Millisecond,
 		DisableNotify: true, Logger: outboxtest.Logger(t), Routes: routes})
@@ -225,7 +226,7 @@ func TestReconcilerChecksEveryListenerOfAFanOut(t *testing.T) {
 	t.Parallel()
 	b := setupReconcile(t)
 	ctx := context.Background()
-	routes := relay.Routes{"reconcile.test": {"mail", "stock"}}
+	routes := fanout.Routes{"reconcile.test": {"mail", "stock"}}
 	events := b.insert(t, 10)
 	b.relayAllRoutes(t, routes)
 	requireListenerTasks := func() {
@@ -274,7 +275,7 @@ func TestReconcilerChecksEveryListenerOfAFanOut(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 10, res.Missing)
 
-	_, err = relay.NewReconciler(b.db, b.opt, relay.ReconcilerConfig{Routes: relay.Routes{"x": {"a", "a"}}})
+	_, err = relay.NewReconciler(b.db, b.opt, relay.ReconcilerConfig{Routes: fanout.Routes{"x": {"a", "a"}}})
 	require.ErrorIs(t, err, relay.ErrInvalidConfig)
 	require.ErrorContains(t, err, "Routes")
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bunbox/bunbox/admin"
+	"github.com/bunbox/bunbox/fanout"
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/model"
 )
@@ -200,12 +201,12 @@ func TestFanOutWithDeliveryOptions(t *testing.T) {
 	at := time.Now().Add(time.Hour)
 	ev := b.newEvent(t, "order.placed", model.WithProcessAt(at), model.WithMaxRetry(2), model.WithTimeout(time.Minute))
 	grouped := b.newEvent(t, "order.placed", model.WithGroup("digest"))
-	r := b.newRelay(t, Config{Routes: Routes{"order.placed": {"email", "stock"}}})
+	r := b.newRelay(t, Config{Routes: fanout.Routes{"order.placed": {"email", "stock"}}})
 	require.NoError(t, r.runOnce(ctx).Err)
 
 	for _, l := range []string{"email", "stock"} {
 		ti := b.taskInfo(t, ev.EventID.String()+":"+l)
-		require.Equal(t, ListenerTaskType("order.placed", l), ti.Type)
+		require.Equal(t, fanout.ListenerTaskType("order.placed", l), ti.Type)
 		require.Equal(t, asynq.TaskStateScheduled, ti.State)
 		require.Equal(t, at.Unix(), ti.NextProcessAt.Unix())
 		require.Equal(t, 2, ti.MaxRetry)

@@ -16,8 +16,8 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/bunx"
+	"github.com/bunbox/bunbox/fanout"
 	"github.com/bunbox/bunbox/model"
-	"github.com/bunbox/bunbox/relay"
 )
 
 // Order is the producer's business row. Inserting one records its order.placed event through the
@@ -36,7 +36,7 @@ type Order struct {
 }
 
 // Routes fans order.audited out to two listeners, for the relays, their reconcilers and the workers.
-var Routes = relay.Routes{EventAudited: {"ledger", "notify"}}
+var Routes = fanout.Routes{EventAudited: {"ledger", "notify"}}
 
 // Event names of the suite. order.unrouted has no handler: the workers archive it. account.changed
 // carries the ordering key of its account (model.WithOrderingKey).

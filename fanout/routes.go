@@ -1,4 +1,4 @@
-package relay
+package fanout
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 
 // Routes fans events out to listeners, in one place for the relay and the workers:
 //
-//	routes := relay.Routes{"order.placed": {"send-confirmation", "reserve-stock"}}
+//	routes := fanout.Routes{"order.placed": {"send-confirmation", "reserve-stock"}}
 //
 //	r, err := relay.New(db, redisOpt, relay.Config{Routes: routes})   // the relay enqueues one task per listener
 //
@@ -20,7 +20,7 @@ import (
 //	routes.Handle(mux, "order.placed", "reserve-stock", inbox.Handler("reserve-stock", reserveStock))
 //
 // For an event name with listeners the relay enqueues, instead of one task, one task per listener: task
-// type ListenerTaskType(event, listener), TaskID "<event id>:<listener>", the header HeaderListener, and
+// type ListenerTaskType(event, listener), TaskID "<event id>:<listener>", the header model.HeaderListener, and
 // otherwise the same payload, headers, queue and delivery options (an event's group becomes
 // "<group>:<listener>", so that each listener's tasks are aggregated apart). Each listener's task retries on its own, so a failing
 // listener never makes another run twice. The row is marked published once every listener's task is in
@@ -41,13 +41,15 @@ func (r Routes) Handle(mux *asynq.ServeMux, event, listener string, h asynq.Hand
 			return
 		}
 	}
-	panic(fmt.Sprintf("relay.Routes.Handle: no route from %q to listener %q: add it to the Routes the relay runs with", event, listener))
+	panic(fmt.Sprintf("fanout.Routes.Handle: no route from %q to listener %q: add it to the Routes the relay runs with", event, listener))
 }
 
 // Listeners returns the listeners of event, nil when it has none.
 func (r Routes) Listeners(event string) []string { return r[event] }
 
-func (r Routes) validate() error {
+// Validate reports the first listener name that is empty, holds spaces or control characters, or is
+// listed twice for one event; relay.New and relay.NewReconciler call it.
+func (r Routes) Validate() error {
 	events := make([]string, 0, len(r))
 	for ev := range r {
 		events = append(events, ev)
