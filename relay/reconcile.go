@@ -32,9 +32,22 @@ type ReconcileResult struct {
 	// LostQueues are the queues whose marker the pass found gone or changed: Redis lost data there since
 	// the previous pass (a restart without persistence, a failover to a replica that lagged).
 	LostQueues []string
+	// MissingTasks names the first MaxReportedMissing of the Missing events, in the order the pass met
+	// them; Missing counts them all.
+	MissingTasks []MissingTask
 	// Duration is how long the pass took.
 	Duration time.Duration
 }
+
+// MissingTask is an event whose task a reconciler pass did not find in Redis.
+type MissingTask struct {
+	EventID uuid.UUID
+	Queue   string
+}
+
+// MaxReportedMissing bounds ReconcileResult.MissingTasks, so that a pass after a large loss does not hold
+// every missing event in memory.
+const MaxReportedMissing = 1000
 
 // Reconciler re-delivers events whose asynq task Redis lost. asynq acknowledges an enqueue once Redis
 // has it in memory; a failover to a replica that lagged, or a restart without persistence, loses such
@@ -324,6 +337,9 @@ func (r *Reconciler) scan(ctx context.Context, res *ReconcileResult, rg scanRang
 			n, rerr := requeue(context.WithoutCancel(ctx), r.db, missing)
 			res.Requeued += n
 			for _, row := range missing {
+				if len(res.MissingTasks) < MaxReportedMissing {
+					res.MissingTasks = append(res.MissingTasks, MissingTask{EventID: row.EventID, Queue: row.Queue})
+				}
 				r.log.LogAttrs(ctx, slog.LevelDebug, "bunbox reconciler: task missing, requeued",
 					slog.Int64("outbox_id", row.ID), slog.String("event_id", row.EventID.String()),
 					slog.String("queue", row.Queue))

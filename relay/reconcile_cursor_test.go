@@ -73,7 +73,8 @@ func TestReconcilerCursorChecksEachRowOnce(t *testing.T) {
 	res, err = rc.Sweep(ctx)
 	require.NoError(t, err)
 	require.True(t, res.Swept)
-	require.Equal(t, relay.ReconcileResult{Checked: 70, Missing: 1, Requeued: 1, Swept: true, Duration: res.Duration}, res)
+	require.Equal(t, relay.ReconcileResult{Checked: 70, Missing: 1, Requeued: 1, Swept: true, Duration: res.Duration,
+		MissingTasks: []relay.MissingTask{{EventID: fresh[4].EventID, Queue: "other"}}}, res)
 	b.relayAll(t)
 	res, err = rc.ReconcileOnce(ctx)
 	require.NoError(t, err)
@@ -120,7 +121,8 @@ func TestReconcilerCursorWaitsForOpenTransactions(t *testing.T) {
 	res, err = rc.ReconcileOnce(ctx)
 	require.NoError(t, err)
 	require.False(t, res.Swept)
-	require.Equal(t, relay.ReconcileResult{Checked: 1, Missing: 1, Requeued: 1, Duration: res.Duration}, res)
+	require.Equal(t, relay.ReconcileResult{Checked: 1, Missing: 1, Requeued: 1, Duration: res.Duration,
+		MissingTasks: []relay.MissingTask{{EventID: late.EventID, Queue: b.queue}}}, res)
 	require.EqualValues(t, 1, outboxtest.Count(t, b.db, "outbox_events", "event_id = ? AND published_at IS NULL", late.EventID))
 }
 

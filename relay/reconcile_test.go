@@ -115,8 +115,13 @@ func TestReconcilerRedeliversTasksLostWithRedis(t *testing.T) {
 
 	res, err = rc.ReconcileOnce(ctx)
 	require.NoError(t, err)
+	missing := make([]relay.MissingTask, len(events))
+	for i, ev := range events {
+		missing[i] = relay.MissingTask{EventID: ev.EventID, Queue: b.queue}
+	}
+	require.ElementsMatch(t, missing, res.MissingTasks, "every lost event named")
 	require.Equal(t, relay.ReconcileResult{Checked: 120, Missing: 120, Requeued: 120, Swept: true,
-		LostQueues: []string{b.queue}, Duration: res.Duration}, res)
+		LostQueues: []string{b.queue}, MissingTasks: res.MissingTasks, Duration: res.Duration}, res)
 	require.EqualValues(t, 120, outboxtest.Count(t, b.db, "outbox_events", "published_at IS NULL AND last_error LIKE '%reconciler%'"))
 
 	b.relayAll(t)

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -20,7 +19,8 @@ type reconcileReport struct {
 	Missing  int     `json:"missing"`
 	Requeued int     `json:"requeued"`
 	Duration float64 `json:"duration_seconds"`
-	// Events are the missing ones: requeued for the relay, unless their row changed meanwhile.
+	// Events are the missing ones (the first relay.MaxReportedMissing): requeued for the relay, unless their
+	// row changed meanwhile.
 	Events []missingEvent `json:"events"`
 }
 
@@ -57,9 +57,9 @@ func (c *cli) reconcile(ctx context.Context, args []string) error {
 		return err
 	}
 	defer db.Close()
-	seen := &missingRecorder{next: slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})}
 	rc, err := relay.NewReconciler(db, redisOpt, relay.ReconcilerConfig{
-		Window: *window, TaskRetention: cfg.TaskRetention, Routes: cfg.Routes, Logger: slog.New(seen),
+		Window: *window, TaskRetention: cfg.TaskRetention, Routes: cfg.Routes,
+		Logger: slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
 		return fmt.Errorf("reconciler (Redis at %s): %w", redisName, err)
@@ -67,7 +67,10 @@ func (c *cli) reconcile(ctx context.Context, args []string) error {
 	defer rc.Close()
 	res, err := rc.ReconcileOnce(ctx)
 	rep := reconcileReport{Window: window.Seconds(), Checked: res.Checked, Missing: res.Missing, Requeued: res.Requeued,
-		Duration: res.Duration.Seconds(), Events: seen.events()}
+		Duration: res.Duration.Seconds(), Events: make([]missingEvent, 0, len(res.MissingTasks))}
+	for _, m := range res.MissingTasks {
+		rep.Events = append(rep.Events, missingEvent{EventID: m.EventID.String(), Queue: m.Queue})
+	}
 	if err != nil {
 		// What the pass did before it failed is kept: say it, then fail.
 		fmt.Fprintf(c.stderr, "bunbox: the pass stopped after %d checked, %d requeued\n", rep.Checked, rep.Requeued)
@@ -86,52 +89,10 @@ func (c *cli) reconcile(ctx context.Context, args []string) error {
 	for _, e := range rep.Events {
 		fmt.Fprintf(tw, "%s\t%s\n", e.EventID, e.Queue)
 	}
+	if more := rep.Missing - len(rep.Events); more > 0 {
+		fmt.Fprintf(tw, "(and %d more)\t\n", more)
+	}
 	return tw.Flush()
-}
-
-// missingLogMessage is the reconciler's debug record for each row whose task was missing. ReconcileResult
-// counts them; the record names them.
-const missingLogMessage = "bunbox reconciler: task missing, requeued"
-
-// missingRecorder is the reconciler's log handler in `bunbox reconcile`: it keeps the event id and queue
-// of every missing-task record and passes the records next accepts to it.
-type missingRecorder struct {
-	next slog.Handler
-	mu   sync.Mutex
-	seen []missingEvent
-}
-
-func (h *missingRecorder) Enabled(context.Context, slog.Level) bool { return true }
-
-func (h *missingRecorder) Handle(ctx context.Context, r slog.Record) error {
-	if r.Message == missingLogMessage {
-		var e missingEvent
-		r.Attrs(func(a slog.Attr) bool {
-			switch a.Key {
-			case "event_id":
-				e.EventID = a.Value.String()
-			case "queue":
-				e.Queue = a.Value.String()
-			}
-			return true
-		})
-		h.mu.Lock()
-		h.seen = append(h.seen, e)
-		h.mu.Unlock()
-	}
-	if h.next.Enabled(ctx, r.Level) {
-		return h.next.Handle(ctx, r)
-	}
-	return nil
-}
-
-func (h *missingRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *missingRecorder) WithGroup(string) slog.Handler      { return h }
-
-func (h *missingRecorder) events() []missingEvent {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]missingEvent{}, h.seen...)
 }
 
 // runReconciler runs rc's passes every interval until ctx is done, as Reconciler.Run does, and counts
