@@ -115,15 +115,24 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 		}
 		failures++
 		listening = false
-		delay := r.cfg.roundBackoff(failures)
-		r.log.LogAttrs(ctx, slog.LevelDebug, "bunbox relay: listener failed, retrying",
-			slog.Int("attempt", failures), slog.Duration("delay", delay), slog.Any("err", err))
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !r.listenerBackoff(ctx, failures, err) {
 			return
-		case <-t.C:
 		}
+	}
+}
+
+// listenerBackoff logs a listener's failure and waits the round backoff for its failures in a row, for
+// either driver's listener; it reports false when ctx ended first.
+func (r *Relay) listenerBackoff(ctx context.Context, failures int, err error) bool {
+	delay := r.cfg.roundBackoff(failures)
+	r.log.LogAttrs(ctx, slog.LevelDebug, "bunbox relay: listener failed, retrying",
+		slog.Int("attempt", failures), slog.Duration("delay", delay), slog.Any("err", err))
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }

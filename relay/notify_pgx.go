@@ -31,15 +31,8 @@ func (r *Relay) listenPgx(ctx context.Context, wake chan<- struct{}) {
 			return
 		}
 		failures++
-		delay := r.cfg.roundBackoff(failures)
-		r.log.LogAttrs(ctx, slog.LevelDebug, "bunbox relay: listener failed, retrying",
-			slog.Int("attempt", failures), slog.Duration("delay", delay), slog.Any("err", err))
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !r.listenerBackoff(ctx, failures, err) {
 			return
-		case <-t.C:
 		}
 	}
 }
