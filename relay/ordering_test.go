@@ -316,9 +316,15 @@ func TestOrderingArchivedBlocksAndRetryRuns(t *testing.T) {
 	require.NoError(t, b.db.NewSelect().Model(&row).Where("event_id = ?", events[0].EventID).Scan(ctx))
 	require.Contains(t, row.LastError, "asynq archived task "+events[0].EventID.String())
 	require.Contains(t, row.LastError, "account unknown")
-	deadMu.Lock()
-	require.Len(t, dead, 1)
-	deadMu.Unlock()
+	// OnDead is called after the tracker's commit, so it may trail the row. Never assert while holding
+	// deadMu: a failed assertion would leave the hook, and so the relay's stop, waiting on it.
+	deadCount := func() int {
+		deadMu.Lock()
+		defer deadMu.Unlock()
+		return len(dead)
+	}
+	outboxtest.WaitFor(t, 10*time.Second, "OnDead called for the archived event", func() bool { return deadCount() >= 1 })
+	require.Equal(t, 1, deadCount())
 	keys, err := admin.BlockedKeys(ctx, b.db, 0)
 	require.NoError(t, err)
 	require.Len(t, keys, 1)
@@ -489,8 +495,9 @@ func TestOrderingEnqueuedBeforeACrash(t *testing.T) {
 	outboxtest.WaitFor(t, 30*time.Second, "both handled", func() bool { return rec.completed("k") == 2 })
 	rec.requireInOrder(t, map[string]int{"k": 2})
 	rec.mu.Lock()
-	require.Equal(t, 2, rec.runs, "each event ran once")
+	runs := rec.runs
 	rec.mu.Unlock()
+	require.Equal(t, 2, runs, "each event ran once")
 }
 
 // TestOrderingWithoutInspectorKeyedRowsWait: a relay given neither Redis options nor Config.Inspector

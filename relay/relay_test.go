@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -153,10 +154,17 @@ func TestFailingRowEndsDeadWithoutBlockingOthers(t *testing.T) {
 	require.Contains(t, row.LastError, "poison row")
 	require.NotNil(t, row.DeadAt)
 	require.Nil(t, row.PublishedAt)
-	mu.Lock()
-	require.Len(t, dead, 1)
-	require.ErrorIs(t, dead[0].Err, errPoison)
-	mu.Unlock()
+	// OnDead is called after the round's commit, so it may trail the row; and no assertion runs while mu is
+	// held, or a failure would leave the hook, and so the relay's stop, waiting on it.
+	deadEvents := func() []DeadEvent {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(dead)
+	}
+	outboxtest.WaitFor(t, 10*time.Second, "OnDead called for the poison row", func() bool { return len(deadEvents()) >= 1 })
+	got := deadEvents()
+	require.Len(t, got, 1)
+	require.ErrorIs(t, got[0].Err, errPoison)
 	require.Len(t, b.logs.matching("event is dead"), 1)
 	require.EqualValues(t, 1, r.Stats().Dead)
 
