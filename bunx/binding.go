@@ -26,6 +26,10 @@ type binding struct {
 	// goes with the query when the garbage collector frees it, so nothing outlives its query.
 	affected sync.Map // weak.Pointer[bun.InsertQuery|UpdateQuery|DeleteQuery] -> *rowCount
 	hooked   sync.Map // weak.Pointer[bun.DB] -> struct{}: where rowsHook is installed; gone with the bun.DB
+
+	// stmts are the prepared INSERTs of the database. The rowsHook of each *bun.DB holds them: this weak
+	// pointer must not keep the *sql.DB (which each *sql.Stmt holds) alive from the table of bindings.
+	stmts weak.Pointer[statements]
 }
 
 func bind(db *bun.DB, reg *registry) {
@@ -37,11 +41,24 @@ func bind(db *bun.DB, reg *registry) {
 	}
 	b.mu.Lock()
 	b.regs = append(b.regs[:len(b.regs):len(b.regs)], reg)
+	stmts := b.stmts.Value()
+	if stmts == nil {
+		stmts = newStatements(db.DB)
+		b.stmts = weak.Make(stmts)
+	}
 	b.mu.Unlock()
 	if _, ok := b.hooked.LoadOrStore(weak.Make(db), struct{}{}); !ok {
 		runtime.AddCleanup(db, func(k weak.Pointer[bun.DB]) { b.hooked.Delete(k) }, weak.Make(db))
-		db.AddQueryHook(rowsHook{b}) //nolint:staticcheck // the hook must reach the caller's *bun.DB itself; WithQueryHook returns a copy
+		db.AddQueryHook(rowsHook{b, stmts}) //nolint:staticcheck // the hook must reach the caller's *bun.DB itself; WithQueryHook returns a copy
 	}
+}
+
+// statements returns the prepared INSERTs of the database, or nil when no *bun.DB with bunx's query hook
+// is left to hold them.
+func (b *binding) statements() *statements {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stmts.Value()
 }
 
 func lookup(db *bun.DB) *binding {
@@ -65,7 +82,10 @@ func (b *binding) registries() []*registry {
 // operation was given and how many it touched, so that the model hook gives no event for a row that ON
 // CONFLICT DO NOTHING skipped or an update that matched nothing. The count of rows is taken before the
 // query runs: bun shortens a slice model to the rows that RETURNING gave back.
-type rowsHook struct{ b *binding }
+type rowsHook struct {
+	b     *binding
+	stmts *statements // held here, not by b: see binding.stmts
+}
 
 type rowCount struct {
 	rows     int

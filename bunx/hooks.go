@@ -156,6 +156,11 @@ func runHooks(ctx context.Context, q hookQuery, op op) error {
 	if !ok {
 		return nil
 	}
+	var (
+		conn      sqlConn
+		connFound bool
+		stmts     *statements
+	)
 	for _, r := range b.registries() {
 		handlers := r.lookup(typ, op)
 		if len(handlers) == 0 {
@@ -184,7 +189,11 @@ func runHooks(ctx context.Context, q hookQuery, op op) error {
 			continue
 		}
 		// The handler built the events and nobody reads them back: no RETURNING.
-		err = r.write(ctx, q.DB().Dialect(), events, false, func(ctx context.Context, query string) error {
+		if !connFound {
+			conn, connFound = queryConn(q)
+			stmts = b.statements()
+		}
+		err = r.write(ctx, q.DB().Dialect(), events, false, stmts, conn, func(ctx context.Context, query string) error {
 			_, err := q.NewRaw("?", bun.Safe(query)).Exec(ctx)
 			return err
 		})

@@ -26,6 +26,7 @@ type eventColumn struct {
 	name   string
 	set    func(ev *model.Event) bool
 	append func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error)
+	arg    func(ev *model.Event) (any, error) // the value as an argument of the prepared statement
 }
 
 // eventColumns are the columns the insert writes, in order. A new column of model.Event that producers
@@ -34,45 +35,45 @@ type eventColumn struct {
 var eventColumns = []eventColumn{
 	{"event_id", nil, func(_ schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 		return appendUUID(b, ev.EventID), nil
-	}},
+	}, func(ev *model.Event) (any, error) { return ev.EventID.String(), nil }},
 	{"event_name", nil, func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 		return d.AppendString(b, ev.Name), nil
-	}},
+	}, func(ev *model.Event) (any, error) { return ev.Name, nil }},
 	{"queue", nil, func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 		return d.AppendString(b, ev.Queue), nil
-	}},
+	}, func(ev *model.Event) (any, error) { return ev.Queue, nil }},
 	{"payload", nil, func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 		return d.AppendJSON(b, ev.Payload), nil
-	}},
-	{"metadata", nil, appendMetadata},
+	}, func(ev *model.Event) (any, error) { return string(ev.Payload), nil }},
+	{"metadata", nil, appendMetadata, metadataArg},
 	{"process_at", func(ev *model.Event) bool { return ev.ProcessAt != nil },
 		func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 			return d.AppendTime(b, *ev.ProcessAt), nil
-		}},
+		}, func(ev *model.Event) (any, error) { return *ev.ProcessAt, nil }},
 	{"max_retry", func(ev *model.Event) bool { return ev.MaxRetry != nil },
 		func(_ schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 			return strconv.AppendInt(b, int64(*ev.MaxRetry), 10), nil
-		}},
+		}, func(ev *model.Event) (any, error) { return int64(*ev.MaxRetry), nil }},
 	{"timeout_ns", func(ev *model.Event) bool { return ev.Timeout != 0 },
 		func(_ schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 			return strconv.AppendInt(b, int64(ev.Timeout), 10), nil
-		}},
+		}, func(ev *model.Event) (any, error) { return int64(ev.Timeout), nil }},
 	{"deadline", func(ev *model.Event) bool { return ev.Deadline != nil },
 		func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 			return d.AppendTime(b, *ev.Deadline), nil
-		}},
+		}, func(ev *model.Event) (any, error) { return *ev.Deadline, nil }},
 	{"task_group", func(ev *model.Event) bool { return ev.Group != "" },
 		func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 			return d.AppendString(b, ev.Group), nil
-		}},
+		}, func(ev *model.Event) (any, error) { return ev.Group, nil }},
 	{"retention_ns", func(ev *model.Event) bool { return ev.Retention != 0 },
 		func(_ schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 			return strconv.AppendInt(b, int64(ev.Retention), 10), nil
-		}},
+		}, func(ev *model.Event) (any, error) { return int64(ev.Retention), nil }},
 	{"ordering_key", func(ev *model.Event) bool { return ev.OrderingKey != "" },
 		func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 			return d.AppendString(b, ev.OrderingKey), nil
-		}},
+		}, func(ev *model.Event) (any, error) { return ev.OrderingKey, nil }},
 }
 
 // insertReturning is what Record reads back into each event.
@@ -116,7 +117,7 @@ func insertSQL(d schema.Dialect, events []*model.Event, returning bool) (string,
 			if c.set != nil && !c.set(ev) {
 				b = append(b, "NULL"...)
 			} else if b, err = c.append(d, b, ev); err != nil {
-				return "", fmt.Errorf("%w %q: %s: %w", model.ErrInvalidEvent, ev.Name, c.name, err)
+				return "", columnError(ev, c, err)
 			}
 		}
 		b = append(b, ')')
@@ -143,6 +144,23 @@ func appendUUID(b []byte, id uuid.UUID) []byte {
 	b = append(b, '\'')
 	b = append(b, s[:]...)
 	return append(b, '\'')
+}
+
+// columnError is the error of a column whose value cannot be written.
+func columnError(ev *model.Event, c eventColumn, err error) error {
+	return fmt.Errorf("%w %q: %s: %w", model.ErrInvalidEvent, ev.Name, c.name, err)
+}
+
+// metadataArg is the metadata as the text of a jsonb argument; none is the empty object.
+func metadataArg(ev *model.Event) (any, error) {
+	if len(ev.Metadata) == 0 {
+		return "{}", nil
+	}
+	data, err := json.Marshal(ev.Metadata)
+	if err != nil {
+		return nil, err
+	}
+	return string(data), nil
 }
 
 // appendMetadata appends the metadata as a jsonb literal; none is the empty object.

@@ -2,6 +2,7 @@ package bunx
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"reflect"
@@ -29,6 +30,7 @@ type Outbox struct {
 // database, so the process-wide table of bindings never keeps a closed *bun.DB alive.
 type registry struct {
 	maxPayload int
+	literal    bool // WithoutPreparedStatements: always the literal INSERT
 
 	mu       sync.RWMutex
 	handlers map[reflect.Type]*handlerSet
@@ -47,6 +49,19 @@ func WithMaxPayloadSize(n int) Option {
 			o.reg.maxPayload = min(n, model.MaxPayloadSizeCeiling)
 		}
 	}
+}
+
+// WithoutPreparedStatements makes the Outbox write every event with a literal INSERT run through bun
+// instead of a prepared statement. Use it behind a connection pooler that cannot
+// carry prepared statements between its server connections: PgBouncer before 1.21 in transaction or
+// statement pooling mode (from 1.21 on, set max_prepared_statements). It also lets bun's query hooks (bundebug,
+// bunotel) see the outbox INSERT, which the prepared statement, run on the *sql.Tx itself, bypasses.
+//
+// By default the INSERT is prepared once per connection where bunx reaches the *sql.Tx or *sql.DB under the
+// caller's connection (a bun.Tx, a *bun.DB, and the queries of model hooks run on them): PostgreSQL then
+// skips parsing and planning it in every transaction.
+func WithoutPreparedStatements() Option {
+	return func(o *Outbox) { o.reg.literal = true }
 }
 
 // New binds an Outbox to db: the model hooks of queries run through db (or its transactions) consult the
@@ -95,38 +110,85 @@ func (o *Outbox) Record(ctx context.Context, db bun.IDB, events ...*model.Event)
 		return nil
 	}
 	// Record's caller holds the events: each gets the id and created_at PostgreSQL gave its row.
-	return o.reg.write(ctx, db.Dialect(), events, true, func(ctx context.Context, query string) error {
+	conn, ok := idbConn(db)
+	var stmts *statements
+	if ok {
+		if b := lookup(o.db); b != nil {
+			stmts = b.statements()
+		}
+	}
+	return o.reg.write(ctx, db.Dialect(), events, true, stmts, conn, func(ctx context.Context, query string) error {
 		rows, err := db.QueryContext(ctx, "?", bun.Safe(query))
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		for i := 0; rows.Next(); i++ {
-			if i < len(events) {
-				if err := rows.Scan(&events[i].ID, &events[i].CreatedAt); err != nil {
-					return err
-				}
-			}
-		}
-		return rows.Err()
+		return scanReturning(rows, events)
 	})
 }
 
-// write validates events, builds their INSERT (with RETURNING id, created_at when returning is set) and
-// runs it with exec on the caller's connection. The statement goes through bun as the template "?" with
-// the statement as its bun.Safe argument: bun's query hooks see it, and bun's formatter never reads the
-// literals for placeholders.
+// scanReturning reads the id and created_at of each event from the rows of the INSERT's RETURNING, and
+// closes them.
+func scanReturning(rows *sql.Rows, events []*model.Event) error {
+	defer rows.Close()
+	for i := 0; rows.Next(); i++ {
+		if i < len(events) {
+			if err := rows.Scan(&events[i].ID, &events[i].CreatedAt); err != nil {
+				return err
+			}
+		}
+	}
+	return rows.Err()
+}
+
+// write validates events and writes them with one INSERT (with RETURNING id, created_at when returning is
+// set, read back by scanReturning) on the caller's connection: prepared (see statements) when conn is the
+// handle under it and stmts belong to conn's database, else the literal statement run by raw through bun,
+// as the template "?" with the statement as its bun.Safe argument: bun's query hooks see it, and bun's
+// formatter never reads the literals for placeholders.
 func (r *registry) write(ctx context.Context, d schema.Dialect, events []*model.Event, returning bool,
-	exec func(ctx context.Context, query string) error) error {
+	stmts *statements, conn sqlConn, raw func(ctx context.Context, query string) error) error {
 	if err := r.validate(events); err != nil {
 		return err
 	}
 	injectTrace(ctx, events)
+	if stmts != nil && !r.literal && conn.db == stmts.db {
+		if key, ok := preparedKey(events, returning); ok {
+			if stmt := stmts.get(key); stmt != nil {
+				return writePrepared(ctx, conn.stmt(ctx, stmt), key, events, conn.tx != nil)
+			}
+		}
+	}
 	query, err := insertSQL(d, events, returning)
 	if err != nil {
 		return err
 	}
-	if err := exec(ctx, query); err != nil {
+	if err := raw(ctx, query); err != nil {
+		return insertError(err)
+	}
+	return nil
+}
+
+// writePrepared runs the prepared INSERT of key; inTx says stmt is bound to the caller's transaction, and
+// so closed here rather than at the end of it.
+func writePrepared(ctx context.Context, stmt *sql.Stmt, key stmtKey, events []*model.Event, inTx bool) error {
+	if inTx {
+		defer stmt.Close()
+	}
+	args, err := preparedArgs(key, events)
+	if err != nil {
+		return err
+	}
+	if key.returning {
+		rows, err := stmt.QueryContext(ctx, args...)
+		if err == nil {
+			err = scanReturning(rows, events)
+		}
+		if err != nil {
+			return insertError(err)
+		}
+		return nil
+	}
+	if _, err := stmt.ExecContext(ctx, args...); err != nil {
 		return insertError(err)
 	}
 	return nil
