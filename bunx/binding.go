@@ -88,31 +88,48 @@ type rowsHook struct {
 }
 
 type rowCount struct {
+	key      any // the key of the entry in binding.affected
 	rows     int
 	affected int64
 	done     bool
 	cleanup  runtime.Cleanup // deletes the entry when the query is freed; stopped when the entry is taken
 }
 
-// queryOp tells the operation of a query and the key of its entry in binding.affected: a weak pointer,
-// which neither keeps the query alive nor changes while it lives.
-func queryOp(q bun.Query) (op, any, bool) {
+// queryOp tells the operation of a query.
+func queryOp(q bun.Query) (op, bool) {
+	switch q.(type) {
+	case *bun.InsertQuery:
+		return opInsert, true
+	case *bun.UpdateQuery:
+		return opUpdate, true
+	case *bun.DeleteQuery:
+		return opDelete, true
+	}
+	return 0, false
+}
+
+// queryKey is the key of a query's entry in binding.affected: a weak pointer, which neither keeps the
+// query alive nor changes while it lives. q is one of the queries queryOp knows.
+func queryKey(q bun.Query) any {
 	switch q := q.(type) {
 	case *bun.InsertQuery:
-		return opInsert, weak.Make(q), true
+		return weak.Make(q)
 	case *bun.UpdateQuery:
-		return opUpdate, weak.Make(q), true
+		return weak.Make(q)
 	case *bun.DeleteQuery:
-		return opDelete, weak.Make(q), true
+		return weak.Make(q)
 	}
-	return 0, nil, false
+	return nil
 }
+
+// stashKey is the key of the query's *rowCount in the QueryEvent's Stash, from BeforeQuery to AfterQuery.
+type stashKey struct{}
 
 func (h rowsHook) BeforeQuery(ctx context.Context, ev *bun.QueryEvent) context.Context {
 	if ev.Model == nil {
 		return ctx
 	}
-	op, key, ok := queryOp(ev.IQuery)
+	op, ok := queryOp(ev.IQuery)
 	if !ok {
 		return ctx
 	}
@@ -125,7 +142,8 @@ func (h rowsHook) BeforeQuery(ctx context.Context, ev *bun.QueryEvent) context.C
 	if val.IsValid() && val.Kind() == reflect.Slice {
 		n = val.Len()
 	}
-	rc := &rowCount{rows: n}
+	key := queryKey(ev.IQuery)
+	rc := &rowCount{rows: n, key: key}
 	b := h.b
 	switch q := ev.IQuery.(type) {
 	case *bun.InsertQuery:
@@ -138,26 +156,25 @@ func (h rowsHook) BeforeQuery(ctx context.Context, ev *bun.QueryEvent) context.C
 	if old, loaded := b.affected.Swap(key, rc); loaded {
 		old.(*rowCount).cleanup.Stop() // the same query run again before its model hook took the entry
 	}
+	if ev.Stash == nil {
+		ev.Stash = make(map[any]any, 1)
+	}
+	ev.Stash[stashKey{}] = rc
 	return ctx
 }
 
 func (h rowsHook) AfterQuery(_ context.Context, ev *bun.QueryEvent) {
-	_, key, ok := queryOp(ev.IQuery)
-	if !ok {
+	rc, _ := ev.Stash[stashKey{}].(*rowCount)
+	if rc == nil {
 		return
 	}
-	v, ok := h.b.affected.Load(key)
-	if !ok {
-		return
-	}
-	rc := v.(*rowCount)
 	if ev.Err != nil || ev.Result == nil {
-		h.b.take(key)
+		h.b.take(rc.key)
 		return
 	}
 	n, err := ev.Result.RowsAffected()
 	if err != nil {
-		h.b.take(key)
+		h.b.take(rc.key)
 		return
 	}
 	rc.affected, rc.done = n, true

@@ -147,8 +147,8 @@ func runHooks(ctx context.Context, q hookQuery, op op) error {
 		return nil
 	}
 	var count *rowCount
-	if _, key, ok := queryOp(q); ok {
-		if rc := b.take(key); rc != nil && rc.done {
+	if _, ok := queryOp(q); ok {
+		if rc := b.take(queryKey(q)); rc != nil && rc.done {
 			count = rc
 		}
 	}

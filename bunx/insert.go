@@ -76,8 +76,10 @@ var eventColumns = []eventColumn{
 		}, func(ev *model.Event) (any, error) { return ev.OrderingKey, nil }},
 }
 
-// insertReturning is what Record reads back into each event.
-const insertReturning = " RETURNING id, created_at"
+// insertReturning is what Record reads back into each event: created_at as microseconds since the Unix
+// epoch, which the client reads as an integer rather than parsing the text of a timestamp (see
+// scanReturning).
+const insertReturning = " RETURNING id, (extract(epoch FROM created_at) * 1000000)::int8"
 
 var insertBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
@@ -132,16 +133,18 @@ func scanReturning(rows *sql.Rows, events []*model.Event) error {
 	defer rows.Close()
 	for i := 0; rows.Next(); i++ {
 		if i < len(events) {
-			if err := rows.Scan(&events[i].ID, &events[i].CreatedAt); err != nil {
+			var micros int64
+			if err := rows.Scan(&events[i].ID, &micros); err != nil {
 				return err
 			}
+			events[i].CreatedAt = time.UnixMicro(micros).UTC()
 		}
 	}
 	return rows.Err()
 }
 
-// write validates events and writes them with one INSERT (with RETURNING id, created_at when returning is
-// set, read back by scanReturning) on the caller's connection: prepared (see statements) when conn is the
+// write validates events and writes them with one INSERT (with insertReturning when returning is set, read
+// back by scanReturning) on the caller's connection: prepared (see statements) when conn is the
 // handle under it and stmts belong to conn's database, else the literal statement run by raw through bun,
 // as the template "?" with the statement as its bun.Safe argument: bun's query hooks see it, and bun's
 // formatter never reads the literals for placeholders.

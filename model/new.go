@@ -65,8 +65,9 @@ func NewEvent(name string, payload any, opts ...Option) (*Event, error) {
 	}
 	o.delivery.apply(ev)
 	// The payload limit is the writer's (bunx.WithMaxPayloadSize), checked when the event is recorded; here
-	// only the ceiling that no setting exceeds.
-	if err := ev.Validate(MaxPayloadSizeCeiling); err != nil {
+	// only the ceiling that no setting exceeds. The payload is JSON already: json.Marshal wrote it, or
+	// validJSON checked it.
+	if err := ev.validate(MaxPayloadSizeCeiling, true); err != nil {
 		return nil, err
 	}
 	return ev, nil
@@ -77,7 +78,10 @@ func NewEvent(name string, payload any, opts ...Option) (*Event, error) {
 // DefaultMaxPayloadSize, and more than MaxPayloadSizeCeiling counts as MaxPayloadSizeCeiling. Metadata
 // is checked against MaxMetadataKeyLength, MaxMetadataValueLength, MaxMetadataCount and MaxMetadataSize.
 // The bunx package calls it for every event it records, so events built without NewEvent are checked too.
-func (e *Event) Validate(maxPayload int) error {
+func (e *Event) Validate(maxPayload int) error { return e.validate(maxPayload, false) }
+
+// validate is Validate; isJSON skips checking that the payload is JSON, for a payload known to be.
+func (e *Event) validate(maxPayload int, isJSON bool) error {
 	if e == nil {
 		return fmt.Errorf("%w: the event is nil", ErrInvalidEvent)
 	}
@@ -101,7 +105,7 @@ func (e *Event) Validate(maxPayload int) error {
 		return fmt.Errorf("%w %q: Payload is %d bytes, over the limit of %d (the payload limit: bunx.WithMaxPayloadSize)",
 			ErrInvalidEvent, e.Name, len(e.Payload), maxPayload)
 	}
-	if !json.Valid(e.Payload) {
+	if !isJSON && !json.Valid(e.Payload) {
 		return fmt.Errorf("%w %q: Payload is not valid JSON", ErrInvalidEvent, e.Name)
 	}
 	if err := checkOrderingKey(e); err != nil {
@@ -117,6 +121,9 @@ func (e *Event) Validate(maxPayload int) error {
 }
 
 func checkName(field, s string, max int) error {
+	if s != "" && len(s) <= max && printableASCII(s) {
+		return nil
+	}
 	switch {
 	case s == "":
 		return fmt.Errorf("%w: %s must not be empty", ErrInvalidEvent, field)
@@ -128,6 +135,17 @@ func checkName(field, s string, max int) error {
 		return fmt.Errorf("%w: %s %q must not contain spaces or control characters", ErrInvalidEvent, field, s)
 	}
 	return nil
+}
+
+// printableASCII reports whether s is printable ASCII without spaces: what almost every name is, and what
+// checkName then needs no Unicode tables for.
+func printableASCII(s string) bool {
+	for i := range len(s) {
+		if s[i] <= ' ' || s[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 func marshalPayload(payload any) (json.RawMessage, error) {
