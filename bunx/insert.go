@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"unsafe"
 
 	"github.com/google/uuid"
 	"github.com/uptrace/bun/schema"
@@ -44,7 +45,7 @@ var eventColumns = []eventColumn{
 	}, func(ev *model.Event) (any, error) { return ev.Queue, nil }},
 	{"payload", nil, func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 		return d.AppendJSON(b, ev.Payload), nil
-	}, func(ev *model.Event) (any, error) { return string(ev.Payload), nil }},
+	}, payloadArg},
 	{"metadata", nil, appendMetadata, metadataArg},
 	{"process_at", func(ev *model.Event) bool { return ev.ProcessAt != nil },
 		func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
@@ -151,6 +152,12 @@ func appendUUID(b []byte, id uuid.UUID) []byte {
 // columnError is the error of a column whose value cannot be written.
 func columnError(ev *model.Event, c eventColumn, err error) error {
 	return fmt.Errorf("%w %q: %s: %w", model.ErrInvalidEvent, ev.Name, c.name, err)
+}
+
+// payloadArg is the payload as the text of a jsonb argument. The string shares the payload's bytes rather
+// than copying them (a payload may be megabytes): the driver only reads it, during the statement.
+func payloadArg(ev *model.Event) (any, error) {
+	return unsafe.String(unsafe.SliceData(ev.Payload), len(ev.Payload)), nil
 }
 
 // metadataArg is the metadata as the text of a jsonb argument; none is the empty object.

@@ -14,7 +14,9 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/schema"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bunbox/bunbox/internal/pgerr"
 	"github.com/bunbox/bunbox/model"
@@ -229,6 +231,9 @@ func (r *registry) validate(events []*model.Event) error {
 // (otel.GetTextMapPropagator, a no-op until the application sets one). An event whose metadata already has
 // one of the propagator's fields keeps its own.
 func injectTrace(ctx context.Context, events []*model.Event) {
+	if !trace.SpanContextFromContext(ctx).IsValid() && baggage.FromContext(ctx).Len() == 0 {
+		return // nothing for a propagator to carry
+	}
 	prop := otel.GetTextMapPropagator()
 	carrier := propagation.MapCarrier{}
 	prop.Inject(ctx, carrier)

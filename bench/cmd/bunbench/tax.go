@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -261,6 +262,43 @@ func taxArms(ctx context.Context, e *env, conns int) ([]taxArm, error) {
 				args = append(args, uuid.Must(uuid.NewV7()).String(), names[i], "default", string(data))
 			}
 			_, err := tx.ExecContext(ctx, q.String(), args...)
+			return err
+		})
+	})})
+
+	// Hand-written and prepared: the same INSERT as a statement prepared once on the pool (one per count of
+	// rows) and run on the transaction with tx.StmtContext, which is what bunbox does under the hood.
+	hpDB, err := schema(true)
+	if err != nil {
+		return nil, err
+	}
+	hpStmts := map[int]*sql.Stmt{}
+	for _, n := range []int{1, 5} {
+		var q strings.Builder
+		q.WriteString("INSERT INTO outbox_events (event_id, event_name, queue, payload, metadata) VALUES ")
+		for i := range n {
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			fmt.Fprintf(&q, "($%d, $%d, $%d, $%d, '{}')", 4*i+1, 4*i+2, 4*i+3, 4*i+4)
+		}
+		if hpStmts[n], err = hpDB.DB.PrepareContext(ctx, q.String()); err != nil {
+			return nil, err
+		}
+	}
+	arms = append(arms, taxArm{"hand-written INSERT, prepared", "the same INSERT prepared once (db.PrepareContext) and run with tx.StmtContext(stmt).ExecContext", run(hpDB, func(ctx context.Context, tx bun.Tx, lines bool) error {
+		return insertOrder(ctx, tx, lines, func(names []string, payloads []any) error {
+			args := make([]any, 0, 4*len(names))
+			for i := range names {
+				data, err := json.Marshal(payloads[i])
+				if err != nil {
+					return err
+				}
+				args = append(args, uuid.Must(uuid.NewV7()).String(), names[i], "default", string(data))
+			}
+			st := tx.Tx.StmtContext(ctx, hpStmts[len(names)])
+			defer st.Close()
+			_, err := st.ExecContext(ctx, args...)
 			return err
 		})
 	})})
