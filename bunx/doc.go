@@ -23,8 +23,11 @@
 //	r, err := relay.New(db, asynq.RedisClientOpt{Addr: addr}, relay.Config{})
 //	go r.Run(ctx)
 //
-// The hook writes its events with the query's own connection (q.NewRaw), so inside a transaction or
-// savepoint they commit and roll back with the business row. Outside a transaction the business insert
+// The hook writes its events with the query's own connection, so inside a transaction or savepoint they
+// commit and roll back with the business row. The INSERT is a prepared statement, run on the *sql.Tx (or
+// *sql.DB) under the query: PostgreSQL parses and plans it once per connection, not in every transaction.
+// Behind a pooler that cannot carry prepared statements (PgBouncer before 1.21 in transaction mode), or to
+// let bun's query hooks log it, use [WithoutPreparedStatements]. Outside a transaction the business insert
 // and the events are two statements: if the process dies between them the event is lost, so write
 // business rows that emit events in RunInTx.
 //
