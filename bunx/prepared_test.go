@@ -134,7 +134,7 @@ func TestPreparedWritesWhatLiteralWrites(t *testing.T) {
 				ids[i] = ev.ID
 			}
 			var rows []model.Event
-			require.NoError(t, db.NewSelect().Model(&rows).Where("id IN (?)", bun.In(ids)).Order("id").Scan(ctx))
+			require.NoError(t, db.NewSelect().Model(&rows).Where("id IN (?)", bun.List(ids)).Order("id").Scan(ctx))
 			require.Len(t, rows, len(evs))
 			for i := range rows {
 				require.Equal(t, evs[i].EventID, rows[i].EventID)
