@@ -159,7 +159,15 @@ func (r *registry) write(ctx context.Context, d schema.Dialect, events []*model.
 	if stmts != nil && !r.literal && conn.db == stmts.db {
 		if key, ok := preparedKey(events, returning); ok {
 			if stmt := stmts.get(key); stmt != nil {
-				return writePrepared(ctx, conn.stmt(ctx, stmt), key, events, conn.tx != nil)
+				err := writePrepared(ctx, conn.stmt(ctx, stmt), key, events, conn.tx != nil)
+				if pgerr.Is(err, pgerr.InvalidSQLStatementName) {
+					// A pooler in transaction mode, or DEALLOCATE/DISCARD on the connection: this write
+					// failed (its transaction is aborted), and the next ones write the literal INSERT.
+					stmts.off.Store(true)
+					return fmt.Errorf("bunbox: the server lost bunx's prepared outbox INSERT (a pooler in transaction mode? "+
+						"see bunx.WithoutPreparedStatements); later writes use a literal INSERT: %w", err)
+				}
+				return err
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -54,7 +55,8 @@ type stmtEntry struct {
 // the query hook that bunx adds to each *bun.DB holds them strongly: a *sql.Stmt holds its *sql.DB, and the
 // table must never keep a database alive.
 type statements struct {
-	db *sql.DB
+	db  *sql.DB
+	off atomic.Bool // the server lost a prepared statement: write the literal one from then on
 
 	mu sync.RWMutex
 	m  map[stmtKey]*stmtEntry
@@ -68,6 +70,9 @@ func newStatements(db *sql.DB) *statements {
 // its preparation in the background (never on the caller's connection or while the caller waits for the
 // pool, which the caller's own transaction may have exhausted) and the caller writes the literal statement.
 func (s *statements) get(key stmtKey) *sql.Stmt {
+	if s.off.Load() {
+		return nil
+	}
 	s.mu.RLock()
 	var stmt *sql.Stmt
 	if e := s.m[key]; e != nil {

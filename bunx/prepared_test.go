@@ -191,3 +191,58 @@ func TestPreparedKeepsTheGuarantees(t *testing.T) {
 	}
 	require.Equal(t, before+1, outboxtest.Count(t, b.db, "outbox_events", ""), "only the one committed event")
 }
+
+// TestPreparedLostTurnsLiteral loses bunx's prepared statements on a connection (DEALLOCATE, as a pooler
+// in transaction mode would by handing the transaction another server connection): that write fails with
+// an error that says so and rolls back, and the writes after it use the literal INSERT.
+func TestPreparedLostTurnsLiteral(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	writesPrepared(t, b.db, func(ctx context.Context, tx bun.Tx) error {
+		_, err := tx.NewInsert().Model(&Order{Ref: "warm-" + uuid.NewString()}).Exec(ctx)
+		return err
+	})
+	// deallocate drops bunx's statements on tx's connection (not pgx's own cache, which DEALLOCATE ALL
+	// would leave stale) and reports whether there were any.
+	deallocate := func(ctx context.Context, tx bun.Tx) bool {
+		var names []string
+		require.NoError(t, tx.NewRaw(`SELECT name FROM pg_prepared_statements
+			WHERE statement LIKE 'INSERT INTO outbox_events %' AND statement LIKE '%VALUES ($1,%'`).Scan(ctx, &names))
+		for _, name := range names {
+			_, err := tx.ExecContext(ctx, "DEALLOCATE ?", bun.Ident(name))
+			require.NoError(t, err)
+		}
+		return len(names) > 0
+	}
+
+	// Until the write lands on a connection that has the statement, there is nothing to lose.
+	var lost string
+	outboxtest.WaitFor(t, 30*time.Second, "a write that lost its prepared statement", func() bool {
+		ref := "lost-" + uuid.NewString()
+		err := b.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+			if !deallocate(ctx, tx) {
+				return errors.New("none prepared here")
+			}
+			_, err := tx.NewInsert().Model(&Order{Ref: ref}).Exec(ctx)
+			return err
+		})
+		if err == nil || err.Error() == "none prepared here" {
+			return false
+		}
+		require.ErrorContains(t, err, "lost bunx's prepared outbox INSERT")
+		lost = ref
+		return true
+	})
+	require.Zero(t, outboxtest.Count(t, b.db, "orders", "ref = ?", lost), "the failed write rolled back")
+	before := outboxtest.Count(t, b.db, "outbox_events", "")
+
+	for range 5 {
+		require.NoError(t, b.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+			deallocate(ctx, tx)
+			_, err := tx.NewInsert().Model(&Order{Ref: "after-" + uuid.NewString()}).Exec(ctx)
+			return err
+		}), "the writes after the loss use the literal INSERT")
+	}
+	require.Equal(t, before+5, outboxtest.Count(t, b.db, "outbox_events", ""))
+}

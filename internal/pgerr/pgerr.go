@@ -13,8 +13,9 @@ import (
 
 // SQLSTATE codes bunbox branches on.
 const (
-	UniqueViolation = "23505"
-	UndefinedTable  = "42P01"
+	UniqueViolation         = "23505"
+	UndefinedTable          = "42P01"
+	InvalidSQLStatementName = "26000" // a prepared statement the server does not have
 )
 
 // Fields are the parts of a server error that bunbox reads.
