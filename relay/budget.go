@@ -6,24 +6,23 @@ import (
 	"github.com/bunbox/bunbox/model"
 )
 
-// budgeted wraps a claim query (claimSQL or keyedClaimSQL) so that it also stops at a byte budget: of the
-// rows the query locks, in id order, it returns the longest run whose payload and metadata fit in the
-// budget, and always the first row, however large. Since the run is a prefix in id order, it is the rows
-// up to a cutoff id, so the result has the query's own columns, whatever they are. The rows locked beyond
-// the budget are released when the round's transaction ends. Arguments: the query's own (the batch
-// size), then the budget in bytes.
+// budgeted wraps a sized claim query (claimSizedSQL or keyedClaimSizedSQL) so that PostgreSQL stops it
+// at a byte budget: of the rows the query locks, in id order, it returns the longest run whose payload
+// and metadata fit in the budget, and always the first row, however large. Since the run is a prefix in
+// id order, it is the rows up to a cutoff id, so the result has the query's own columns, whatever they
+// are. The rows locked beyond the budget are released when the round's transaction ends. Arguments: the
+// query's own (the batch size), then the budget in bytes.
 //
-// A row's size is the JSON text the relay receives (octet_length of the text form) for a value PostgreSQL
-// stored compressed, whose stored size could be a tiny part of it; for any other value it is the stored
-// size (pg_column_size), which is close to the text's and costs no conversion: most rows are small and
-// stored as they are. pg_column_compression needs PostgreSQL 14 or later.
+// The window over the locked rows costs PostgreSQL about as much again as the claim of small rows itself
+// (BenchmarkClaim), so the relay runs it only when the rows may be large (see claimSizer.windowed); the
+// sized claim's rows are then cut at the same place by claimBy as it reads them.
 func budgeted(query string) string {
 	return `WITH claimed AS MATERIALIZED (
 ` + query + `
 )
 SELECT * FROM claimed WHERE id <= (
   SELECT max(id) FROM (
-    SELECT id, row_number() OVER w AS n, sum(` + rowSizeSQL + `) OVER w AS running
+    SELECT id, row_number() OVER w AS n, sum(row_size) OVER w AS running
     FROM claimed WINDOW w AS (ORDER BY id)
   ) sized
   WHERE n = 1 OR running <= ?
@@ -31,13 +30,34 @@ SELECT * FROM claimed WHERE id <= (
 ORDER BY id`
 }
 
-// claimBudgetSQL and keyedClaimBudgetSQL are the relay's two claims under the byte budget.
+// The relay's claims: claimSQL and keyedClaimSQL with one more column, row_size (rowSizeSQL), and the
+// same two under the byte budget's window.
 var (
-	claimBudgetSQL      = budgeted(claimSQL)
-	keyedClaimBudgetSQL = budgeted(keyedClaimSQL)
+	claimSizedSQL       = `SELECT ` + claimColumns + `, ` + rowSizeSQL + ` AS row_size` + claimFrom
+	keyedClaimSizedSQL  = keyedHeadsSQL + `SELECT ` + claimColumns + `, ` + rowSizeSQL + ` AS row_size` + keyedClaimFrom
+	claimBudgetSQL      = budgeted(claimSizedSQL)
+	keyedClaimBudgetSQL = budgeted(keyedClaimSizedSQL)
 )
 
-// rowSizeSQL is the size in bytes of a claimed row's payload and metadata; see budgeted.
+// claimQuery is the keyed or the unkeyed claim, with the byte budget's window or without.
+func claimQuery(keyed, windowed bool) string {
+	switch {
+	case keyed && windowed:
+		return keyedClaimBudgetSQL
+	case keyed:
+		return keyedClaimSizedSQL
+	case windowed:
+		return claimBudgetSQL
+	}
+	return claimSizedSQL
+}
+
+// rowSizeSQL is the size in bytes of a claimed row's payload and metadata.
+//
+// A row's size is the JSON text the relay receives (octet_length of the text form) for a value PostgreSQL
+// stored compressed, whose stored size could be a tiny part of it; for any other value it is the stored
+// size (pg_column_size), which is close to the text's and costs no conversion: most rows are small and
+// stored as they are. pg_column_compression needs PostgreSQL 14 or later.
 const rowSizeSQL = `CASE WHEN pg_column_compression(payload) IS NULL THEN pg_column_size(payload)
     ELSE octet_length(payload::text) END
   + CASE WHEN pg_column_compression(metadata) IS NULL THEN pg_column_size(metadata)
@@ -60,6 +80,16 @@ func (s *claimSizer) limit(batchSize int, budget int64) int {
 	}
 	n := budget/mean + budget/mean/4 + 1
 	return int(min(int64(batchSize), n))
+}
+
+// windowed reports whether a claim of limit rows should cut at the budget in PostgreSQL (budgeted) rather
+// than as the relay reads the rows (claimBy): a row past the budget is still sent to the relay and dropped
+// there, so the cheap claim runs only when the last claim's rows were so small that limit of them make a
+// quarter of the budget at most. The first claim, and any after a claim of large rows, is windowed, so a
+// batch of large rows is never sent whole to be dropped.
+func (s *claimSizer) windowed(limit int, budget int64) bool {
+	mean := s.meanRow.Load()
+	return mean <= 0 || int64(limit)*mean > budget/4
 }
 
 // observe records the rows of a claim that asked for limit rows with budget, and reports whether it came

@@ -108,9 +108,10 @@ SELECT gen_random_uuid(), 'bench.big', ?, to_jsonb(repeat('x', ?)) FROM generate
 }
 
 // BenchmarkClaim runs the claim of 500 small rows out of 10,000 pending, rolled back each time, with the
-// byte budget's SQL (claimBudgetSQL, what the relay runs) and without (claimSQL). The two alternate, one
-// claim each in turn, so that both see the same load on a shared machine; it reports the mean time of
-// each and their ratio.
+// byte budget's window (claimBudgetSQL, what the relay runs when rows may be large), with the row sizes
+// only (claimSizedSQL, what it runs while rows are small) and without either (claimSQL). The three
+// alternate, one claim each in turn, so that all see the same load on a shared machine; it reports the
+// mean time of each and their ratios to the plain claim.
 //
 //	go test -run '^$' -bench BenchmarkClaim -benchtime 1000x ./relay/
 func BenchmarkClaim(b *testing.B) {
@@ -132,6 +133,7 @@ FROM generate_series(1, 10000)`, queue); err != nil {
 	}{
 		{name: "plain", sql: claimSQL, args: []any{BatchSizeDefault}},
 		{name: "budget", sql: claimBudgetSQL, args: []any{BatchSizeDefault, BatchBytesDefault}},
+		{name: "sized", sql: claimSizedSQL, args: []any{BatchSizeDefault}},
 	}
 	for b.Loop() {
 		for i := range arms {
@@ -161,6 +163,7 @@ FROM generate_series(1, 10000)`, queue); err != nil {
 		b.ReportMetric(float64(a.total.Microseconds())/1000/float64(b.N), a.name+"-ms/claim")
 	}
 	b.ReportMetric(float64(arms[1].total)/float64(arms[0].total), "budget/plain")
+	b.ReportMetric(float64(arms[2].total)/float64(arms[0].total), "sized/plain")
 }
 
 func envInt(b *testing.B, name string, def int) int {

@@ -174,3 +174,59 @@ func TestClaimSizer(t *testing.T) {
 
 	require.False(t, s.observe(rows(3, 1<<20), 21, 16<<20), "fewer rows and bytes than allowed: the backlog is drained")
 }
+
+// The claim cut at the byte budget as the relay reads the rows (what it runs while rows are small) takes
+// the same rows as the claim cut by PostgreSQL's window (what it runs when they may be large).
+func TestClaimCutsAlikeWithAndWithoutTheWindow(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name   string
+		sizes  []int
+		budget func(s []int64) int64
+		batch  int
+		want   int // rows of the first claim
+	}{
+		{"AllFit", []int{100, 100, 100}, func(s []int64) int64 { return s[0] + s[1] + s[2] }, 10, 3},
+		{"StopsBeforeTheRowThatWouldGoOver", []int{100, 100, 100, 100}, func(s []int64) int64 { return s[0] + s[1] + s[2] - 1 }, 10, 2},
+		{"FirstRowOverTheBudgetGoesAlone", []int{1000, 100, 100}, func(s []int64) int64 { return s[1] }, 10, 1},
+		{"BigRowAfterSmallOnesWaits", []int{100, 5000, 100}, func(s []int64) int64 { return s[0] + s[2] + 10 }, 10, 1},
+		{"BatchSizeStillBounds", []int{8, 8, 8, 8, 8}, func([]int64) int64 { return 1 << 20 }, 2, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			events := insertSized(t, b.db, b.queue, tt.sizes...)
+			budget := tt.budget(rowSizes(t, b.db))
+			for _, windowed := range []bool{false, true} {
+				tx, err := b.db.BeginTx(context.Background(), nil)
+				require.NoError(t, err)
+				claimed, bad, err := claim(context.Background(), tx, tt.batch, budget, windowed)
+				require.NoError(t, tx.Rollback())
+				require.NoError(t, err)
+				require.Empty(t, bad)
+				var got []string
+				for _, ev := range claimed {
+					got = append(got, ev.EventID.String())
+				}
+				var want []string
+				for _, ev := range events[:tt.want] {
+					want = append(want, ev.EventID.String())
+				}
+				require.Equal(t, want, got, "windowed=%v", windowed)
+			}
+		})
+	}
+}
+
+// The relay cuts at the budget in PostgreSQL for its first claim and after large rows, and leaves the cut
+// to its own read of the rows only while they are small next to the budget.
+func TestClaimSizerWindowed(t *testing.T) {
+	t.Parallel()
+	var s claimSizer
+	require.True(t, s.windowed(500, 16<<20), "the first claim knows no row size")
+	s.meanRow.Store(100)
+	require.False(t, s.windowed(500, 16<<20), "500 rows of 100 bytes in 16 MiB")
+	require.True(t, s.windowed(500, 100_000), "500 rows of 100 bytes are over a quarter of 100 kB")
+	s.meanRow.Store(1 << 20)
+	require.True(t, s.windowed(20, 16<<20), "rows of 1 MiB")
+}

@@ -19,7 +19,10 @@ const claimColumns = `id, event_id, event_name, queue, payload, metadata, create
 // claimSQL locks the next batch of due unkeyed rows (keyed ones are claimed by keyedClaimSQL). It walks
 // the partial index outbox_events_unkeyed_pending_idx in id order (so the cost does not grow with the
 // published history, nor with keyed rows held back behind their key) and skips rows other relays hold.
-const claimSQL = `SELECT ` + claimColumns + `
+const claimSQL = `SELECT ` + claimColumns + claimFrom
+
+// claimFrom is claimSQL after its columns.
+const claimFrom = `
 FROM outbox_events
 WHERE published_at IS NULL AND dead_at IS NULL AND ordering_key IS NULL
   AND (next_attempt_at IS NULL OR next_attempt_at <= now())
@@ -42,33 +45,44 @@ var errMalformedRow = errors.New("bunbox: malformed outbox row")
 // claim locks and reads the next batch of unkeyed rows: up to n rows, and no more than budget bytes of
 // payload and metadata unless the first row alone is larger (see budgeted). A row that cannot become a
 // task (see readRow) comes back in bad (index into events → error), to be marked dead rather than block
-// the rows behind it.
-func claim(ctx context.Context, tx bun.Tx, n int, budget int64) (events []model.Event, bad map[int]error, err error) {
-	return claimBy(ctx, tx, make([]model.Event, 0, n), nil, claimBudgetSQL, n, budget)
+// the rows behind it. windowed picks the claim that cuts at the budget in PostgreSQL (see claimQuery).
+func claim(ctx context.Context, tx bun.Tx, n int, budget int64, windowed bool) (events []model.Event, bad map[int]error, err error) {
+	return claimBy(ctx, tx, make([]model.Event, 0, n), nil, claimQuery(false, windowed), n, budget)
 }
 
-// claimBy runs query, which selects claimColumns, and appends the rows it locked to events (and the
-// errors of the rows that cannot become tasks to bad, by index into events). The scan is by hand rather
-// than through bun's model scan: it is the relay's hottest read.
-func claimBy(ctx context.Context, tx bun.Tx, events []model.Event, bad map[int]error, query string, args ...any) (
+// claimBy runs query (one of claimQuery's), which selects claimColumns and row_size and locks up to n
+// rows, and appends the rows it locked to events (and the errors of the rows that cannot become tasks to
+// bad, by index into events), stopping before the first row that would take the rows it appended over
+// budget bytes, unless it is the first (see budgeted). The scan is by hand rather than through bun's
+// model scan: it is the relay's hottest read.
+func claimBy(ctx context.Context, tx bun.Tx, events []model.Event, bad map[int]error, query string, n int, budget int64) (
 	_ []model.Event, _ map[int]error, err error,
 ) {
+	args := []any{n}
+	if query == claimBudgetSQL || query == keyedClaimBudgetSQL {
+		args = append(args, budget)
+	}
 	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, nil, err
 	}
-	defer rows.Close()
+	defer rows.Close() // reads and drops the rows past the budget: they stay locked until the round ends
 	var metadata sql.RawBytes // valid until the next row: decoded at once
-	var timeoutNs, retentionNs int64
+	var timeoutNs, retentionNs, size, taken int64
+	first := len(events)
 	for rows.Next() {
 		var ev model.Event
 		payload := (*[]byte)(&ev.Payload) // database/sql copies into it
 		err := rows.Scan(&ev.ID, &ev.EventID, &ev.Name, &ev.Queue, payload, &metadata, &ev.CreatedAt, &ev.Attempts,
 			&ev.ProcessAt, &ev.MaxRetry, &timeoutNs, &ev.Deadline, &ev.Group, &retentionNs, // delivery options
-			&ev.OrderingKey)
+			&ev.OrderingKey, &size)
 		if err != nil {
 			return nil, nil, err
 		}
+		if len(events) > first && taken+size > budget {
+			break
+		}
+		taken += size
 		ev.Timeout, ev.Retention = time.Duration(timeoutNs), time.Duration(retentionNs)
 		if err := readRow(&ev, metadata); err != nil {
 			if bad == nil {

@@ -32,7 +32,10 @@ const keyedHeadsSQL = `WITH RECURSIVE heads AS (
 // The heads are found without locks, and the rows are then locked: a head that another relay published
 // in between fails the re-check of published_at that PostgreSQL makes on the locked row. A row stops
 // being its key's head only by being completed, which needs it published first.
-const keyedClaimSQL = keyedHeadsSQL + `SELECT ` + claimColumns + `
+const keyedClaimSQL = keyedHeadsSQL + `SELECT ` + claimColumns + keyedClaimFrom
+
+// keyedClaimFrom is keyedClaimSQL after its columns.
+const keyedClaimFrom = `
 FROM outbox_events
 WHERE id IN (SELECT id FROM heads)
   AND published_at IS NULL AND dead_at IS NULL
@@ -46,10 +49,11 @@ FOR UPDATE SKIP LOCKED`
 // left of the rows and the bytes. Without an inspector (see Config.Inspector) keyed rows are left alone.
 func (r *Relay) claimRound(ctx context.Context, tx bun.Tx, n int) ([]model.Event, map[int]error, error) {
 	budget := r.cfg.BatchBytes
+	windowed := r.sizer.windowed(n, budget)
 	if r.keys == nil {
-		return claim(ctx, tx, n, budget)
+		return claim(ctx, tx, n, budget, windowed)
 	}
-	events, bad, err := claimBy(ctx, tx, make([]model.Event, 0, n), nil, keyedClaimBudgetSQL, max(1, n/2), budget)
+	events, bad, err := claimBy(ctx, tx, make([]model.Event, 0, n), nil, claimQuery(true, windowed), max(1, n/2), budget)
 	if err != nil || len(events) == n {
 		return events, bad, err
 	}
@@ -57,7 +61,7 @@ func (r *Relay) claimRound(ctx context.Context, tx bun.Tx, n int) ([]model.Event
 	if len(events) > 0 && left <= 0 {
 		return events, bad, nil
 	}
-	return claimBy(ctx, tx, events, bad, claimBudgetSQL, n-len(events), max(left, 1))
+	return claimBy(ctx, tx, events, bad, claimQuery(false, windowed), n-len(events), max(left, 1))
 }
 
 // dueKeyed reports whether a keyed row may be waiting to be claimed; an error says yes.
