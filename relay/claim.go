@@ -66,7 +66,7 @@ func claimBy(ctx context.Context, tx bun.Tx, events []model.Event, bad map[int]e
 	if err != nil {
 		return nil, nil, err
 	}
-	defer rows.Close() // reads and drops the rows past the budget: they stay locked until the round ends
+	defer rows.Close()        // reads and drops the rows past the budget: they stay locked until the round ends
 	var metadata sql.RawBytes // valid until the next row: decoded at once
 	var timeoutNs, retentionNs, size, taken int64
 	first := len(events)
