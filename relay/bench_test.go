@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
@@ -142,6 +143,8 @@ SELECT gen_random_uuid(), 'bench.event', ?, ? FROM generate_series(1, ?)`, queue
 		var rawTime, pipedTime, relayTime time.Duration
 		var rawCPU, pipedCPU, relayCPU cpuTimes
 		var relayed int64
+		srv := serverPIDs(ctx, db, redis.Addr)
+		readCPU := func() cpuTimes { return readCPUOf(srv) }
 		for seg := range segments {
 			c0 := readCPU()
 			rawTime += enqueueRaw(client, n/segments)
@@ -399,8 +402,9 @@ func (h flagHandler) Handle(_ context.Context, r slog.Record) error {
 func (h flagHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h flagHandler) WithGroup(string) slog.Handler      { return h }
 
-// cpuTimes is CPU time used by this process and by all redis-server and postgres processes on the
-// machine (an approximation when other servers run too).
+// cpuTimes is CPU time used by this process and by the redis-server and postgres processes: those of the
+// dev servers the benchmark uses when serverPIDs found them, otherwise all of them on the machine (an
+// approximation when other servers run too).
 type cpuTimes struct{ self, redis, pg time.Duration }
 
 func (a cpuTimes) add(b cpuTimes) cpuTimes {
@@ -410,34 +414,77 @@ func (a cpuTimes) sub(b cpuTimes) cpuTimes {
 	return cpuTimes{a.self - b.self, a.redis - b.redis, a.pg - b.pg}
 }
 
-func readCPU() cpuTimes {
+// servers names the processes readCPUOf counts: the postmaster (and its children) and the redis-server
+// of the benchmark's own servers; zero counts every such process on the machine.
+type servers struct{ postmaster, redis int }
+
+// serverPIDs finds the postmaster behind db (the parent of a backend) and the redis-server behind redis
+// (INFO's process_id); zero for what it cannot find.
+func serverPIDs(ctx context.Context, db *bun.DB, redisAddr string) servers {
+	var s servers
+	var backend int
+	if err := db.NewRaw("SELECT pg_backend_pid()").Scan(ctx, &backend); err == nil {
+		s.postmaster = procStat(backend).ppid
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	if info, err := rdb.Info(ctx, "server").Result(); err == nil {
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+				s.redis, _ = strconv.Atoi(v)
+			}
+		}
+	}
+	return s
+}
+
+// stat is what readCPUOf reads of /proc/<pid>/stat.
+type stat struct {
+	comm      string
+	ppid      int
+	cpu       time.Duration
+	malformed bool
+}
+
+func procStat(pid int) stat {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return stat{malformed: true}
+	}
+	open, close := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 0 || close < open {
+		return stat{malformed: true}
+	}
+	fields := strings.Fields(string(b[close+2:]))
+	if len(fields) < 13 {
+		return stat{malformed: true}
+	}
+	ppid, _ := strconv.Atoi(fields[1])
+	ut, _ := strconv.ParseInt(fields[11], 10, 64)
+	st, _ := strconv.ParseInt(fields[12], 10, 64)
+	return stat{comm: string(b[open+1 : close]), ppid: ppid, cpu: time.Duration(ut+st) * 10 * time.Millisecond} // USER_HZ = 100
+}
+
+func readCPU() cpuTimes { return readCPUOf(servers{}) }
+
+func readCPUOf(srv servers) cpuTimes {
 	var c cpuTimes
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	c.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, f := range stats {
-		b, err := os.ReadFile(f)
-		if err != nil {
+		pid, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(f, "/proc/"), "/stat"))
+		st := procStat(pid)
+		if st.malformed {
 			continue
 		}
-		open, close := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
-		if open < 0 || close < open {
-			continue
-		}
-		comm := string(b[open+1 : close])
-		fields := strings.Fields(string(b[close+2:]))
-		if len(fields) < 13 {
-			continue
-		}
-		ut, _ := strconv.ParseInt(fields[11], 10, 64)
-		st, _ := strconv.ParseInt(fields[12], 10, 64)
-		d := time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ = 100
 		switch {
-		case strings.HasPrefix(comm, "redis-server"):
-			c.redis += d
-		case strings.HasPrefix(comm, "postgres"):
-			c.pg += d
+		case strings.HasPrefix(st.comm, "redis-server") && (srv.redis == 0 || pid == srv.redis):
+			c.redis += st.cpu
+		case strings.HasPrefix(st.comm, "postgres") &&
+			(srv.postmaster == 0 || pid == srv.postmaster || st.ppid == srv.postmaster):
+			c.pg += st.cpu
 		}
 	}
 	return c
