@@ -66,6 +66,13 @@ func claimBy(ctx context.Context, tx bun.Tx, events []model.Event, bad map[int]e
 	if err != nil {
 		return nil, nil, err
 	}
+	return scanClaim(rows, events, bad, budget)
+}
+
+// scanClaim reads the rows of a claim for claimBy, and closes them.
+func scanClaim(rows *sql.Rows, events []model.Event, bad map[int]error, budget int64) (
+	_ []model.Event, _ map[int]error, err error,
+) {
 	defer rows.Close()        // reads and drops the rows past the budget: they stay locked until the round ends
 	var metadata sql.RawBytes // valid until the next row: decoded at once
 	var timeoutNs, retentionNs, size, taken int64

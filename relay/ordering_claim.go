@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"database/sql"
 
 	"github.com/uptrace/bun"
 
@@ -53,7 +54,17 @@ func (r *Relay) claimRound(ctx context.Context, tx bun.Tx, n int) ([]model.Event
 	if r.keys == nil {
 		return claim(ctx, tx, n, budget, windowed)
 	}
-	events, bad, err := claimBy(ctx, tx, make([]model.Event, 0, n), nil, claimQuery(true, windowed), max(1, n/2), budget)
+	var events []model.Event
+	var bad map[int]error
+	var err error
+	if windowed {
+		events, bad, err = claimBy(ctx, tx, make([]model.Event, 0, n), nil, keyedClaimBudgetSQL, max(1, n/2), budget)
+	} else {
+		var rows *sql.Rows
+		if rows, err = r.keyedClaim.query(ctx, r.db, tx, max(1, n/2)); err == nil {
+			events, bad, err = scanClaim(rows, make([]model.Event, 0, n), nil, budget)
+		}
+	}
 	if err != nil || len(events) == n {
 		return events, bad, err
 	}

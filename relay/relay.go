@@ -36,6 +36,8 @@ type Relay struct {
 	keys    *keyTracker   // hands out keyed events in order (ordering.go); nil without an inspector
 	sizer   claimSizer    // how many rows the next claim asks for, under Config.BatchBytes
 
+	keyedClaim keyedClaimStmt // the keyed claim, prepared (prepared.go)
+
 	counters counters
 }
 
@@ -105,7 +107,7 @@ func checkSchema(ctx context.Context, db bun.IDB) error {
 // Close releases the Redis connections of the client that New made (none when Config.Enqueuer was
 // given). Call it after Run has returned.
 func (r *Relay) Close() error {
-	err := r.keys.close()
+	err := errors.Join(r.keys.close(), r.keyedClaim.close())
 	if r.rdb == nil {
 		return err
 	}

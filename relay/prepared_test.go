@@ -1,0 +1,35 @@
+package relay
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The keyed claim that runs prepared (while rows are small) claims each key's head only, in commit
+// order: a key's next row only once the row before it completed.
+func TestKeyedClaimPreparedKeepsTheOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	events := insertKeyed(t, b.db, b.queue, "account.changed", []keyedPayload{
+		{Key: "a", Seq: 0}, {Key: "b", Seq: 0}, {Key: "a", Seq: 1}, {Key: "a", Seq: 2}, {Key: "b", Seq: 1},
+	})
+	r := b.newRelay(t, Config{BatchSize: 10})
+	var got [][]string
+	for range 4 {
+		res := r.runOnce(ctx)
+		require.NoError(t, res.Err)
+		var published []string
+		require.NoError(t, b.db.NewRaw(`SELECT event_id::text FROM outbox_events
+WHERE published_at IS NOT NULL AND completed_at IS NULL ORDER BY id`).Scan(ctx, &published))
+		got = append(got, published)
+		_, err := b.db.ExecContext(ctx, "UPDATE outbox_events SET completed_at = now() WHERE published_at IS NOT NULL")
+		require.NoError(t, err)
+	}
+	id := func(i int) string { return events[i].EventID.String() }
+	require.Equal(t, [][]string{{id(0), id(1)}, {id(2), id(4)}, {id(3)}, nil}, got, "the heads of each round")
+	require.NotNil(t, r.keyedClaim.stmt, "the rounds after the first ran the prepared claim")
+	require.False(t, r.keyedClaim.off.Load())
+}
