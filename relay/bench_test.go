@@ -442,7 +442,8 @@ func serverPIDs(ctx context.Context, db *bun.DB, redisAddr string) servers {
 type stat struct {
 	comm      string
 	ppid      int
-	cpu       time.Duration
+	cpu       time.Duration // utime and stime
+	children  time.Duration // cutime and cstime: of the children that exited and were waited for
 	malformed bool
 }
 
@@ -456,13 +457,15 @@ func procStat(pid int) stat {
 		return stat{malformed: true}
 	}
 	fields := strings.Fields(string(b[close+2:]))
-	if len(fields) < 13 {
+	if len(fields) < 15 {
 		return stat{malformed: true}
 	}
 	ppid, _ := strconv.Atoi(fields[1])
-	ut, _ := strconv.ParseInt(fields[11], 10, 64)
-	st, _ := strconv.ParseInt(fields[12], 10, 64)
-	return stat{comm: string(b[open+1 : close]), ppid: ppid, cpu: time.Duration(ut+st) * 10 * time.Millisecond} // USER_HZ = 100
+	tick := func(i int) time.Duration {
+		n, _ := strconv.ParseInt(fields[i], 10, 64)
+		return time.Duration(n) * 10 * time.Millisecond // USER_HZ = 100
+	}
+	return stat{comm: string(b[open+1 : close]), ppid: ppid, cpu: tick(11) + tick(12), children: tick(13) + tick(14)}
 }
 
 func readCPU() cpuTimes { return readCPUOf(servers{}) }
@@ -482,8 +485,11 @@ func readCPUOf(srv servers) cpuTimes {
 		switch {
 		case strings.HasPrefix(st.comm, "redis-server") && (srv.redis == 0 || pid == srv.redis):
 			c.redis += st.cpu
-		case strings.HasPrefix(st.comm, "postgres") &&
-			(srv.postmaster == 0 || pid == srv.postmaster || st.ppid == srv.postmaster):
+		case strings.HasPrefix(st.comm, "postgres") && srv.postmaster == 0:
+			c.pg += st.cpu
+		case pid == srv.postmaster: // with its backends that exited since it started
+			c.pg += st.cpu + st.children
+		case st.ppid == srv.postmaster && srv.postmaster != 0:
 			c.pg += st.cpu
 		}
 	}
