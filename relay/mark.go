@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"time"
 
@@ -20,7 +21,7 @@ func (r *Relay) deliverMarking(ctx context.Context, tx bun.Tx, events []model.Ev
 	bg := context.WithoutCancel(ctx) // the marks of what was enqueued have to be written
 	delivered := make(chan int64, len(events))
 	var marking sync.WaitGroup
-	marking.Go(func() { marked, err = markStream(bg, tx, delivered) })
+	marking.Go(func() { marked, err = r.markStream(bg, tx, delivered) })
 	errs = r.deliver(ctx, events, bad, delivered)
 	close(delivered)
 	marking.Wait()
@@ -33,7 +34,7 @@ const markChunk = 100
 // markStream marks the rows whose ids arrive on ids as published, a chunk at a time while the rest of the
 // batch is still being enqueued; it marks the last chunk when ids is closed, and returns how many rows it
 // marked. After an error it drains ids and marks nothing more: the round rolls back.
-func markStream(ctx context.Context, tx bun.Tx, ids <-chan int64) (int, error) {
+func (r *Relay) markStream(ctx context.Context, tx bun.Tx, ids <-chan int64) (int, error) {
 	// The marks need not wait for the WAL flush: a mark lost in a database crash only means the row is
 	// enqueued again, which its TaskID absorbs. This takes the fsync off the relay's critical path.
 	_, err := tx.ExecContext(ctx, "SET LOCAL synchronous_commit = off")
@@ -41,7 +42,7 @@ func markStream(ctx context.Context, tx bun.Tx, ids <-chan int64) (int, error) {
 	chunk := make([]int64, 0, markChunk)
 	flush := func() {
 		if err == nil && len(chunk) > 0 {
-			err = markPublished(ctx, tx, chunk)
+			err = r.markPublished(ctx, tx, chunk)
 			n += len(chunk)
 		}
 		chunk = chunk[:0]
@@ -55,10 +56,33 @@ func markStream(ctx context.Context, tx bun.Tx, ids <-chan int64) (int, error) {
 	return n, err
 }
 
-func markPublished(ctx context.Context, tx bun.Tx, ids []int64) error {
-	_, err := tx.NewRaw(`UPDATE outbox_events SET published_at = now(), next_attempt_at = NULL
-WHERE id = ANY(?)`, pgdialect.Array(ids)).Exec(ctx)
+// markPublishedSQL marks the rows whose ids are in its one argument, an array, published.
+const markPublishedSQL = `UPDATE outbox_events SET published_at = now(), next_attempt_at = NULL
+WHERE id = ANY(?)`
+
+// markPublished runs markPublishedSQL, prepared where it can (see prepared).
+func (r *Relay) markPublished(ctx context.Context, tx bun.Tx, ids []int64) error {
+	stmt := r.stmts.mark.in(ctx, r.db, tx)
+	if stmt == nil {
+		_, err := tx.NewRaw(markPublishedSQL, pgdialect.Array(ids)).Exec(ctx)
+		return err
+	}
+	_, err := stmt.ExecContext(ctx, int64Array(ids))
+	r.stmts.mark.failed(err)
 	return err
+}
+
+// int64Array is ids as PostgreSQL's text form of an array, {1,2,3}.
+func int64Array(ids []int64) string {
+	b := make([]byte, 0, 2+len(ids)*8)
+	b = append(b, '{')
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, id, 10)
+	}
+	return string(append(b, '}'))
 }
 
 // failure is one row whose enqueue failed.

@@ -61,7 +61,7 @@ func (r *Relay) claimRound(ctx context.Context, tx bun.Tx, n int) ([]model.Event
 		events, bad, err = claimBy(ctx, tx, make([]model.Event, 0, n), nil, keyedClaimBudgetSQL, max(1, n/2), budget)
 	} else {
 		var rows *sql.Rows
-		if rows, err = r.keyedClaim.query(ctx, r.db, tx, max(1, n/2)); err == nil {
+		if rows, err = r.queryKeyedClaim(ctx, tx, max(1, n/2)); err == nil {
 			events, bad, err = scanClaim(rows, make([]model.Event, 0, n), nil, budget)
 		}
 	}

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -10,59 +11,79 @@ import (
 	"github.com/uptrace/bun"
 )
 
-// keyedClaimStmt runs the keyed claim while rows are small (keyedClaimSizedSQL) as a statement prepared
-// once per connection. The claim runs every round, and PostgreSQL spent ten times longer planning its
-// recursive query than running it when no key is open, as in a backlog of unkeyed rows (pgbench, simple
-// against prepared: 0.58 against 0.05 ms a claim). A prepared statement is planned once per connection
-// and then runs on PostgreSQL's generic plan.
+// prepared is one of the relay's hottest statements, prepared once per connection. PostgreSQL plans a
+// plain statement every time it runs, and for these it spent about as long planning as running them, or
+// ten times longer: the keyed claim when no key is open, as in a backlog of unkeyed rows (pgbench,
+// simple protocol against prepared: 0.58 against 0.05 ms a claim). A prepared statement is planned once
+// per connection and then runs on PostgreSQL's generic plan when that costs no more.
 //
 // Where statements cannot be prepared (a pooler in transaction mode, say) the first failure turns it off
-// and the claim runs as a plain statement from then on; the round that failed is retried like any other.
-type keyedClaimStmt struct {
+// and the statement runs plain from then on; the round that failed is retried like any other.
+type prepared struct {
+	sql  string // with PostgreSQL's placeholders, $1...
 	once sync.Once
 	stmt *sql.Stmt // nil when preparing failed
 	off  atomic.Bool
 }
 
-// keyedClaimPrepared is keyedClaimSizedSQL with PostgreSQL's placeholder for its one argument, the limit.
-var keyedClaimPrepared = strings.Replace(keyedClaimSizedSQL, "LIMIT ?", "LIMIT $1", 1)
-
-// get returns the prepared statement, preparing it on db the first time; nil means run the plain one.
-func (k *keyedClaimStmt) get(ctx context.Context, db *bun.DB) *sql.Stmt {
-	if k.off.Load() {
+// in returns the statement for tx, preparing it on db the first time; nil means run the plain one.
+func (p *prepared) in(ctx context.Context, db *bun.DB, tx bun.Tx) *sql.Stmt {
+	if p.off.Load() {
 		return nil
 	}
-	k.once.Do(func() {
-		stmt, err := db.DB.PrepareContext(ctx, keyedClaimPrepared)
+	p.once.Do(func() {
+		stmt, err := db.DB.PrepareContext(ctx, p.sql)
 		if err != nil {
-			k.off.Store(true)
+			p.off.Store(true)
 			return
 		}
-		k.stmt = stmt
+		p.stmt = stmt
 	})
-	if k.off.Load() {
+	if p.off.Load() {
 		return nil
 	}
-	return k.stmt
+	return tx.Tx.StmtContext(ctx, p.stmt)
 }
 
-// query runs the keyed claim of n rows in tx, prepared where it can.
-func (k *keyedClaimStmt) query(ctx context.Context, db *bun.DB, tx bun.Tx, n int) (*sql.Rows, error) {
-	stmt := k.get(ctx, db)
-	if stmt == nil {
-		return tx.QueryContext(ctx, keyedClaimSizedSQL, n)
-	}
-	rows, err := tx.Tx.StmtContext(ctx, stmt).QueryContext(ctx, n)
+// failed turns the statement off after an error that says the server lost it.
+func (p *prepared) failed(err error) {
 	if err != nil && strings.Contains(err.Error(), "prepared statement") {
-		k.off.Store(true) // e.g. "prepared statement "pgdriver-3" does not exist" behind a pooler
+		p.off.Store(true) // e.g. `prepared statement "pgdriver-3" does not exist`, behind a pooler
 	}
-	return rows, err
 }
 
 // close releases the prepared statement.
-func (k *keyedClaimStmt) close() error {
-	if k == nil || k.stmt == nil {
+func (p *prepared) close() error {
+	if p.stmt == nil {
 		return nil
 	}
-	return k.stmt.Close()
+	return p.stmt.Close()
+}
+
+// statements are the relay's prepared statements.
+type statements struct {
+	keyedClaim prepared // keyedClaimSizedSQL
+	mark       prepared // markPublishedSQL
+}
+
+func newStatements() *statements {
+	return &statements{
+		keyedClaim: prepared{sql: strings.Replace(keyedClaimSizedSQL, "LIMIT ?", "LIMIT $1", 1)},
+		mark:       prepared{sql: strings.Replace(markPublishedSQL, "?", "$1::bigint[]", 1)},
+	}
+}
+
+func (s *statements) close() error {
+	return errors.Join(s.keyedClaim.close(), s.mark.close())
+}
+
+// queryKeyedClaim runs the keyed claim of n rows (keyedClaimSizedSQL) in tx, prepared where it can.
+func (r *Relay) queryKeyedClaim(ctx context.Context, tx bun.Tx, n int) (*sql.Rows, error) {
+	stmt := r.stmts.keyedClaim.in(ctx, r.db, tx)
+	if stmt == nil {
+		return tx.QueryContext(ctx, keyedClaimSizedSQL, n)
+	}
+	rows, err := stmt.QueryContext(ctx, n)
+	r.stmts.keyedClaim.failed(err)
+	return rows, err
 }

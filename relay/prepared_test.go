@@ -30,6 +30,8 @@ WHERE published_at IS NOT NULL AND completed_at IS NULL ORDER BY id`).Scan(ctx, 
 	}
 	id := func(i int) string { return events[i].EventID.String() }
 	require.Equal(t, [][]string{{id(0), id(1)}, {id(2), id(4)}, {id(3)}, nil}, got, "the heads of each round")
-	require.NotNil(t, r.keyedClaim.stmt, "the rounds after the first ran the prepared claim")
-	require.False(t, r.keyedClaim.off.Load())
+	require.NotNil(t, r.stmts.keyedClaim.stmt, "the rounds after the first ran the prepared claim")
+	require.False(t, r.stmts.keyedClaim.off.Load())
+	require.NotNil(t, r.stmts.mark.stmt, "the marks ran prepared")
+	require.False(t, r.stmts.mark.off.Load())
 }

@@ -36,7 +36,7 @@ type Relay struct {
 	keys    *keyTracker   // hands out keyed events in order (ordering.go); nil without an inspector
 	sizer   claimSizer    // how many rows the next claim asks for, under Config.BatchBytes
 
-	keyedClaim keyedClaimStmt // the keyed claim, prepared (prepared.go)
+	stmts *statements // the hottest statements, prepared (prepared.go)
 
 	counters counters
 }
@@ -52,7 +52,8 @@ func New(db *bun.DB, redis asynq.RedisConnOpt, cfg Config) (*Relay, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	r := &Relay{db: db, cfg: cfg, log: cfg.Logger, enq: cfg.Enqueuer, sem: make(chan struct{}, cfg.Concurrency)}
+	r := &Relay{db: db, cfg: cfg, log: cfg.Logger, enq: cfg.Enqueuer, sem: make(chan struct{}, cfg.Concurrency),
+		stmts: newStatements()}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if err := checkSchema(ctx, db); err != nil {
@@ -107,7 +108,7 @@ func checkSchema(ctx context.Context, db bun.IDB) error {
 // Close releases the Redis connections of the client that New made (none when Config.Enqueuer was
 // given). Call it after Run has returned.
 func (r *Relay) Close() error {
-	err := errors.Join(r.keys.close(), r.keyedClaim.close())
+	err := errors.Join(r.keys.close(), r.stmts.close())
 	if r.rdb == nil {
 		return err
 	}
