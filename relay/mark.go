@@ -62,7 +62,7 @@ WHERE id = ANY(?)`
 
 // markPublished runs markPublishedSQL, prepared where it can (see prepared).
 func (r *Relay) markPublished(ctx context.Context, tx bun.Tx, ids []int64) error {
-	stmt := r.stmts.mark.in(ctx, r.db, tx)
+	stmt := r.stmts.mark.in(ctx, tx)
 	if stmt == nil {
 		_, err := tx.NewRaw(markPublishedSQL, pgdialect.Array(ids)).Exec(ctx)
 		return err

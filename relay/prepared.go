@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/uptrace/bun"
@@ -13,33 +12,34 @@ import (
 
 // prepared is one of the relay's hottest statements, prepared once per connection. PostgreSQL plans a
 // plain statement every time it runs, and for these it spent about as long planning as running them, or
-// ten times longer: the keyed claim when no key is open, as in a backlog of unkeyed rows (pgbench,
-// simple protocol against prepared: 0.58 against 0.05 ms a claim). A prepared statement is planned once
-// per connection and then runs on PostgreSQL's generic plan when that costs no more.
+// ten times longer: the keyed claim when no key is open, as in a backlog of unkeyed rows (pgbench, simple
+// protocol against prepared: 0.58 against 0.05 ms a claim). A prepared statement is planned once per
+// connection and then runs on PostgreSQL's generic plan when that costs no more.
 //
-// Where statements cannot be prepared (a pooler in transaction mode, say) the first failure turns it off
-// and the statement runs plain from then on; the round that failed is retried like any other.
+// New prepares it (on a connection of its own, before any round holds one: a round that waited for a
+// second connection could wait forever on a pool of one); each round's transaction then prepares it on
+// its own connection the first time that connection runs it. Where statements cannot be prepared, or
+// where the server loses them (a pooler in transaction mode, say), the first failure turns it off and the
+// statement runs plain from then on; the round that failed is retried like any other.
 type prepared struct {
-	sql  string // with PostgreSQL's placeholders, $1...
-	once sync.Once
-	stmt *sql.Stmt // nil when preparing failed
-	off  atomic.Bool
+	sql  string       // with PostgreSQL's placeholders, $1...
+	stmt *sql.Stmt    // nil when preparing failed
+	off  *atomic.Bool // shared by the relay's statements: a server that lost one lost them all
 }
 
-// in returns the statement for tx, preparing it on db the first time; nil means run the plain one.
-func (p *prepared) in(ctx context.Context, db *bun.DB, tx bun.Tx) *sql.Stmt {
-	if p.off.Load() {
-		return nil
+// prepare prepares the statement on db, or turns it off.
+func (p *prepared) prepare(ctx context.Context, db *bun.DB) {
+	stmt, err := db.DB.PrepareContext(ctx, p.sql)
+	if err != nil {
+		p.off.Store(true)
+		return
 	}
-	p.once.Do(func() {
-		stmt, err := db.DB.PrepareContext(ctx, p.sql)
-		if err != nil {
-			p.off.Store(true)
-			return
-		}
-		p.stmt = stmt
-	})
-	if p.off.Load() {
+	p.stmt = stmt
+}
+
+// in returns the statement for tx; nil means run the plain one.
+func (p *prepared) in(ctx context.Context, tx bun.Tx) *sql.Stmt {
+	if p.stmt == nil || p.off.Load() {
 		return nil
 	}
 	return tx.Tx.StmtContext(ctx, p.stmt)
@@ -62,24 +62,31 @@ func (p *prepared) close() error {
 
 // statements are the relay's prepared statements.
 type statements struct {
+	off        atomic.Bool
 	keyedClaim prepared // keyedClaimSizedSQL
 	mark       prepared // markPublishedSQL
 }
 
-func newStatements() *statements {
-	return &statements{
-		keyedClaim: prepared{sql: strings.Replace(keyedClaimSizedSQL, "LIMIT ?", "LIMIT $1", 1)},
-		mark:       prepared{sql: strings.Replace(markPublishedSQL, "?", "$1::bigint[]", 1)},
-	}
+// newStatements prepares the statements on db.
+func newStatements(ctx context.Context, db *bun.DB) *statements {
+	s := &statements{}
+	s.keyedClaim = prepared{sql: strings.Replace(keyedClaimSizedSQL, "LIMIT ?", "LIMIT $1", 1), off: &s.off}
+	s.mark = prepared{sql: strings.Replace(markPublishedSQL, "?", "$1::bigint[]", 1), off: &s.off}
+	s.keyedClaim.prepare(ctx, db)
+	s.mark.prepare(ctx, db)
+	return s
 }
 
 func (s *statements) close() error {
+	if s == nil {
+		return nil
+	}
 	return errors.Join(s.keyedClaim.close(), s.mark.close())
 }
 
 // queryKeyedClaim runs the keyed claim of n rows (keyedClaimSizedSQL) in tx, prepared where it can.
 func (r *Relay) queryKeyedClaim(ctx context.Context, tx bun.Tx, n int) (*sql.Rows, error) {
-	stmt := r.stmts.keyedClaim.in(ctx, r.db, tx)
+	stmt := r.stmts.keyedClaim.in(ctx, tx)
 	if stmt == nil {
 		return tx.QueryContext(ctx, keyedClaimSizedSQL, n)
 	}

@@ -31,7 +31,32 @@ WHERE published_at IS NOT NULL AND completed_at IS NULL ORDER BY id`).Scan(ctx, 
 	id := func(i int) string { return events[i].EventID.String() }
 	require.Equal(t, [][]string{{id(0), id(1)}, {id(2), id(4)}, {id(3)}, nil}, got, "the heads of each round")
 	require.NotNil(t, r.stmts.keyedClaim.stmt, "the rounds after the first ran the prepared claim")
-	require.False(t, r.stmts.keyedClaim.off.Load())
+	require.False(t, r.stmts.off.Load())
 	require.NotNil(t, r.stmts.mark.stmt, "the marks ran prepared")
-	require.False(t, r.stmts.mark.off.Load())
+}
+
+// Where the server loses the relay's prepared statements (a pooler in transaction mode hands the
+// connection's statements to another client), one round fails and releases its rows, and the relay runs
+// the plain statements from then on: every row is still delivered, once.
+func TestPreparedStatementsLostFallBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.db.SetMaxOpenConns(1) // one connection, so that DEALLOCATE reaches the relay's statements
+	r := b.newRelay(t, Config{BatchSize: 10})
+	first := insertEvents(t, b.db, b.queue, 3)
+	require.NoError(t, r.runOnce(ctx).Err) // the first claim is windowed; the marks run prepared
+	require.NotNil(t, r.stmts.mark.stmt)
+	_, err := b.db.ExecContext(ctx, "DEALLOCATE ALL")
+	require.NoError(t, err)
+
+	second := insertEvents(t, b.db, b.queue, 3)
+	res := r.runOnce(ctx)
+	require.ErrorContains(t, res.Err, "prepared statement", "the statements are gone")
+	require.Zero(t, res.Published)
+	require.True(t, r.stmts.off.Load(), "the statements are turned off after %v", res.Err)
+	res = r.runOnce(ctx)
+	require.NoError(t, res.Err)
+	require.Equal(t, 3, res.Published)
+	requireDeliveredOnce(t, b.inspector, b.queue, append(first, second...))
 }
