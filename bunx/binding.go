@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"weak"
 
 	"github.com/uptrace/bun"
@@ -20,19 +21,22 @@ type binding struct {
 	mu   sync.Mutex
 	regs []*registry // copy-on-write: a reader takes the slice under mu and then uses it without
 
-	// affected carries the rows affected by a query from the query hook (which sees the result) to the
-	// model hook (which does not), keyed by a weak pointer to the query. The model hook takes the entry
+	// affected carries the rows affected by a query that touched fewer rows than it was given from the
+	// query hook (which sees the result) to the model hook (which does not), keyed by a weak pointer to
+	// the query. The model hook takes the entry
 	// out; should it never run (a model whose own AfterUpdate does not call bunx.AfterUpdate), the entry
 	// goes with the query when the garbage collector frees it, so nothing outlives its query.
-	affected sync.Map // weak.Pointer[bun.InsertQuery|UpdateQuery|DeleteQuery] -> *rowCount
-	hooked   sync.Map // weak.Pointer[bun.DB] -> struct{}: where rowsHook is installed; gone with the bun.DB
+	affected sync.Map     // weak.Pointer[bun.InsertQuery|UpdateQuery|DeleteQuery] -> *rowCount
+	pending  atomic.Int64 // entries in affected: while there are none, a model hook looks none up
+	hooked   sync.Map     // weak.Pointer[bun.DB] -> struct{}: where rowsHook is installed; gone with the bun.DB
 
 	// stmts are the prepared INSERTs of the database. The rowsHook of each *bun.DB holds them: this weak
 	// pointer must not keep the *sql.DB (which each *sql.Stmt holds) alive from the table of bindings.
 	stmts weak.Pointer[statements]
 }
 
-func bind(db *bun.DB, reg *registry) {
+// bind binds reg to db and returns the database's prepared statements.
+func bind(db *bun.DB, reg *registry) *statements {
 	key := weak.Make(db.DB)
 	v, loaded := bindings.LoadOrStore(key, new(binding))
 	b := v.(*binding)
@@ -51,6 +55,7 @@ func bind(db *bun.DB, reg *registry) {
 		runtime.AddCleanup(db, func(k weak.Pointer[bun.DB]) { b.hooked.Delete(k) }, weak.Make(db))
 		db.AddQueryHook(rowsHook{b, stmts}) //nolint:staticcheck // the hook must reach the caller's *bun.DB itself; WithQueryHook returns a copy
 	}
+	return stmts
 }
 
 // statements returns the prepared INSERTs of the database, or nil when no *bun.DB with bunx's query hook
@@ -78,20 +83,23 @@ func (b *binding) registries() []*registry {
 	return b.regs
 }
 
-// rowsHook records how many rows an INSERT, UPDATE or DELETE on a model with handlers registered for that
-// operation was given and how many it touched, so that the model hook gives no event for a row that ON
-// CONFLICT DO NOTHING skipped or an update that matched nothing. The count of rows is taken before the
-// query runs: bun shortens a slice model to the rows that RETURNING gave back.
+// rowsHook tells the model hook of an INSERT, UPDATE or DELETE on a model with handlers registered for
+// that operation when the statement touched fewer rows than it was given, so that the model hook gives no
+// event for a row that ON CONFLICT DO NOTHING (or a trigger) skipped or an update that matched nothing.
+//
+// It costs the common case, every row touched, next to nothing: AfterQuery stores an entry in
+// binding.affected only when a statement fell short, and the model hook looks one up only while an entry
+// exists (binding.pending); no entry means every row was touched. The count of rows given is taken before
+// a slice model's query runs, as bun shortens the slice to the rows that RETURNING gave back; a single
+// model has one row.
 type rowsHook struct {
 	b     *binding
 	stmts *statements // held here, not by b: see binding.stmts
 }
 
 type rowCount struct {
-	key      any // the key of the entry in binding.affected
 	rows     int
 	affected int64
-	done     bool
 	cleanup  runtime.Cleanup // deletes the entry when the query is freed; stopped when the entry is taken
 }
 
@@ -122,7 +130,7 @@ func queryKey(q bun.Query) any {
 	return nil
 }
 
-// stashKey is the key of the query's *rowCount in the QueryEvent's Stash, from BeforeQuery to AfterQuery.
+// stashKey is the key in the QueryEvent's Stash of the number of rows a slice model had before its query.
 type stashKey struct{}
 
 func (h rowsHook) BeforeQuery(ctx context.Context, ev *bun.QueryEvent) context.Context {
@@ -134,16 +142,38 @@ func (h rowsHook) BeforeQuery(ctx context.Context, ev *bun.QueryEvent) context.C
 		return ctx
 	}
 	typ, val, ok := modelRows(ev.Model.Value())
-	if !ok || !h.b.handles(typ, op) {
-		// Only a model hook that records events takes the entry out: store none for the others.
-		return ctx
+	if !ok || val.Kind() != reflect.Slice || !h.b.handles(typ, op) {
+		return ctx // a single model has one row
 	}
-	n := 1
-	if val.IsValid() && val.Kind() == reflect.Slice {
-		n = val.Len()
+	if ev.Stash == nil {
+		ev.Stash = make(map[any]any, 1)
+	}
+	ev.Stash[stashKey{}] = val.Len()
+	return ctx
+}
+
+func (h rowsHook) AfterQuery(_ context.Context, ev *bun.QueryEvent) {
+	if ev.Model == nil || ev.Err != nil || ev.Result == nil {
+		return // after an error bun runs no model hook
+	}
+	op, ok := queryOp(ev.IQuery)
+	if !ok {
+		return
+	}
+	rows := 1
+	if n, ok := ev.Stash[stashKey{}].(int); ok {
+		rows = n
+	}
+	affected, err := ev.Result.RowsAffected()
+	if err != nil || affected >= int64(rows) {
+		return // every row touched: the model hook needs no entry
+	}
+	typ, _, ok := modelRows(ev.Model.Value())
+	if !ok || !h.b.handles(typ, op) {
+		return // only a model hook that records events takes the entry out: store none for the others
 	}
 	key := queryKey(ev.IQuery)
-	rc := &rowCount{rows: n, key: key}
+	rc := &rowCount{rows: rows, affected: affected}
 	b := h.b
 	switch q := ev.IQuery.(type) {
 	case *bun.InsertQuery:
@@ -153,43 +183,33 @@ func (h rowsHook) BeforeQuery(ctx context.Context, ev *bun.QueryEvent) context.C
 	case *bun.DeleteQuery:
 		rc.cleanup = runtime.AddCleanup(q, b.forget, key)
 	}
+	b.pending.Add(1)
 	if old, loaded := b.affected.Swap(key, rc); loaded {
-		old.(*rowCount).cleanup.Stop() // the same query run again before its model hook took the entry
+		// The same query ran again before a model hook took its entry (a model whose own hook did not
+		// call bunx's): the new count replaces it.
+		old.(*rowCount).cleanup.Stop()
+		b.pending.Add(-1)
 	}
-	if ev.Stash == nil {
-		ev.Stash = make(map[any]any, 1)
-	}
-	ev.Stash[stashKey{}] = rc
-	return ctx
 }
 
-func (h rowsHook) AfterQuery(_ context.Context, ev *bun.QueryEvent) {
-	rc, _ := ev.Stash[stashKey{}].(*rowCount)
-	if rc == nil {
-		return
+// take removes and returns the row count of query q, if a statement of it fell short of its rows.
+func (b *binding) take(q bun.Query) *rowCount {
+	if b.pending.Load() == 0 {
+		return nil
 	}
-	if ev.Err != nil || ev.Result == nil {
-		h.b.take(rc.key)
-		return
-	}
-	n, err := ev.Result.RowsAffected()
-	if err != nil {
-		h.b.take(rc.key)
-		return
-	}
-	rc.affected, rc.done = n, true
-}
-
-// take removes and returns the row count of the query with key, if any.
-func (b *binding) take(key any) *rowCount {
-	v, ok := b.affected.LoadAndDelete(key)
+	v, ok := b.affected.LoadAndDelete(queryKey(q))
 	if !ok {
 		return nil
 	}
+	b.pending.Add(-1)
 	rc := v.(*rowCount)
 	rc.cleanup.Stop()
 	return rc
 }
 
 // forget is the cleanup of a query whose entry no model hook took.
-func (b *binding) forget(key any) { b.affected.Delete(key) }
+func (b *binding) forget(key any) {
+	if _, ok := b.affected.LoadAndDelete(key); ok {
+		b.pending.Add(-1)
+	}
+}

@@ -146,12 +146,7 @@ func runHooks(ctx context.Context, q hookQuery, op op) error {
 	if b == nil || q.GetModel() == nil {
 		return nil
 	}
-	var count *rowCount
-	if _, ok := queryOp(q); ok {
-		if rc := b.take(queryKey(q)); rc != nil && rc.done {
-			count = rc
-		}
-	}
+	count := b.take(q) // nil: every row of the model was touched
 	typ, val, ok := modelRows(q.GetModel().Value())
 	if !ok {
 		return nil

@@ -265,3 +265,25 @@ func TestRegisterRefusesAModelWithoutHooks(t *testing.T) {
 		bunx.OnUpdate(b.ob, func(context.Context, *OwnHooks) ([]*model.Event, error) { return nil, nil })
 	}, "OwnHooks has AfterInsert only")
 }
+
+// TestHookRowSkippedByATrigger checks that a row a BEFORE INSERT trigger skipped (it returned NULL, so
+// the statement touched no row) yields no event, while the rows it let through do.
+func TestHookRowSkippedByATrigger(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.db.ExecContext(ctx, `CREATE FUNCTION skip_orders() RETURNS trigger LANGUAGE plpgsql AS
+		$$ BEGIN IF NEW.ref LIKE 'skip%' THEN RETURN NULL; END IF; RETURN NEW; END $$`)
+	require.NoError(t, err)
+	_, err = b.db.ExecContext(ctx, `CREATE TRIGGER skip_orders BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION skip_orders()`)
+	require.NoError(t, err)
+
+	for _, ref := range []string{"skip-1", "keep-1", "skip-2", "keep-2"} {
+		require.NoError(t, b.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+			_, err := tx.NewInsert().Model(&Order{Ref: ref}).Exec(ctx)
+			return err
+		}))
+	}
+	require.EqualValues(t, 2, b.orders(t))
+	require.Len(t, b.events(t), 2, "one event per row the trigger let through")
+}

@@ -28,7 +28,13 @@ type eventColumn struct {
 	set    func(ev *model.Event) bool
 	append func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error)
 	arg    func(ev *model.Event) (any, error) // the value as an argument of the prepared statement
+	// fill: a row that does not set the column still gets its value from append or arg (the column is NOT
+	// NULL, and the value says "none"), rather than NULL.
+	fill bool
 }
+
+// null reports whether the statement writes NULL into column c for ev.
+func (c eventColumn) null(ev *model.Event) bool { return c.set != nil && !c.fill && !c.set(ev) }
 
 // eventColumns are the columns the insert writes, in order. A new column of model.Event that producers
 // set is one more entry here (TestEventColumnsCoverTheModel fails until it is); a column the relay sets
@@ -36,45 +42,45 @@ type eventColumn struct {
 var eventColumns = []eventColumn{
 	{"event_id", nil, func(_ schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 		return appendUUID(b, ev.EventID), nil
-	}, func(ev *model.Event) (any, error) { return ev.EventID.String(), nil }},
+	}, func(ev *model.Event) (any, error) { return ev.EventID.String(), nil }, false},
 	{"event_name", nil, func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 		return d.AppendString(b, ev.Name), nil
-	}, func(ev *model.Event) (any, error) { return ev.Name, nil }},
+	}, func(ev *model.Event) (any, error) { return ev.Name, nil }, false},
 	{"queue", nil, func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 		return d.AppendString(b, ev.Queue), nil
-	}, func(ev *model.Event) (any, error) { return ev.Queue, nil }},
+	}, func(ev *model.Event) (any, error) { return ev.Queue, nil }, false},
 	{"payload", nil, func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 		return d.AppendJSON(b, ev.Payload), nil
-	}, payloadArg},
-	{"metadata", nil, appendMetadata, metadataArg},
+	}, payloadArg, false},
+	{"metadata", func(ev *model.Event) bool { return len(ev.Metadata) > 0 }, appendMetadata, metadataArg, true},
 	{"process_at", func(ev *model.Event) bool { return ev.ProcessAt != nil },
 		func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 			return d.AppendTime(b, *ev.ProcessAt), nil
-		}, func(ev *model.Event) (any, error) { return *ev.ProcessAt, nil }},
+		}, func(ev *model.Event) (any, error) { return *ev.ProcessAt, nil }, false},
 	{"max_retry", func(ev *model.Event) bool { return ev.MaxRetry != nil },
 		func(_ schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 			return strconv.AppendInt(b, int64(*ev.MaxRetry), 10), nil
-		}, func(ev *model.Event) (any, error) { return int64(*ev.MaxRetry), nil }},
+		}, func(ev *model.Event) (any, error) { return int64(*ev.MaxRetry), nil }, false},
 	{"timeout_ns", func(ev *model.Event) bool { return ev.Timeout != 0 },
 		func(_ schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 			return strconv.AppendInt(b, int64(ev.Timeout), 10), nil
-		}, func(ev *model.Event) (any, error) { return int64(ev.Timeout), nil }},
+		}, func(ev *model.Event) (any, error) { return int64(ev.Timeout), nil }, false},
 	{"deadline", func(ev *model.Event) bool { return ev.Deadline != nil },
 		func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 			return d.AppendTime(b, *ev.Deadline), nil
-		}, func(ev *model.Event) (any, error) { return *ev.Deadline, nil }},
+		}, func(ev *model.Event) (any, error) { return *ev.Deadline, nil }, false},
 	{"task_group", func(ev *model.Event) bool { return ev.Group != "" },
 		func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 			return d.AppendString(b, ev.Group), nil
-		}, func(ev *model.Event) (any, error) { return ev.Group, nil }},
+		}, func(ev *model.Event) (any, error) { return ev.Group, nil }, false},
 	{"retention_ns", func(ev *model.Event) bool { return ev.Retention != 0 },
 		func(_ schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 			return strconv.AppendInt(b, int64(ev.Retention), 10), nil
-		}, func(ev *model.Event) (any, error) { return int64(ev.Retention), nil }},
+		}, func(ev *model.Event) (any, error) { return int64(ev.Retention), nil }, false},
 	{"ordering_key", func(ev *model.Event) bool { return ev.OrderingKey != "" },
 		func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 			return d.AppendString(b, ev.OrderingKey), nil
-		}, func(ev *model.Event) (any, error) { return ev.OrderingKey, nil }},
+		}, func(ev *model.Event) (any, error) { return ev.OrderingKey, nil }, false},
 }
 
 // insertReturning is what Record reads back into each event: created_at as microseconds since the Unix
@@ -117,7 +123,7 @@ func insertSQL(d schema.Dialect, events []*model.Event, returning bool) (string,
 			}
 			b = append(b, sep...)
 			sep = ", "
-			if c.set != nil && !c.set(ev) {
+			if c.null(ev) {
 				b = append(b, "NULL"...)
 			} else if b, err = c.append(d, b, ev); err != nil {
 				return "", columnError(ev, c, err)

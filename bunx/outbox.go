@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -25,8 +26,9 @@ import (
 // Outbox writes events into the outbox_events table: explicitly with Record, or from the model hooks
 // registered with OnInsert, OnUpdate and OnDelete. It is safe for concurrent use.
 type Outbox struct {
-	db  *bun.DB
-	reg *registry
+	db    *bun.DB
+	reg   *registry
+	stmts *statements // the prepared INSERTs of db
 }
 
 // registry is what model hooks need of an Outbox: its handlers and limits. It holds no reference to the
@@ -84,7 +86,7 @@ func New(db *bun.DB, opts ...Option) *Outbox {
 			opt(o)
 		}
 	}
-	bind(db, o.reg)
+	o.stmts = bind(db, o.reg)
 	return o
 }
 
@@ -113,14 +115,8 @@ func (o *Outbox) Record(ctx context.Context, db bun.IDB, events ...*model.Event)
 		return nil
 	}
 	// Record's caller holds the events: each gets the id and created_at PostgreSQL gave its row.
-	conn, ok := idbConn(db)
-	var stmts *statements
-	if ok {
-		if b := lookup(o.db); b != nil {
-			stmts = b.statements()
-		}
-	}
-	return o.reg.write(ctx, db.Dialect(), events, true, stmts, conn, func(ctx context.Context, query string) error {
+	conn, _ := idbConn(db)
+	return o.reg.write(ctx, db.Dialect(), events, true, o.stmts, conn, func(ctx context.Context, query string) error {
 		rows, err := db.QueryContext(ctx, "?", bun.Safe(query))
 		if err != nil {
 			return err
@@ -208,8 +204,8 @@ func writePrepared(ctx context.Context, stmt *sql.Stmt, key stmtKey, events []*m
 }
 
 func (r *registry) validate(events []*model.Event) error {
-	var seen map[uuid.UUID]struct{}
-	if len(events) > 1 {
+	var seen map[uuid.UUID]struct{} // for many events; a few are compared with each other
+	if len(events) > 8 {
 		seen = make(map[uuid.UUID]struct{}, len(events))
 	}
 	for i, ev := range events {
@@ -230,6 +226,8 @@ func (r *registry) validate(events []*model.Event) error {
 				return &DuplicateEventError{EventID: ev.EventID}
 			}
 			seen[ev.EventID] = struct{}{}
+		} else if slices.ContainsFunc(events[:i], func(p *model.Event) bool { return p.EventID == ev.EventID }) {
+			return &DuplicateEventError{EventID: ev.EventID}
 		}
 	}
 	return nil

@@ -182,7 +182,7 @@ func preparedArgs(key stmtKey, events []*model.Event) ([]any, error) {
 			if !key.named(i) {
 				continue
 			}
-			if c.set != nil && !c.set(ev) {
+			if c.null(ev) {
 				args = append(args, nil)
 				continue
 			}
