@@ -42,7 +42,7 @@ func (p *prepared) in(ctx context.Context, tx bun.Tx) *sql.Stmt {
 	if p.stmt == nil || p.off.Load() {
 		return nil
 	}
-	return tx.Tx.StmtContext(ctx, p.stmt)
+	return tx.StmtContext(ctx, p.stmt)
 }
 
 // failed turns the statement off after an error that says the server lost it.
