@@ -23,9 +23,9 @@ type binding struct {
 
 	// affected carries the rows affected by a query that touched fewer rows than it was given from the
 	// query hook (which sees the result) to the model hook (which does not), keyed by a weak pointer to
-	// the query. The model hook takes the entry
-	// out; should it never run (a model whose own AfterUpdate does not call bunx.AfterUpdate), the entry
-	// goes with the query when the garbage collector frees it, so nothing outlives its query.
+	// the query. The model hook takes the entry out; should it never run (a model whose own AfterUpdate
+	// does not call bunx.AfterUpdate), the entry goes with the query when the garbage collector frees it,
+	// so nothing outlives its query.
 	affected sync.Map     // weak.Pointer[bun.InsertQuery|UpdateQuery|DeleteQuery] -> *rowCount
 	pending  atomic.Int64 // entries in affected: while there are none, a model hook looks none up
 	hooked   sync.Map     // weak.Pointer[bun.DB] -> struct{}: where rowsHook is installed; gone with the bun.DB

@@ -83,6 +83,29 @@ var eventColumns = []eventColumn{
 		}, func(ev *model.Event) (any, error) { return ev.OrderingKey, nil }, false},
 }
 
+// columnSet is a set of eventColumns: bit i is eventColumns[i].
+type columnSet uint16
+
+func init() {
+	if len(eventColumns) > 16 {
+		panic("bunx: eventColumns outgrew columnSet")
+	}
+}
+
+func (s columnSet) has(i int) bool { return s&(1<<i) != 0 }
+
+// namedColumns returns the columns the INSERT of events names: each column every event sets, and an
+// optional one when one of the events sets it.
+func namedColumns(events []*model.Event) columnSet {
+	var s columnSet
+	for i, c := range eventColumns {
+		if c.set == nil || slices.ContainsFunc(events, c.set) {
+			s |= 1 << i
+		}
+	}
+	return s
+}
+
 // insertReturning is what Record reads back into each event: created_at as microseconds since the Unix
 // epoch, which the client reads as an integer rather than parsing the text of a timestamp (see
 // scanReturning).
@@ -92,19 +115,13 @@ var insertBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &
 
 // insertSQL returns the INSERT of events for dialect d, with insertReturning when returning is set.
 func insertSQL(d schema.Dialect, events []*model.Event, returning bool) (string, error) {
-	var used [16]bool // which of eventColumns the statement names
-	if len(eventColumns) > len(used) {
-		panic("bunx: eventColumns outgrew insertSQL's array")
-	}
-	for i, c := range eventColumns {
-		used[i] = c.set == nil || slices.ContainsFunc(events, c.set)
-	}
+	used := namedColumns(events)
 	bp := insertBufs.Get().(*[]byte)
 	defer insertBufs.Put(bp)
 	b := append((*bp)[:0], "INSERT INTO outbox_events ("...)
 	sep := ""
 	for i, c := range eventColumns {
-		if used[i] {
+		if used.has(i) {
 			b = append(append(b, sep...), c.name...)
 			sep = ", "
 		}
@@ -118,7 +135,7 @@ func insertSQL(d schema.Dialect, events []*model.Event, returning bool) (string,
 		b = append(b, '(')
 		sep := ""
 		for j, c := range eventColumns {
-			if !used[j] {
+			if !used.has(j) {
 				continue
 			}
 			b = append(b, sep...)

@@ -17,7 +17,7 @@ import (
 
 // The outbox INSERT runs as a prepared statement where bunx can reach the *sql.Tx or *sql.DB under the
 // caller's connection: PostgreSQL then parses and plans it once per connection instead of once per
-// transaction, which is most of what the INSERT costs the server (a literal INSERT into outbox_events is
+// transaction, a large part of what the INSERT costs the server (a literal INSERT into outbox_events is
 // parsed, rewritten with the defaults of every column and planned each time; see BENCHMARKS.md).
 // Elsewhere (a bun.Conn, a query resolver, WithoutPreparedStatements) it is the literal statement of
 // insertSQL, run through bun.
@@ -39,7 +39,7 @@ const (
 // stmtKey names one shape of the INSERT.
 type stmtKey struct {
 	rows      int
-	optional  uint16 // bit i: eventColumns[i] is named
+	columns   columnSet // the columns it names
 	returning bool
 }
 
@@ -122,23 +122,8 @@ func preparedKey(events []*model.Event, returning bool) (stmtKey, bool) {
 	if len(events) > maxPreparedRows {
 		return stmtKey{}, false
 	}
-	key := stmtKey{rows: len(events), returning: returning}
-	for i, c := range eventColumns {
-		if c.set == nil {
-			continue
-		}
-		for _, ev := range events {
-			if c.set(ev) {
-				key.optional |= 1 << i
-				break
-			}
-		}
-	}
-	return key, true
+	return stmtKey{rows: len(events), columns: namedColumns(events), returning: returning}, true
 }
-
-// named reports whether the statement of key names eventColumns[i].
-func (k stmtKey) named(i int) bool { return eventColumns[i].set == nil || k.optional&(1<<i) != 0 }
 
 // preparedSQL is the INSERT of key with $n placeholders, the columns in the order of eventColumns.
 func preparedSQL(key stmtKey) string {
@@ -146,7 +131,7 @@ func preparedSQL(key stmtKey) string {
 	sep := ""
 	cols := 0
 	for i, c := range eventColumns {
-		if key.named(i) {
+		if key.columns.has(i) {
 			b = append(append(b, sep...), c.name...)
 			sep = ", "
 			cols++
@@ -179,7 +164,7 @@ func preparedArgs(key stmtKey, events []*model.Event) ([]any, error) {
 	args := make([]any, 0, len(events)*len(eventColumns))
 	for _, ev := range events {
 		for i, c := range eventColumns {
-			if !key.named(i) {
+			if !key.columns.has(i) {
 				continue
 			}
 			if c.null(ev) {

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 
 	"github.com/uptrace/bun"
+
+	"github.com/bunbox/bunbox/internal/pgerr"
 )
 
 // prepared is one of the relay's hottest statements, prepared once per connection. PostgreSQL plans a
@@ -47,8 +49,8 @@ func (p *prepared) in(ctx context.Context, tx bun.Tx) *sql.Stmt {
 
 // failed turns the statement off after an error that says the server lost it.
 func (p *prepared) failed(err error) {
-	if err != nil && strings.Contains(err.Error(), "prepared statement") {
-		p.off.Store(true) // e.g. `prepared statement "pgdriver-3" does not exist`, behind a pooler
+	if pgerr.Is(err, pgerr.InvalidSQLStatementName) {
+		p.off.Store(true) // `prepared statement "pgdriver-3" does not exist`, behind a pooler
 	}
 }
 
