@@ -50,7 +50,7 @@ FUZZ_TARGETS := \
 	model:FuzzValidate \
 	model:FuzzDeliveryOptions \
 	relay:FuzzReadRow \
-	bunx:FuzzInboxTask \
+	worker:FuzzInboxTask \
 	connect:FuzzRedact \
 	connect:FuzzRedactParsed
 FUZZTIME ?= 2m

@@ -43,17 +43,13 @@
 // Service code that should not know the outbox takes a [Dispatcher]; [*Outbox] implements it by joining the
 // bun.Tx that a [Transactor] put into the context.
 //
-// For consumers, [Inbox] makes asynq handlers exactly-once in effect: the event id is recorded in the
-// handler's own transaction, so a repeated delivery is acknowledged without running the work again.
-// [ServerConfig] gives an asynq server bunbox's worker defaults (TaskCheckInterval 10ms rather than 1s,
-// DelayedTaskCheckInterval 100ms rather than 5s).
+// The consumer side (the inbox that makes asynq handlers exactly-once in effect, worker defaults, trace
+// middleware) is package github.com/bunbox/bunbox/worker, so that a domain-model package that embeds
+// [Hooks] links bun and little else: no asynq, no Redis client, no database driver.
 //
 // Tracing: Record and the hooks add the OpenTelemetry trace context of ctx to each event's metadata with
-// the application's propagator (otel.GetTextMapPropagator). [TraceMiddleware], for plain asynq handlers,
-// and the [Inbox]'s handlers read it back from the task headers and run the handler in a consumer span
-// ("process <queue>", messaging conventions) that is the producer's span's child.
-// [InboxCleaner] deletes the records older than a window that must outlast asynq's longest redelivery
-// span ([AsynqRedeliverySpan]).
+// the application's propagator (otel.GetTextMapPropagator); the worker package continues the trace in
+// the handler.
 //
 // bunx works on bun over pgdriver and over pgx (github.com/jackc/pgx/v5/stdlib) alike: it reads server
 // errors by SQLSTATE and constraint name, never by the driver's error type.

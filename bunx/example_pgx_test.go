@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -45,30 +44,4 @@ func Example_pgx() {
 	var dup *bunx.DuplicateEventError
 	fmt.Println(errors.As(err, &dup) && dup.EventID == ev.EventID)
 	// Output: true
-}
-
-// An InboxCleaner keeps inbox_events from growing forever. Run it next to the asynq worker; its Window
-// must outlast the time asynq may deliver a task again (about 21 days with asynq's defaults).
-func ExampleInboxCleaner() {
-	ctx, cancel := context.WithCancel(context.Background())
-	db := exampleDB(ctx) // the worker's database
-	defer db.Close()
-	inbox := bunx.NewInbox(db)
-	cleaner, err := bunx.NewInboxCleaner(inbox, bunx.InboxCleanerConfig{
-		MaxRetry:    5,                // the largest model.WithMaxRetry of the handled events
-		TaskTimeout: 10 * time.Minute, // the largest model.WithTimeout of the handled events
-		Window:      72 * time.Hour,   // refused if shorter than cleaner.Config().MinWindow()
-	})
-	if err != nil {
-		panic(err)
-	}
-	fmt.Println("shortest Window:", cleaner.Config().MinWindow())
-	stopped := make(chan error, 1)
-	go func() { stopped <- cleaner.Run(ctx) }() // a pass every Interval until ctx is done
-
-	cancel() // the worker shuts down
-	fmt.Println(<-stopped)
-	// Output:
-	// shortest Window: 24h0m0s
-	// <nil>
 }

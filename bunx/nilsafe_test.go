@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
@@ -30,36 +29,6 @@ func unconnected(t *testing.T) *bun.DB {
 func TestNilOptions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-
-	t.Run("ArchiveUnroutedNilLogger", func(t *testing.T) {
-		t.Parallel()
-		h := bunx.ArchiveUnrouted(asynq.NewServeMux(), nil)
-		err := h.ProcessTask(ctx, asynq.NewTaskWithHeaders("nobody.listens", nil, map[string]string{model.HeaderEventID: "x"}))
-		require.ErrorIs(t, err, asynq.SkipRetry, "archived, not retried")
-		require.ErrorIs(t, err, asynq.ErrHandlerNotFound)
-	})
-
-	t.Run("ArchiveUnroutedNilMux", func(t *testing.T) {
-		t.Parallel()
-		require.PanicsWithValue(t, "bunx.ArchiveUnrouted: mux must not be nil", func() { bunx.ArchiveUnrouted(nil, nil) })
-	})
-
-	t.Run("InboxNilLoggerAndOption", func(t *testing.T) {
-		t.Parallel()
-		in := bunx.NewInbox(unconnected(t), nil, bunx.WithInboxLogger(nil))
-		h := in.Handler("h", func(context.Context, bun.Tx, *asynq.Task) error { return nil })
-		err := h.ProcessTask(ctx, asynq.NewTask("no.headers", nil))
-		require.ErrorIs(t, err, bunx.ErrMalformedTask, "the rejection is logged through the default logger")
-	})
-
-	t.Run("InboxNilHandler", func(t *testing.T) {
-		t.Parallel()
-		in := bunx.NewInbox(unconnected(t))
-		require.PanicsWithValue(t, `bunx.Inbox.Handler("h"): fn must not be nil`, func() { in.Handler("h", nil) })
-		require.PanicsWithValue(t, `bunx.HandleJSON("h"): fn must not be nil`, func() {
-			bunx.HandleJSON[struct{}](in, "h", nil)
-		})
-	})
 
 	t.Run("OutboxNilOption", func(t *testing.T) {
 		t.Parallel()

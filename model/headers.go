@@ -1,7 +1,7 @@
 package model
 
 // Task headers the relay sets on every asynq task, next to the event's own Metadata. Handlers read them
-// with (*asynq.Task).Headers(); the bunx inbox uses HeaderEventID as the deduplication key.
+// with (*asynq.Task).Headers(); the worker Inbox uses HeaderEventID as the deduplication key.
 const (
 	// HeaderEventID carries the event's EventID (also the task's TaskID).
 	HeaderEventID = "bunbox-event-id"
@@ -11,7 +11,7 @@ const (
 	HeaderCreatedAt = "bunbox-created-at"
 	// HeaderTraceParent carries the W3C trace context of the transaction that wrote the event, when it
 	// ran inside a span and the application's propagator (otel.GetTextMapPropagator) is W3C's: the keys
-	// are the propagator's, copied from the metadata. bunx.TraceMiddleware and the bunx Inbox read them so
+	// are the propagator's, copied from the metadata. worker.TraceMiddleware and the worker Inbox read them so
 	// that the handler's span continues the producer's trace.
 	HeaderTraceParent = "traceparent"
 	// HeaderTraceState carries the W3C tracestate that goes with HeaderTraceParent.

@@ -94,5 +94,5 @@
 // "asynq", messaging.operation.type "send", messaging.destination.name the queue, messaging.message.id the
 // event id). It links to the span that recorded the event, read from the event's metadata with the
 // application's propagator (otel.GetTextMapPropagator). The task carries the producer's trace context
-// unchanged, so the handler's span (bunx.TraceMiddleware, the bunx Inbox) is the producer's span's child.
+// unchanged, so the handler's span (worker.TraceMiddleware, the worker Inbox) is the producer's span's child.
 package relay

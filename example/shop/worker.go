@@ -11,8 +11,8 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/uptrace/bun"
 
-	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/model"
+	"github.com/bunbox/bunbox/worker"
 )
 
 // Confirmation is the message the shop would send for a placed order, kept as a row so that the demo and
@@ -74,10 +74,10 @@ func NewServer(redis asynq.RedisConnOpt, db bun.IDB, cfg WorkerConfig) (*asynq.S
 	if concurrency <= 0 {
 		concurrency = 20
 	}
-	// bunx.ServerConfig sets TaskCheckInterval to 10ms: with asynq's 1s default, an idle worker sleeps up to a
+	// worker.ServerConfig sets TaskCheckInterval to 10ms: with asynq's 1s default, an idle worker sleeps up to a
 	// second before it sees a new task, however fast the relay was; and DelayedTaskCheckInterval to 100ms, so
 	// scheduled tasks and retries are not up to 5s late (see the README's "Worker defaults").
-	srv := asynq.NewServer(redis, bunx.ServerConfig(asynq.Config{
+	srv := asynq.NewServer(redis, worker.ServerConfig(asynq.Config{
 		Concurrency: concurrency,
 		Queues:      map[string]int{queueOrDefault(cfg.Queue): 1},
 		LogLevel:    asynq.WarnLevel,
@@ -90,7 +90,7 @@ func NewServer(redis asynq.RedisConnOpt, db bun.IDB, cfg WorkerConfig) (*asynq.S
 	mux := asynq.NewServeMux()
 	// The handler's span continues the trace of the request that placed the order (a no-op until the
 	// application sets an OpenTelemetry TracerProvider and propagator).
-	mux.Use(bunx.TraceMiddleware())
+	mux.Use(worker.TraceMiddleware())
 	mux.Handle(EventOrderPlaced, HandleOrderPlaced(db))
 	return srv, mux
 }
@@ -101,7 +101,7 @@ func NewServer(redis asynq.RedisConnOpt, db bun.IDB, cfg WorkerConfig) (*asynq.S
 func RunWorker(ctx context.Context, redis asynq.RedisConnOpt, db bun.IDB, cfg WorkerConfig) error {
 	srv, mux := NewServer(redis, db, cfg)
 	// A task type nobody handles is archived and logged at once instead of retried MaxRetry times.
-	if err := srv.Start(bunx.ArchiveUnrouted(mux, loggerOrDefault(cfg.Logger))); err != nil {
+	if err := srv.Start(worker.ArchiveUnrouted(mux, loggerOrDefault(cfg.Logger))); err != nil {
 		return fmt.Errorf("start worker: %w", err)
 	}
 	<-ctx.Done()

@@ -1,6 +1,6 @@
 // Package faultsuite proves the outbox's promise under the faults that happen in production: it drives
 // real processes (a producer placing orders through bunx, three relays each running a reconciler, asynq
-// workers whose handlers use the bunx Inbox; order.audited fans out to two listeners) against private PostgreSQL and Redis servers, SIGKILLs
+// workers whose handlers use the worker Inbox; order.audited fans out to two listeners) against private PostgreSQL and Redis servers, SIGKILLs
 // relays and workers at random points, restarts Redis without persistence (losing every task, while the
 // workers are down so that a backlog is lost) and crashes PostgreSQL (pg_ctl stop -m immediate), then
 // lets everything drain and checks the ledger: every event of every committed transaction handled, and

@@ -6,10 +6,12 @@ package pgerr
 
 import (
 	"errors"
-
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/uptrace/bun/driver/pgdriver"
+	"reflect"
 )
+
+// The package names no driver: a producer-side package that imports it (bunx) must link neither pgdriver
+// nor pgx. It recognises each driver's error by its methods instead: pgdriver's Error has Field(byte), and
+// pgx's *pgconn.PgError has SQLState() with its fields as exported struct fields.
 
 // SQLSTATE codes bunbox branches on.
 const (
@@ -32,15 +34,39 @@ func From(err error) (Fields, bool) {
 	if err == nil {
 		return Fields{}, false
 	}
-	var pgxErr *pgconn.PgError
-	if errors.As(err, &pgxErr) {
-		return Fields{Code: pgxErr.Code, Constraint: pgxErr.ConstraintName, Detail: pgxErr.Detail, Message: pgxErr.Message}, true
+	var pgx interface{ SQLState() string }
+	if errors.As(err, &pgx) {
+		return Fields{
+			Code:       pgx.SQLState(),
+			Constraint: stringField(pgx, "ConstraintName"),
+			Detail:     stringField(pgx, "Detail"),
+			Message:    stringField(pgx, "Message"),
+		}, true
 	}
-	var pgdErr pgdriver.Error
-	if errors.As(err, &pgdErr) {
-		return Fields{Code: pgdErr.Field('C'), Constraint: pgdErr.Field('n'), Detail: pgdErr.Field('D'), Message: pgdErr.Field('M')}, true
+	var pgd interface{ Field(byte) string }
+	if errors.As(err, &pgd) {
+		return Fields{Code: pgd.Field('C'), Constraint: pgd.Field('n'), Detail: pgd.Field('D'), Message: pgd.Field('M')}, true
 	}
 	return Fields{}, false
+}
+
+// stringField reads the exported string field name of the struct that v is or points to, or "".
+func stringField(v any, name string) string {
+	rv := reflect.ValueOf(v)
+	for rv.Kind() == reflect.Pointer {
+		if rv.IsNil() {
+			return ""
+		}
+		rv = rv.Elem()
+	}
+	if rv.Kind() != reflect.Struct {
+		return ""
+	}
+	f := rv.FieldByName(name)
+	if !f.IsValid() || f.Kind() != reflect.String {
+		return ""
+	}
+	return f.String()
 }
 
 // Is reports whether err carries a PostgreSQL server error with the SQLSTATE code.

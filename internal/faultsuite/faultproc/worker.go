@@ -16,8 +16,8 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/uptrace/bun"
 
-	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/model"
+	"github.com/bunbox/bunbox/worker"
 )
 
 var errLostAck = errors.New("fault: acknowledgement lost after the effect committed")
@@ -63,7 +63,7 @@ func runWorker(ctx context.Context, args []string) error {
 	// The effect of a task: a row keyed by the task's id (the event id, or "<event id>:<listener>" for
 	// a fanned-out event), written with the handler's transaction.
 	writeEffect := func(ctx context.Context, db bun.IDB, t *asynq.Task) error {
-		id, err := bunx.TaskEventID(t)
+		id, err := worker.TaskEventID(t)
 		if err != nil {
 			return err
 		}
@@ -75,7 +75,7 @@ func runWorker(ctx context.Context, args []string) error {
 			key, id, t.Type(), c.id).Exec(ctx)
 		return err
 	}
-	inbox := bunx.NewInbox(db, bunx.WithInboxLogger(log))
+	inbox := worker.NewInbox(db, worker.WithInboxLogger(log))
 	handler := func(name string) asynq.Handler {
 		effect := inbox.Handler(name, func(ctx context.Context, tx bun.Tx, t *asynq.Task) error {
 			err := writeEffect(ctx, tx, t)
@@ -140,7 +140,7 @@ func runWorker(ctx context.Context, args []string) error {
 	for _, l := range Routes.Listeners(EventAudited) {
 		Routes.Handle(mux, EventAudited, l, handler(l)) // each listener its own task and inbox record
 	}
-	routed := bunx.ArchiveUnrouted(mux, log)
+	routed := worker.ArchiveUnrouted(mux, log)
 	// Every delivery, routed or not, is written before the handler runs and again when it returns; a
 	// start without an end is a handler cut by a SIGKILL.
 	pid := os.Getpid()

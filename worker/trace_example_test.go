@@ -1,4 +1,4 @@
-package bunx_test
+package worker_test
 
 import (
 	"context"
@@ -6,15 +6,15 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/bunbox/bunbox/bunx"
+	"github.com/bunbox/bunbox/worker"
 )
 
 // A worker with bunbox's defaults whose handlers continue the producers' traces. The spans go to the
-// global TracerProvider unless bunx.WithTracerProvider names another.
+// global TracerProvider unless worker.WithTracerProvider names another.
 func ExampleTraceMiddleware() {
-	cfg := bunx.ServerConfig(asynq.Config{Concurrency: 20, Queues: map[string]int{"default": 1}})
+	cfg := worker.ServerConfig(asynq.Config{Concurrency: 20, Queues: map[string]int{"default": 1}})
 	mux := asynq.NewServeMux()
-	mux.Use(bunx.TraceMiddleware())
+	mux.Use(worker.TraceMiddleware())
 	mux.HandleFunc("order.placed", func(ctx context.Context, t *asynq.Task) error {
 		// ctx holds the consumer span "process default", the child of the span that placed the order.
 		return nil

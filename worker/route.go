@@ -1,4 +1,4 @@
-package bunx
+package worker
 
 import (
 	"context"
@@ -16,13 +16,13 @@ import (
 // it is logged at Error level with its event id. The error wraps asynq.ErrHandlerNotFound.
 // A bunbox event that nobody listens to is a deployment mistake to surface, not a transient failure:
 //
-//	srv.Start(bunx.ArchiveUnrouted(mux, logger))
+//	srv.Start(worker.ArchiveUnrouted(mux, logger))
 //
 // A nil log discards the log line (the task is archived all the same). ArchiveUnrouted panics if mux is
 // nil, at startup rather than at the first task.
 func ArchiveUnrouted(mux *asynq.ServeMux, log *slog.Logger) asynq.Handler {
 	if mux == nil {
-		panic("bunx.ArchiveUnrouted: mux must not be nil")
+		panic("worker.ArchiveUnrouted: mux must not be nil")
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

@@ -1,4 +1,4 @@
-package bunx
+package worker
 
 import (
 	"errors"

@@ -1,10 +1,11 @@
-package bunx
+package worker
 
 import (
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/bunbox/bunbox/internal/pgerr"
 	"log/slog"
 	"math"
 	"time"
@@ -138,7 +139,7 @@ func (c InboxCleanerConfig) validate() error {
 // forever. Run it in the worker process (or any one process per database: several cleaners are safe, they
 // skip each other's rows).
 //
-//	cleaner, err := bunx.NewInboxCleaner(inbox, bunx.InboxCleanerConfig{})
+//	cleaner, err := worker.NewInboxCleaner(inbox, worker.InboxCleanerConfig{})
 //	go cleaner.Run(ctx)
 type InboxCleaner struct {
 	in  *Inbox
@@ -192,7 +193,7 @@ func (c *InboxCleaner) Cleanup(ctx context.Context) (int64, error) {
 	for ctx.Err() == nil {
 		res, err := c.in.db.NewRaw(cleanupSQL, c.cfg.Window.Microseconds(), c.cfg.BatchSize).Exec(ctx)
 		if err != nil {
-			if isUndefinedTable(err) {
+			if pgerr.Is(err, pgerr.UndefinedTable) {
 				return total, fmt.Errorf("bunbox: the inbox table is missing: apply the migrations (bunboxmigrate.Up, or `bunbox migrate up`): %w", err)
 			}
 			return total, fmt.Errorf("bunbox inbox: cleanup: %w", err)

@@ -1,4 +1,4 @@
-package bunx_test
+package worker_test
 
 import (
 	"context"
@@ -11,25 +11,25 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
+	"github.com/bunbox/bunbox/worker"
 )
 
 // BenchmarkCommitToHandler measures commit-to-handler latency (from the producer's commit returning to
 // the handler starting) through a real relay (its default Config, no NOTIFY trigger), Redis and asynq
-// server, for an asynq server with asynq's defaults and one configured by bunx.ServerConfig. Each runs 200
+// server, for an asynq server with asynq's defaults and one configured by worker.ServerConfig. Each runs 200
 // single-event transactions per second for 3 s after a warm-up, and reports p50 and p99:
 //
-//	go test -run '^$' -bench CommitToHandler -benchtime 1x ./bunx/
+//	go test -run '^$' -bench CommitToHandler -benchtime 1x ./worker/
 func BenchmarkCommitToHandler(b *testing.B) {
 	for _, mode := range []struct {
 		name string
 		cfg  asynq.Config
 	}{
 		{"AsynqDefaults", asynq.Config{}},
-		{"ServerConfig", bunx.ServerConfig(asynq.Config{})},
+		{"ServerConfig", worker.ServerConfig(asynq.Config{})},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
 			for range b.N {
@@ -44,16 +44,16 @@ func BenchmarkCommitToHandler(b *testing.B) {
 // BenchmarkScheduledToHandler measures how late a scheduled event reaches its handler: events made with
 // model.WithProcessAt one second ahead, 50 per second for 3 s, and the time from that moment to the
 // handler starting (negative: early, see measureToHandler), for asynq's defaults
-// (DelayedTaskCheckInterval 5s) and bunx.ServerConfig:
+// (DelayedTaskCheckInterval 5s) and worker.ServerConfig:
 //
-//	go test -run '^$' -bench ScheduledToHandler -benchtime 1x ./bunx/
+//	go test -run '^$' -bench ScheduledToHandler -benchtime 1x ./worker/
 func BenchmarkScheduledToHandler(b *testing.B) {
 	for _, mode := range []struct {
 		name string
 		cfg  asynq.Config
 	}{
 		{"AsynqDefaults", asynq.Config{}},
-		{"ServerConfig", bunx.ServerConfig(asynq.Config{})},
+		{"ServerConfig", worker.ServerConfig(asynq.Config{})},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
 			for range b.N {

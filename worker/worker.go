@@ -1,4 +1,4 @@
-package bunx
+package worker
 
 import (
 	"time"
@@ -27,7 +27,7 @@ const (
 //
 // Every other field is left as given: asynq's own defaults apply to those still zero.
 //
-//	srv := asynq.NewServer(redisOpt, bunx.ServerConfig(asynq.Config{Concurrency: 20}))
+//	srv := asynq.NewServer(redisOpt, worker.ServerConfig(asynq.Config{Concurrency: 20}))
 func ServerConfig(cfg asynq.Config) asynq.Config {
 	if cfg.TaskCheckInterval == 0 {
 		cfg.TaskCheckInterval = TaskCheckIntervalDefault

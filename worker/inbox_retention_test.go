@@ -1,4 +1,4 @@
-package bunx_test
+package worker_test
 
 import (
 	"context"
@@ -14,8 +14,8 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 	"github.com/uptrace/bun/driver/pgdriver"
 
-	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/worker"
 )
 
 func TestAsynqRedeliverySpan(t *testing.T) {
@@ -35,11 +35,11 @@ func TestAsynqRedeliverySpan(t *testing.T) {
 		{"Saturates", 1 << 20, time.Hour, 1<<63 - 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			require.Equal(t, tc.want, bunx.AsynqRedeliverySpan(tc.maxRetry, tc.timeout))
+			require.Equal(t, tc.want, worker.AsynqRedeliverySpan(tc.maxRetry, tc.timeout))
 		})
 	}
-	require.Greater(t, bunx.AsynqRedeliverySpan(25, 30*time.Minute), 21*24*time.Hour)
-	require.Less(t, bunx.AsynqRedeliverySpan(25, 30*time.Minute), bunx.InboxWindowDefault)
+	require.Greater(t, worker.AsynqRedeliverySpan(25, 30*time.Minute), 21*24*time.Hour)
+	require.Less(t, worker.AsynqRedeliverySpan(25, 30*time.Minute), worker.InboxWindowDefault)
 }
 
 func TestInboxCleanerConfig(t *testing.T) {
@@ -47,39 +47,39 @@ func TestInboxCleanerConfig(t *testing.T) {
 	// A pool that never connects: the configuration is checked without a server.
 	sqldb := sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN("postgres://nobody@127.0.0.1:1/none?sslmode=disable")))
 	t.Cleanup(func() { _ = sqldb.Close() })
-	in := bunx.NewInbox(bun.NewDB(sqldb, pgdialect.New()))
-	c, err := bunx.NewInboxCleaner(in, bunx.InboxCleanerConfig{})
+	in := worker.NewInbox(bun.NewDB(sqldb, pgdialect.New()))
+	c, err := worker.NewInboxCleaner(in, worker.InboxCleanerConfig{})
 	require.NoError(t, err)
 	cfg := c.Config()
-	require.Equal(t, bunx.InboxWindowDefault, cfg.Window)
+	require.Equal(t, worker.InboxWindowDefault, cfg.Window)
 	require.Equal(t, 25, cfg.MaxRetry)
 	require.Equal(t, 30*time.Minute, cfg.TaskTimeout)
 	require.Equal(t, 1000, cfg.BatchSize)
 	require.Equal(t, time.Hour, cfg.Interval)
-	require.Equal(t, bunx.AsynqRedeliverySpan(25, 30*time.Minute), cfg.MinWindow())
+	require.Equal(t, worker.AsynqRedeliverySpan(25, 30*time.Minute), cfg.MinWindow())
 
 	for _, tc := range []struct {
 		name string
-		cfg  bunx.InboxCleanerConfig
+		cfg  worker.InboxCleanerConfig
 		want string // "" = valid
 	}{
-		{"ShorterThanAsynqDefaults", bunx.InboxCleanerConfig{Window: 7 * 24 * time.Hour},
+		{"ShorterThanAsynqDefaults", worker.InboxCleanerConfig{Window: 7 * 24 * time.Hour},
 			"Window 168h0m0s is too short: asynq may deliver a task again up to 506h"},
-		{"ShortWithFewRetries", bunx.InboxCleanerConfig{Window: 48 * time.Hour, MaxRetry: 3, TaskTimeout: time.Minute}, ""},
-		{"ShorterThanFloor", bunx.InboxCleanerConfig{Window: time.Hour, MaxRetry: 1, TaskTimeout: time.Minute},
+		{"ShortWithFewRetries", worker.InboxCleanerConfig{Window: 48 * time.Hour, MaxRetry: 3, TaskTimeout: time.Minute}, ""},
+		{"ShorterThanFloor", worker.InboxCleanerConfig{Window: time.Hour, MaxRetry: 1, TaskTimeout: time.Minute},
 			"Window 1h0m0s is too short: a reconciler may enqueue a handled event again"},
-		{"ShorterThanGivenSpan", bunx.InboxCleanerConfig{Window: 48 * time.Hour, RedeliverySpan: 72 * time.Hour},
+		{"ShorterThanGivenSpan", worker.InboxCleanerConfig{Window: 48 * time.Hour, RedeliverySpan: 72 * time.Hour},
 			"Window 48h0m0s is too short: RedeliverySpan is 72h0m0s"},
-		{"GivenSpan", bunx.InboxCleanerConfig{Window: 4 * 24 * time.Hour, RedeliverySpan: 72 * time.Hour}, ""},
-		{"Negative", bunx.InboxCleanerConfig{Window: -time.Hour}, "Window -1h0m0s is too short"},
-		{"MaxRetry", bunx.InboxCleanerConfig{MaxRetry: 101}, "MaxRetry must be between 0 and 100, got 101"},
-		{"TaskTimeout", bunx.InboxCleanerConfig{TaskTimeout: -1}, "TaskTimeout must not be negative"},
-		{"RedeliverySpan", bunx.InboxCleanerConfig{RedeliverySpan: -1}, "RedeliverySpan must not be negative"},
-		{"BatchSize", bunx.InboxCleanerConfig{BatchSize: 10001}, "BatchSize must be between 1 and 10000, got 10001"},
-		{"Interval", bunx.InboxCleanerConfig{Interval: -time.Second}, "Interval must not be negative"},
+		{"GivenSpan", worker.InboxCleanerConfig{Window: 4 * 24 * time.Hour, RedeliverySpan: 72 * time.Hour}, ""},
+		{"Negative", worker.InboxCleanerConfig{Window: -time.Hour}, "Window -1h0m0s is too short"},
+		{"MaxRetry", worker.InboxCleanerConfig{MaxRetry: 101}, "MaxRetry must be between 0 and 100, got 101"},
+		{"TaskTimeout", worker.InboxCleanerConfig{TaskTimeout: -1}, "TaskTimeout must not be negative"},
+		{"RedeliverySpan", worker.InboxCleanerConfig{RedeliverySpan: -1}, "RedeliverySpan must not be negative"},
+		{"BatchSize", worker.InboxCleanerConfig{BatchSize: 10001}, "BatchSize must be between 1 and 10000, got 10001"},
+		{"Interval", worker.InboxCleanerConfig{Interval: -time.Second}, "Interval must not be negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := bunx.NewInboxCleaner(in, tc.cfg)
+			c, err := worker.NewInboxCleaner(in, tc.cfg)
 			if tc.want == "" {
 				require.NoError(t, err)
 				require.NotNil(t, c)
@@ -90,7 +90,7 @@ func TestInboxCleanerConfig(t *testing.T) {
 			require.Nil(t, c)
 		})
 	}
-	_, err = bunx.NewInboxCleaner(nil, bunx.InboxCleanerConfig{})
+	_, err = worker.NewInboxCleaner(nil, worker.InboxCleanerConfig{})
 	require.ErrorContains(t, err, "the inbox must not be nil")
 }
 
@@ -142,8 +142,8 @@ func TestInboxCleanerDeletesOldRecordsInBatches(t *testing.T) {
 	seedInbox(t, db, "ship", 4, window-time.Hour)
 	seedInbox(t, db, "ship", 1, 0)
 
-	in := bunx.NewInbox(db, bunx.WithInboxLogger(outboxtest.Logger(t)))
-	c, err := bunx.NewInboxCleaner(in, bunx.InboxCleanerConfig{Window: window, MaxRetry: 3, TaskTimeout: time.Minute, BatchSize: 10})
+	in := worker.NewInbox(db, worker.WithInboxLogger(outboxtest.Logger(t)))
+	c, err := worker.NewInboxCleaner(in, worker.InboxCleanerConfig{Window: window, MaxRetry: 3, TaskTimeout: time.Minute, BatchSize: 10})
 	require.NoError(t, err)
 	n, err := c.Cleanup(ctx)
 	require.NoError(t, err)
@@ -165,7 +165,7 @@ func TestInboxCleanerRun(t *testing.T) {
 	db, _ := outboxtest.Schema(t)
 	seedInbox(t, db, "ship", 3, 40*24*time.Hour)
 	seedInbox(t, db, "ship", 2, time.Minute)
-	c, err := bunx.NewInboxCleaner(bunx.NewInbox(db), bunx.InboxCleanerConfig{})
+	c, err := worker.NewInboxCleaner(worker.NewInbox(db), worker.InboxCleanerConfig{})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -186,7 +186,7 @@ func TestInboxCleanerRun(t *testing.T) {
 func TestInboxCleanerMissingTable(t *testing.T) {
 	t.Parallel()
 	db := outboxtest.Open(t, map[string]any{"search_path": outboxtest.NewSchema(t)})
-	c, err := bunx.NewInboxCleaner(bunx.NewInbox(db), bunx.InboxCleanerConfig{})
+	c, err := worker.NewInboxCleaner(worker.NewInbox(db), worker.InboxCleanerConfig{})
 	require.NoError(t, err)
 	_, err = c.Cleanup(context.Background())
 	require.ErrorContains(t, err, "the inbox table is missing: apply the migrations")

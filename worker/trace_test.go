@@ -1,4 +1,4 @@
-package bunx_test
+package worker_test
 
 import (
 	"context"
@@ -14,7 +14,6 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 	"github.com/uptrace/bun/driver/pgdriver"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -24,6 +23,7 @@ import (
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
+	"github.com/bunbox/bunbox/worker"
 )
 
 // TestTraceFromProducerToHandler follows two events through a real relay, Redis and asynq server: one
@@ -56,18 +56,18 @@ func TestTraceFromProducerToHandler(t *testing.T) {
 
 	// The worker: the handlers note the span they run in.
 	handled := make(chan trace.SpanContext, 2)
-	in := bunx.NewInbox(db, bunx.WithInboxTracerProvider(tp), bunx.WithInboxLogger(outboxtest.Logger(t)))
+	in := worker.NewInbox(db, worker.WithInboxTracerProvider(tp), worker.WithInboxLogger(outboxtest.Logger(t)))
 	mux := asynq.NewServeMux()
 	mux.Handle("traced.inbox", in.Handler("notify", func(ctx context.Context, _ bun.Tx, _ *asynq.Task) error {
 		handled <- trace.SpanContextFromContext(ctx)
 		return nil
 	}))
-	mux.Handle("traced.plain", bunx.TraceMiddleware(bunx.WithTracerProvider(tp))(asynq.HandlerFunc(
+	mux.Handle("traced.plain", worker.TraceMiddleware(worker.WithTracerProvider(tp))(asynq.HandlerFunc(
 		func(ctx context.Context, _ *asynq.Task) error {
 			handled <- trace.SpanContextFromContext(ctx)
 			return nil
 		})))
-	srv := asynq.NewServer(redisOpt, bunx.ServerConfig(asynq.Config{Queues: map[string]int{queue: 1}, LogLevel: asynq.ErrorLevel}))
+	srv := asynq.NewServer(redisOpt, worker.ServerConfig(asynq.Config{Queues: map[string]int{queue: 1}, LogLevel: asynq.ErrorLevel}))
 	require.NoError(t, srv.Start(mux))
 	t.Cleanup(srv.Shutdown)
 
@@ -127,32 +127,12 @@ func TestTraceFromProducerToHandler(t *testing.T) {
 	require.Equal(t, 2, sends, "one publish span per event")
 }
 
-// TestRecordInjectsWithTheGlobalPropagator shows that Record uses the application's propagator (here W3C
-// trace context and baggage, set in TestMain), not a fixed one: the baggage travels too.
-func TestRecordInjectsWithTheGlobalPropagator(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	member, err := baggage.NewMember("tenant", "acme")
-	require.NoError(t, err)
-	bag, err := baggage.New(member)
-	require.NoError(t, err)
-	tp := sdktrace.NewTracerProvider()
-	ctx, span := tp.Tracer("test").Start(baggage.ContextWithBaggage(context.Background(), bag), "produce")
-	defer span.End()
-	ev, err := model.NewEvent("traced", nil)
-	require.NoError(t, err)
-	require.NoError(t, b.ob.Record(ctx, b.db, ev))
-	md := b.events(t)[0].Metadata
-	require.Equal(t, "tenant=acme", md["baggage"])
-	require.Contains(t, md[model.HeaderTraceParent], span.SpanContext().TraceID().String())
-}
-
 func TestServerConfig(t *testing.T) {
 	t.Parallel()
-	cfg := bunx.ServerConfig(asynq.Config{})
-	require.Equal(t, bunx.TaskCheckIntervalDefault, cfg.TaskCheckInterval)
-	require.Equal(t, bunx.DelayedTaskCheckIntervalDefault, cfg.DelayedTaskCheckInterval)
-	cfg = bunx.ServerConfig(asynq.Config{TaskCheckInterval: time.Second, DelayedTaskCheckInterval: 2 * time.Second, Concurrency: 3})
+	cfg := worker.ServerConfig(asynq.Config{})
+	require.Equal(t, worker.TaskCheckIntervalDefault, cfg.TaskCheckInterval)
+	require.Equal(t, worker.DelayedTaskCheckIntervalDefault, cfg.DelayedTaskCheckInterval)
+	cfg = worker.ServerConfig(asynq.Config{TaskCheckInterval: time.Second, DelayedTaskCheckInterval: 2 * time.Second, Concurrency: 3})
 	require.Equal(t, time.Second, cfg.TaskCheckInterval, "a value given is kept")
 	require.Equal(t, 2*time.Second, cfg.DelayedTaskCheckInterval, "a value given is kept")
 	require.Equal(t, 3, cfg.Concurrency)
@@ -192,15 +172,15 @@ func TestTraceMiddlewareAroundInbox(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	db := bun.NewDB(sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN("postgres://nobody@127.0.0.1:1/none?sslmode=disable"))), pgdialect.New())
 	t.Cleanup(func() { _ = db.Close() })
-	in := bunx.NewInbox(db, bunx.WithInboxTracerProvider(tp))
+	in := worker.NewInbox(db, worker.WithInboxTracerProvider(tp))
 	var ran bool
-	h := bunx.TraceMiddleware(bunx.WithTracerProvider(tp))(in.Handler("notify", func(context.Context, bun.Tx, *asynq.Task) error {
+	h := worker.TraceMiddleware(worker.WithTracerProvider(tp))(in.Handler("notify", func(context.Context, bun.Tx, *asynq.Task) error {
 		ran = true
 		return nil
 	}))
 
 	err := h.ProcessTask(context.Background(), asynq.NewTask("no.headers", nil))
-	require.ErrorIs(t, err, bunx.ErrMalformedTask)
+	require.ErrorIs(t, err, worker.ErrMalformedTask)
 	require.False(t, ran)
 	spans := exp.GetSpans()
 	require.Len(t, spans, 1, "one consumer span, not one per layer")

@@ -1,4 +1,4 @@
-package bunx
+package worker
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/uptrace/bun"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/bunbox/bunbox/bunx"
+	"github.com/bunbox/bunbox/internal/pgerr"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -52,7 +54,7 @@ func WithInboxTracerProvider(tp trace.TracerProvider) InboxOption {
 // NewInbox returns an Inbox that records handled events in db's inbox_events table (see the migrate package).
 func NewInbox(db *bun.DB, opts ...InboxOption) *Inbox {
 	if db == nil {
-		panic("bunx.NewInbox: db must not be nil")
+		panic("worker.NewInbox: db must not be nil")
 	}
 	in := &Inbox{db: db, logger: slog.New(slog.DiscardHandler), tracing: newTracing(nil)}
 	for _, opt := range opts {
@@ -77,11 +79,11 @@ var ErrMalformedTask = errors.New("bunbox: malformed task")
 func (in *Inbox) Handler(name string, fn func(ctx context.Context, tx bun.Tx, t *asynq.Task) error) asynq.Handler {
 	switch {
 	case in == nil:
-		panic("bunx.Inbox.Handler: the Inbox is nil")
+		panic("worker.Inbox.Handler: the Inbox is nil")
 	case name == "":
-		panic("bunx.Inbox.Handler: the handler name must not be empty")
+		panic("worker.Inbox.Handler: the handler name must not be empty")
 	case fn == nil:
-		panic(fmt.Sprintf("bunx.Inbox.Handler(%q): fn must not be nil", name))
+		panic(fmt.Sprintf("worker.Inbox.Handler(%q): fn must not be nil", name))
 	}
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		return in.tracing.run(ctx, t, name, func(ctx context.Context) error { return in.handle(ctx, name, t, fn) })
@@ -106,7 +108,7 @@ func (in *Inbox) handle(ctx context.Context, name string, t *asynq.Task, fn func
 			duplicate = err == nil
 			return err
 		}
-		return fn(ContextWithTx(ctx, tx), tx, t)
+		return fn(bunx.ContextWithTx(ctx, tx), tx, t)
 	})
 	if duplicate {
 		in.logger.LogAttrs(ctx, slog.LevelInfo, "bunbox inbox: duplicate delivery acknowledged",
@@ -119,7 +121,7 @@ func (in *Inbox) handle(ctx context.Context, name string, t *asynq.Task, fn func
 // does not decode is archived by asynq (ErrMalformedTask with asynq.SkipRetry), not retried forever.
 func HandleJSON[T any](in *Inbox, name string, fn func(ctx context.Context, tx bun.Tx, payload *T) error) asynq.Handler {
 	if fn == nil {
-		panic(fmt.Sprintf("bunx.HandleJSON(%q): fn must not be nil", name))
+		panic(fmt.Sprintf("worker.HandleJSON(%q): fn must not be nil", name))
 	}
 	return in.Handler(name, func(ctx context.Context, tx bun.Tx, t *asynq.Task) error {
 		p, err := decodePayload[T](t)
@@ -155,7 +157,7 @@ func TaskEventID(t *asynq.Task) (uuid.UUID, error) {
 }
 
 func inboxError(err error) error {
-	if isUndefinedTable(err) {
+	if pgerr.Is(err, pgerr.UndefinedTable) {
 		return fmt.Errorf("bunbox: the inbox table is missing: apply the migrations (bunboxmigrate.Up, or `bunbox migrate up`): %w", err)
 	}
 	return fmt.Errorf("bunbox inbox: record event: %w", err)

@@ -1,4 +1,4 @@
-package bunx_test
+package worker_test
 
 import (
 	"context"
@@ -12,10 +12,12 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 
-	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/model"
+	"github.com/bunbox/bunbox/worker"
 )
+
+var errBusiness = errors.New("business rule failed")
 
 type shipment struct {
 	OrderID int64 `json:"order_id"`
@@ -32,10 +34,10 @@ func TestInboxRunsTheWorkOncePerEvent(t *testing.T) {
 	db, _ := outboxtest.Schema(t)
 	_, err := db.ExecContext(ctx, "CREATE TABLE shipments (order_id bigint NOT NULL)")
 	require.NoError(t, err)
-	in := bunx.NewInbox(db, bunx.WithInboxLogger(outboxtest.Logger(t)))
+	in := worker.NewInbox(db, worker.WithInboxLogger(outboxtest.Logger(t)))
 
 	var calls atomic.Int64
-	ship := bunx.HandleJSON(in, "ship", func(ctx context.Context, tx bun.Tx, p *shipment) error {
+	ship := worker.HandleJSON(in, "ship", func(ctx context.Context, tx bun.Tx, p *shipment) error {
 		calls.Add(1)
 		_, err := tx.NewRaw("INSERT INTO shipments VALUES (?)", p.OrderID).Exec(ctx)
 		return err
@@ -65,7 +67,7 @@ func TestInboxFailedWorkRollsBackAndRetries(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, _ := outboxtest.Schema(t)
-	in := bunx.NewInbox(db)
+	in := worker.NewInbox(db)
 	fail := true
 	h := in.Handler("flaky", func(ctx context.Context, tx bun.Tx, _ *asynq.Task) error {
 		if fail {
@@ -85,8 +87,8 @@ func TestInboxRejectsMalformedTasks(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, _ := outboxtest.Schema(t)
-	in := bunx.NewInbox(db)
-	h := bunx.HandleJSON(in, "ship", func(context.Context, bun.Tx, *shipment) error { return nil })
+	in := worker.NewInbox(db)
+	h := worker.HandleJSON(in, "ship", func(context.Context, bun.Tx, *shipment) error { return nil })
 
 	for name, task := range map[string]*asynq.Task{
 		"NoHeader":   asynq.NewTask("order.placed", []byte(`{}`)),
@@ -95,7 +97,7 @@ func TestInboxRejectsMalformedTasks(t *testing.T) {
 		"BadPayload": inboxTask(t, uuid.New(), `{"order_id":"seven"}`),
 	} {
 		err := h.ProcessTask(ctx, task)
-		require.ErrorIs(t, err, bunx.ErrMalformedTask, name)
+		require.ErrorIs(t, err, worker.ErrMalformedTask, name)
 		require.True(t, errors.Is(err, asynq.SkipRetry), "%s: archived, not retried forever", name)
 	}
 	require.Zero(t, outboxtest.Count(t, db, "inbox_events", ""))
@@ -104,7 +106,7 @@ func TestInboxRejectsMalformedTasks(t *testing.T) {
 func TestInboxMissingMigration(t *testing.T) {
 	t.Parallel()
 	db := outboxtest.Open(t, map[string]any{"search_path": outboxtest.NewSchema(t)})
-	h := bunx.NewInbox(db).Handler("h", func(context.Context, bun.Tx, *asynq.Task) error { return nil })
+	h := worker.NewInbox(db).Handler("h", func(context.Context, bun.Tx, *asynq.Task) error { return nil })
 	err := h.ProcessTask(context.Background(), inboxTask(t, uuid.New(), `{}`))
 	require.ErrorContains(t, err, "the inbox table is missing: apply the migrations")
 }

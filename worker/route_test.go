@@ -1,4 +1,4 @@
-package bunx_test
+package worker_test
 
 import (
 	"bytes"
@@ -10,8 +10,8 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
-	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/model"
+	"github.com/bunbox/bunbox/worker"
 )
 
 func TestArchiveUnrouted(t *testing.T) {
@@ -23,7 +23,7 @@ func TestArchiveUnrouted(t *testing.T) {
 	mux.HandleFunc("order.placed", func(context.Context, *asynq.Task) error { handled++; return nil })
 	boom := errors.New("boom")
 	mux.HandleFunc("order.failing", func(context.Context, *asynq.Task) error { return boom })
-	h := bunx.ArchiveUnrouted(mux, log)
+	h := worker.ArchiveUnrouted(mux, log)
 	ctx := context.Background()
 
 	t.Run("Routed", func(t *testing.T) {

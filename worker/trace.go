@@ -1,4 +1,4 @@
-package bunx
+package worker
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 )
 
 // tracerName is the instrumentation scope of bunbox's consumer spans.
-const tracerName = "github.com/bunbox/bunbox/bunx"
+const tracerName = "github.com/bunbox/bunbox/worker"
 
 // messagingSystem is the messaging.system attribute of bunbox's spans: the broker is asynq.
 const messagingSystem = "asynq"
@@ -54,7 +54,7 @@ type consumerSpanKey struct{}
 // queue, messaging.message.id the event id and messaging.operation.type "process", plus bunbox.event_name
 // and, for a fanned-out task, bunbox.listener; a handler's error is recorded on it.
 //
-// Use it for plain asynq handlers (mux.Use(bunx.TraceMiddleware())); handlers wrapped by an Inbox start
+// Use it for plain asynq handlers (mux.Use(worker.TraceMiddleware())); handlers wrapped by an Inbox start
 // the same span themselves, and behind this middleware they reuse its span.
 func TraceMiddleware(opts ...TraceOption) asynq.MiddlewareFunc {
 	t := newTracing(opts)
