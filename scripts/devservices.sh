@@ -5,7 +5,7 @@
 #   scripts/devservices.sh env    print the settings as shell exports (eval "$(scripts/devservices.sh env)")
 #   scripts/devservices.sh down   stop both and delete their data
 #   scripts/devservices.sh status say what runs
-#   scripts/devservices.sh tools  install what the tests use when missing (redis-server, promtool), as root
+#   scripts/devservices.sh tools  install what the tests use when missing (redis-server, promtool, chromium), as root
 #   scripts/devservices.sh cluster also start a 3-node Redis Cluster (optional; the tests start their own)
 #
 # Everything lives under .dev/ in the project (git-ignored), or under BUNBOX_DEV_DIR when set. PostgreSQL's
@@ -191,10 +191,24 @@ ensure_promtool() {
   fi
 }
 
+# ensure_chromium installs Debian's chromium, which the operator page's browser test (ui/) drives headless,
+# when it is missing and we are root; otherwise that test fails and says how to install it.
+ensure_chromium() {
+  command -v chromium >/dev/null 2>&1 && return
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    log "installing chromium (Debian's package) for the operator page's browser test"
+    { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1 ||
+      { DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1; }; } ||
+      die "could not install chromium: the browser test needs it"
+  fi
+}
+
 case "${1:-}" in
 tools)
   ensure_redis
   ensure_promtool
+  ensure_chromium
   ;;
 up)
   mkdir -p "$dir"

@@ -9,6 +9,7 @@
 //	bunbox dead purge -older-than D -yes  delete dead events for good (and/or -name NAME, or -all)
 //	bunbox reconcile [-window 1h] [-json] one reconciler pass: re-deliver the events whose task Redis lost
 //	bunbox relay [-metrics-addr ...]      run a relay until SIGINT/SIGTERM, with /metrics, /healthz, /readyz
+//	bunbox ui [-addr 127.0.0.1:8080]      the operator page (read-only unless BUNBOX_UI_TOKEN is set)
 //
 // The database is DATABASE_URL (or -database-url), opened with connect.Postgres (TLS as libpq's sslmode
 // says) over the driver DATABASE_DRIVER (or -database-driver) names: pgdriver (the default) or pgx;
@@ -55,6 +56,9 @@ commands:
                           re-deliver those whose task Redis lost, and list them
   relay [-metrics-addr A] run a relay until interrupted, with Prometheus metrics on A/metrics and
                           the probes A/healthz (alive) and A/readyz (PostgreSQL, Redis, schema)
+  ui [-addr 127.0.0.1:8080] [-redis=false]
+                          serve the operator page: backlog, pending, scheduled and dead events, blocked
+                          keys, asynq's queues; read-only unless BUNBOX_UI_TOKEN is set
 
 environment:
   DATABASE_URL  PostgreSQL URL, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full&sslrootcert=ca.pem
@@ -91,13 +95,14 @@ type cli struct {
 	dbDriver    string // DATABASE_DRIVER: pgdriver or pgx
 	redisURL    string // wins over redisAddr
 	redisAddr   string
+	uiToken     string // BUNBOX_UI_TOKEN, for bunbox ui
 	stdout      io.Writer
 	stderr      io.Writer
 }
 
 // run runs the command line args and returns the exit code.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	c := &cli{stdout: stdout, stderr: stderr}
+	c := &cli{stdout: stdout, stderr: stderr, uiToken: getenv(uiTokenEnv)}
 	fs := flag.NewFlagSet("bunbox", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage) }
@@ -154,6 +159,8 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 		return c.relay(ctx, args)
 	case "reconcile":
 		return c.reconcile(ctx, args)
+	case "ui":
+		return c.ui(ctx, args)
 	case "help":
 		fmt.Fprint(c.stdout, usage)
 		return nil

@@ -1,0 +1,105 @@
+package ui_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/ui"
+)
+
+// screenshotDirEnv names where the browser test keeps its screenshots; by default .artifacts/ui at the
+// module root (git-ignored).
+const screenshotDirEnv = "BUNBOX_UI_SCREENSHOTS"
+
+// chromiumPath finds Debian's chromium (scripts/devservices.sh tools installs it).
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	outboxtest.SkipShort(t)
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatal("chromium not found: scripts/devservices.sh tools installs Debian's chromium package")
+	return ""
+}
+
+// TestBrowserRetryDeadEvent drives the page in a real headless Chromium: it loads the overview, signs
+// in with the token, selects a dead event and clicks "Retry selected"; the event is back in line in the
+// database, and the page loaded under its Content-Security-Policy with nothing blocked. Screenshots of
+// the overview and the dead list are kept in BUNBOX_UI_SCREENSHOTS (default .artifacts/ui).
+func TestBrowserRetryDeadEvent(t *testing.T) {
+	t.Parallel()
+	exe := chromiumPath(t)
+	f := newFixture(t, ui.Config{Token: testToken})
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe),
+		chromedp.NoSandbox, // root in CI
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.WindowSize(1280, 900),
+		chromedp.UserDataDir(t.TempDir()),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+	ctx, cancel := context.WithTimeout(bctx, 90*time.Second)
+	defer cancel()
+
+	// run does one step that gives a value, failing the test on an error.
+	run := func(what string, err error) {
+		t.Helper()
+		require.NoError(t, err, what)
+	}
+	run("load the overview", chromedp.Do(ctx, chromedp.Navigate(f.srv.URL+"/"), chromedp.WaitVisible("#dead")))
+	deadCard, err := chromedp.Run(ctx, chromedp.Text("#dead"))
+	run("read the dead count", err)
+	// the stylesheet loaded under the CSP: the header has its background
+	styled, err := chromedp.Run(ctx, chromedp.Evaluate[string](`getComputedStyle(document.querySelector("header")).backgroundColor`))
+	run("read the header's style", err)
+	overview, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	run("screenshot the overview", err)
+
+	run("sign in and select", chromedp.Do(ctx,
+		chromedp.Navigate(f.srv.URL+"/events?state=dead"),
+		chromedp.SendKeys(`input[name="token"]`, testToken),
+		chromedp.Click("#signin"),
+		chromedp.WaitVisible("#sel-"+f.dead[0].String()),
+		chromedp.Click("#sel-"+f.dead[0].String()),
+	))
+	deadList, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	run("screenshot the dead list", err)
+	run("retry", chromedp.Do(ctx, chromedp.Click("#retry"), chromedp.WaitVisible("#flash")))
+	flash, err := chromedp.Run(ctx, chromedp.Text("#flash"))
+	run("read the flash", err)
+
+	require.Equal(t, "2", strings.TrimSpace(deadCard))
+	require.Equal(t, "rgb(246, 248, 250)", styled, "the stylesheet applies")
+	require.Equal(t, "1 retried", strings.TrimSpace(flash))
+	require.EqualValues(t, 1, f.deadCount(t), "the clicked event is back in line")
+	require.Contains(t, f.logText(), "ui: dead events retried")
+
+	dir := os.Getenv(screenshotDirEnv)
+	if dir == "" {
+		dir = filepath.Join("..", ".artifacts", "ui")
+	}
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	for name, png := range map[string][]byte{"overview.png": overview, "dead-selected.png": deadList} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), png, 0o644))
+	}
+	t.Logf("screenshots in %s", dir)
+}

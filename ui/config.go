@@ -1,0 +1,59 @@
+package ui
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/hibiken/asynq"
+)
+
+// Defaults applied by New to the zero fields of a Config.
+const (
+	// ListLimitDefault is how many rows each list of the page shows.
+	ListLimitDefault = 50
+	// MinTokenLength is the shortest token New accepts: a token guards writes, so it must not be guessable.
+	MinTokenLength = 16
+)
+
+// Config tunes a Handler. The zero value serves a read-only page on the outbox table alone.
+type Config struct {
+	// Token, when set, lets an operator who signs in with it retry and purge dead events. At least
+	// MinTokenLength bytes. Defaults to none: the page is read-only and every write is refused.
+	Token string
+	// Redis, when set, adds what asynq holds per queue (and each event's task) to the page. Defaults to
+	// none: the page shows the outbox table only and says so.
+	Redis asynq.RedisConnOpt
+	// Logger receives a line for every write (who, what, how many) and every refused write.
+	// Defaults to a logger that writes Info and above to stderr.
+	Logger *slog.Logger
+	// ListLimit is how many rows each list shows, 1 to 1000. Defaults to 50.
+	ListLimit int
+}
+
+func (c Config) withDefaults() Config {
+	c.ListLimit = cmp.Or(c.ListLimit, ListLimitDefault)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return c
+}
+
+// ErrInvalidConfig is wrapped by the errors of a Config that cannot work; the message names the field.
+var ErrInvalidConfig = errors.New("ui: invalid config")
+
+func (c Config) validate() error {
+	var errs []error
+	if c.Token != "" && len(c.Token) < MinTokenLength {
+		errs = append(errs, fmt.Errorf("Token must be at least %d bytes, got %d", MinTokenLength, len(c.Token)))
+	}
+	if c.ListLimit < 1 || c.ListLimit > 1000 {
+		errs = append(errs, fmt.Errorf("ListLimit must be between 1 and 1000, got %d", c.ListLimit))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}

@@ -1,0 +1,224 @@
+package ui
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
+	"github.com/uptrace/bun"
+
+	"github.com/bunbox/bunbox/admin"
+	"github.com/bunbox/bunbox/model"
+)
+
+// queueRow is one queue's line in the backlog table: the outbox's side and, with Redis, asynq's.
+type queueRow struct {
+	Queue   string
+	Pending int64
+	Dead    int64
+	Lag     time.Duration
+	Asynq   *asynq.QueueInfo // nil without Redis, or when asynq has no such queue
+}
+
+// taskRow is a task asynq holds in its retry or archived set, with the handler's last error.
+type taskRow struct {
+	Queue   string
+	State   string
+	ID      string
+	Type    string
+	Retried int
+	LastErr string
+	When    time.Time
+}
+
+// overview is everything the front page shows.
+type overview struct {
+	Backlog   admin.Backlog
+	Queues    []queueRow
+	Events    []admin.EventBacklog
+	Blocked   []admin.BlockedKey
+	Failing   []taskRow // asynq's retry and archived tasks
+	Reconcile *reconcileState
+	AsynqErr  string
+}
+
+// reconcileState is what the page knows of the reconciler: who holds its lease and until when.
+type reconcileState struct {
+	Holder    string
+	ExpiresAt time.Time
+}
+
+func (h *Handler) readOverview(ctx context.Context) (overview, error) {
+	var o overview
+	var err error
+	if o.Backlog, err = admin.ReadBacklog(ctx, h.db); err != nil {
+		return o, err
+	}
+	if o.Events, err = admin.ReadBacklogByEvent(ctx, h.db); err != nil {
+		return o, err
+	}
+	if o.Blocked, err = admin.BlockedKeys(ctx, h.db, h.cfg.ListLimit); err != nil {
+		return o, err
+	}
+	o.Reconcile = h.readReconcile(ctx)
+	byQueue := map[string]*queueRow{}
+	for _, e := range o.Events {
+		q := byQueue[e.Queue]
+		if q == nil {
+			q = &queueRow{Queue: e.Queue}
+			byQueue[e.Queue] = q
+		}
+		q.Pending += e.Pending
+		q.Dead += e.Dead
+		q.Lag = max(q.Lag, e.Lag)
+	}
+	if h.inspector != nil {
+		if err := h.readAsynq(byQueue, &o); err != nil {
+			o.AsynqErr = err.Error()
+		}
+	}
+	for _, q := range byQueue {
+		o.Queues = append(o.Queues, *q)
+	}
+	sort.Slice(o.Queues, func(i, j int) bool { return o.Queues[i].Queue < o.Queues[j].Queue })
+	return o, nil
+}
+
+// readAsynq adds asynq's counts per queue and its failing tasks.
+func (h *Handler) readAsynq(byQueue map[string]*queueRow, o *overview) error {
+	names, err := h.inspector.Queues()
+	if err != nil {
+		return fmt.Errorf("asynq queues: %w", err)
+	}
+	for _, name := range names {
+		info, err := h.inspector.GetQueueInfo(name)
+		if err != nil {
+			return fmt.Errorf("asynq queue %q: %w", name, err)
+		}
+		q := byQueue[name]
+		if q == nil {
+			q = &queueRow{Queue: name}
+			byQueue[name] = q
+		}
+		q.Asynq = info
+		for _, list := range []struct {
+			state string
+			fn    func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error)
+		}{{"retry", h.inspector.ListRetryTasks}, {"archived", h.inspector.ListArchivedTasks}} {
+			tasks, err := list.fn(name, asynq.PageSize(h.cfg.ListLimit))
+			if err != nil {
+				return fmt.Errorf("asynq %s tasks of %q: %w", list.state, name, err)
+			}
+			for _, t := range tasks {
+				when := t.NextProcessAt
+				if list.state == "archived" {
+					when = t.LastFailedAt
+				}
+				o.Failing = append(o.Failing, taskRow{Queue: name, State: list.state, ID: t.ID, Type: t.Type,
+					Retried: t.Retried, LastErr: t.LastErr, When: when})
+			}
+		}
+	}
+	return nil
+}
+
+// readReconcile reads the reconciler's lease when the schema has one (bunbox_leases); nil otherwise.
+func (h *Handler) readReconcile(ctx context.Context) *reconcileState {
+	var exists bool
+	if err := h.db.NewRaw("SELECT to_regclass('bunbox_leases') IS NOT NULL").Scan(ctx, &exists); err != nil || !exists {
+		return nil
+	}
+	var st reconcileState
+	err := h.db.NewRaw("SELECT holder, expires_at FROM bunbox_leases WHERE name = 'bunbox.reconciler'").Scan(ctx, &st.Holder, &st.ExpiresAt)
+	if err != nil {
+		return nil
+	}
+	return &st
+}
+
+// eventList is one of the page's lists of events.
+type eventList struct {
+	State  string // pending, scheduled or dead
+	Events []model.Event
+}
+
+var errUnknownState = errors.New("unknown state")
+
+func (h *Handler) readEvents(ctx context.Context, state string) (eventList, error) {
+	q := h.db.NewSelect().Model((*model.Event)(nil)).Limit(int64(h.cfg.ListLimit))
+	switch state {
+	case "pending":
+		q = q.Where("published_at IS NULL AND dead_at IS NULL").Order("id")
+	case "scheduled":
+		q = q.Where("published_at IS NOT NULL AND process_at > now()").Order("process_at")
+	case "dead":
+		q = q.Where("dead_at IS NOT NULL").Order("dead_at", "id")
+	default:
+		return eventList{}, fmt.Errorf("%w %q: want pending, scheduled or dead", errUnknownState, state)
+	}
+	l := eventList{State: state}
+	err := q.Scan(ctx, &l.Events)
+	return l, err
+}
+
+// eventDetail is one event, with its asynq task when Redis is known.
+type eventDetail struct {
+	Event    model.Event
+	Payload  string
+	Task     *asynq.TaskInfo
+	TaskNote string
+}
+
+func (h *Handler) readEvent(ctx context.Context, id uuid.UUID) (*eventDetail, error) {
+	var ev model.Event
+	err := h.db.NewSelect().Model(&ev).Where("event_id = ?", id).Scan(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d := &eventDetail{Event: ev, Payload: indent(ev.Payload)}
+	switch {
+	case h.inspector == nil:
+		d.TaskNote = "not looked up: the page was not given Redis"
+	case ev.PublishedAt == nil:
+		d.TaskNote = "not in asynq yet: the relay has not published the event"
+	default:
+		t, err := h.inspector.GetTaskInfo(ev.Queue, ev.EventID.String())
+		switch {
+		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+			d.TaskNote = "not in asynq: completed and past its retention, deleted, or lost (the reconciler re-delivers a lost task within its window)"
+		case err != nil:
+			d.TaskNote = "asynq lookup failed: " + err.Error()
+		default:
+			d.Task = t
+		}
+	}
+	return d, nil
+}
+
+// indent pretty-prints a JSON document for the page, or returns it as it is.
+func indent(doc json.RawMessage) string {
+	var v any
+	if err := json.Unmarshal(doc, &v); err != nil {
+		return string(doc)
+	}
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // shown as written; the template escapes it for HTML
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return string(doc)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+var _ bun.IDB = (*bun.DB)(nil)
+
+// errNoRows is what a lookup of an event that is not there returns.
+var errNoRows = sql.ErrNoRows

@@ -1,0 +1,289 @@
+package ui
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
+	"github.com/uptrace/bun"
+
+	"github.com/bunbox/bunbox/admin"
+)
+
+//go:embed assets
+var assets embed.FS
+
+// contentSecurityPolicy allows the page nothing but its own stylesheet and its own forms: no script, no
+// frame, no outside origin.
+const contentSecurityPolicy = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; " +
+	"frame-ancestors 'none'; base-uri 'none'"
+
+// Handler serves the operator page. Build it with New; it is safe for concurrent use.
+type Handler struct {
+	db        *bun.DB
+	cfg       Config
+	log       *slog.Logger
+	inspector *asynq.Inspector // nil without Config.Redis
+	sessions  *sessions
+	origin    *http.CrossOriginProtection
+	pages     *template.Template
+	mux       *http.ServeMux
+}
+
+// New returns the Handler of the page on db. Invalid settings give an error wrapping ErrInvalidConfig
+// that names the field. Close releases the Redis connections of Config.Redis.
+func New(db *bun.DB, cfg Config) (*Handler, error) {
+	if db == nil {
+		return nil, errors.New("ui: New: db is nil")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	pages, err := template.New("").Funcs(funcs).ParseFS(assets, "assets/*.html")
+	if err != nil {
+		return nil, fmt.Errorf("ui: templates: %w", err)
+	}
+	h := &Handler{db: db, cfg: cfg, log: cfg.Logger, sessions: newSessions(cfg.Token),
+		origin: http.NewCrossOriginProtection(), pages: pages, mux: http.NewServeMux()}
+	if cfg.Redis != nil {
+		if h.inspector, err = newInspector(cfg.Redis); err != nil {
+			return nil, err
+		}
+	}
+	static, _ := fs.Sub(assets, "assets")
+	h.mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(static)))
+	h.mux.HandleFunc("GET /{$}", h.serveOverview)
+	h.mux.HandleFunc("GET /events", h.serveEvents)
+	h.mux.HandleFunc("GET /event", h.serveEvent)
+	h.mux.HandleFunc("POST /login", h.serveLogin)
+	h.mux.HandleFunc("POST /logout", h.write(h.serveLogout))
+	h.mux.HandleFunc("POST /dead/retry", h.write(h.serveDeadAction))
+	h.mux.HandleFunc("POST /dead/purge", h.write(h.serveDeadAction))
+	return h, nil
+}
+
+// newInspector makes an asynq.Inspector, which panics on unusable Redis options, and returns the panic
+// as an error instead.
+func newInspector(opt asynq.RedisConnOpt) (in *asynq.Inspector, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("ui: unusable Redis options %T: %v", opt, p)
+		}
+	}()
+	return asynq.NewInspector(opt), nil
+}
+
+// Close releases the Redis connections the Handler made.
+func (h *Handler) Close() error {
+	if h.inspector == nil {
+		return nil
+	}
+	return h.inspector.Close()
+}
+
+// ServeHTTP serves the page, its stylesheet and its write actions.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hdr := w.Header()
+	hdr.Set("Content-Security-Policy", contentSecurityPolicy)
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	hdr.Set("X-Frame-Options", "DENY")
+	hdr.Set("Referrer-Policy", "same-origin")
+	hdr.Set("Cache-Control", "no-store")
+	h.mux.ServeHTTP(w, r)
+}
+
+// page is what every template gets.
+type page struct {
+	Title    string
+	Writable bool   // the Handler has a token
+	SignedIn bool   // this request's operator signed in with it
+	CSRF     string // the session's CSRF token, for the forms
+	Flash    string
+	Back     string // this page, relative, for the sign-in form to return to
+	Redis    bool
+	Data     any
+}
+
+func (h *Handler) page(r *http.Request, title string, data any) page {
+	s := h.sessions.session(r)
+	p := page{Title: title, Writable: h.sessions.writable(), SignedIn: s != "", Redis: h.inspector != nil,
+		Data: data, Flash: r.URL.Query().Get("done"), Back: "./" + strings.TrimPrefix(r.URL.Path, "/")}
+	if q := r.URL.Query().Get("state"); q != "" {
+		p.Back += "?state=" + url.QueryEscape(q)
+	}
+	if s != "" {
+		p.CSRF = h.sessions.csrf(s)
+	}
+	return p
+}
+
+func (h *Handler) render(w http.ResponseWriter, name string, p page) {
+	var b strings.Builder
+	if err := h.pages.ExecuteTemplate(&b, name, p); err != nil {
+		h.log.Error("ui: render", slog.String("page", name), slog.Any("error", err))
+		http.Error(w, "ui: the page could not be rendered; see the server's log", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write([]byte(b.String()))
+}
+
+// fail answers a request whose reading failed; the error goes to the log and, redacted of nothing secret
+// (database errors carry no connection string), to the page.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, status int, err error) {
+	h.log.LogAttrs(r.Context(), slog.LevelWarn, "ui: request failed", slog.String("path", r.URL.Path), slog.Any("error", err))
+	http.Error(w, "ui: "+err.Error(), status)
+}
+
+func (h *Handler) serveOverview(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	o, err := h.readOverview(ctx)
+	if err != nil {
+		h.fail(w, r, http.StatusServiceUnavailable, err)
+		return
+	}
+	h.render(w, "overview.html", h.page(r, "Outbox", o))
+}
+
+func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
+	state := r.URL.Query().Get("state")
+	l, err := h.readEvents(r.Context(), state)
+	switch {
+	case errors.Is(err, errUnknownState):
+		h.fail(w, r, http.StatusBadRequest, err)
+		return
+	case err != nil:
+		h.fail(w, r, http.StatusServiceUnavailable, err)
+		return
+	}
+	h.render(w, "events.html", h.page(r, strings.ToUpper(state[:1])+state[1:]+" events", l))
+}
+
+func (h *Handler) serveEvent(w http.ResponseWriter, r *http.Request) {
+	id, err := uuid.Parse(r.URL.Query().Get("id"))
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("id must be an event id (a UUID): %w", err))
+		return
+	}
+	d, err := h.readEvent(r.Context(), id)
+	if err != nil {
+		status := http.StatusServiceUnavailable
+		if errors.Is(err, errNoRows) {
+			status, err = http.StatusNotFound, fmt.Errorf("no event %s in the outbox", id)
+		}
+		h.fail(w, r, status, err)
+		return
+	}
+	h.render(w, "event.html", h.page(r, "Event "+id.String(), d))
+}
+
+// write guards a write action: the Handler must have a token, the operator must be signed in, the
+// request must come from the page's own origin (Sec-Fetch-Site / Origin, http.CrossOriginProtection) and
+// carry the session's CSRF token. A refused write is logged and changes nothing.
+func (h *Handler) write(next func(w http.ResponseWriter, r *http.Request, session string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		refuse := func(status int, why string) {
+			h.log.LogAttrs(r.Context(), slog.LevelWarn, "ui: write refused", slog.String("path", r.URL.Path),
+				slog.String("remote", r.RemoteAddr), slog.String("why", why))
+			http.Error(w, "ui: "+why, status)
+		}
+		if !h.sessions.writable() {
+			refuse(http.StatusForbidden, "the page is read-only: start it with a token to retry or purge events")
+			return
+		}
+		if err := h.origin.Check(r); err != nil {
+			refuse(http.StatusForbidden, "cross-origin request refused")
+			return
+		}
+		s := h.sessions.session(r)
+		if s == "" {
+			refuse(http.StatusUnauthorized, "sign in with the token first")
+			return
+		}
+		if !h.sessions.validCSRF(s, r.PostFormValue("csrf")) {
+			refuse(http.StatusForbidden, "missing or wrong CSRF token: reload the page and try again")
+			return
+		}
+		next(w, r, s)
+	}
+}
+
+func (h *Handler) serveLogin(w http.ResponseWriter, r *http.Request) {
+	if !h.sessions.writable() {
+		http.Error(w, "ui: the page is read-only: there is nothing to sign in to", http.StatusForbidden)
+		return
+	}
+	if err := h.origin.Check(r); err != nil {
+		http.Error(w, "ui: cross-origin request refused", http.StatusForbidden)
+		return
+	}
+	id := h.sessions.signIn(r.PostFormValue("token"))
+	if id == "" {
+		h.log.LogAttrs(r.Context(), slog.LevelWarn, "ui: sign-in refused: wrong token", slog.String("remote", r.RemoteAddr))
+		http.Error(w, "ui: wrong token", http.StatusUnauthorized)
+		return
+	}
+	h.log.LogAttrs(r.Context(), slog.LevelInfo, "ui: operator signed in", slog.String("remote", r.RemoteAddr))
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: id, Path: "/", HttpOnly: true, Secure: r.TLS != nil,
+		SameSite: http.SameSiteStrictMode, MaxAge: int(sessionTTL / time.Second)})
+	http.Redirect(w, r, back(r, "./"), http.StatusSeeOther)
+}
+
+func (h *Handler) serveLogout(w http.ResponseWriter, r *http.Request, session string) {
+	h.sessions.signOut(session)
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", HttpOnly: true, MaxAge: -1})
+	http.Redirect(w, r, "./", http.StatusSeeOther)
+}
+
+// serveDeadAction retries or purges the dead events selected on the page, by event id only: a form can
+// never select "all".
+func (h *Handler) serveDeadAction(w http.ResponseWriter, r *http.Request, _ string) {
+	var ids []uuid.UUID
+	for _, s := range r.PostForm["id"] {
+		id, err := uuid.Parse(s)
+		if err != nil {
+			http.Error(w, fmt.Sprintf("ui: %q is not an event id", s), http.StatusBadRequest)
+			return
+		}
+		ids = append(ids, id)
+	}
+	if len(ids) == 0 {
+		http.Error(w, "ui: select at least one dead event", http.StatusBadRequest)
+		return
+	}
+	f := admin.DeadFilter{EventIDs: ids}
+	action, run := "retried", admin.RetryDeadWhere
+	if strings.HasSuffix(r.URL.Path, "/purge") {
+		action, run = "purged", admin.PurgeDead
+	}
+	n, err := run(r.Context(), h.db, f)
+	if err != nil {
+		h.fail(w, r, http.StatusServiceUnavailable, err)
+		return
+	}
+	h.log.LogAttrs(r.Context(), slog.LevelInfo, "ui: dead events "+action, slog.Int64("count", n),
+		slog.Int("selected", len(ids)), slog.Any("event_ids", ids), slog.String("remote", r.RemoteAddr))
+	http.Redirect(w, r, fmt.Sprintf("../events?state=dead&done=%d+%s", n, action), http.StatusSeeOther)
+}
+
+// back is where a form returns to: the page it was sent from, when that is a path of this page relative
+// to it (never another host: no "//", backslash or scheme).
+func back(r *http.Request, fallback string) string {
+	to := r.PostFormValue("back")
+	if !strings.HasPrefix(to, "./") || strings.ContainsAny(to, "\\:") || strings.Contains(to, "//") {
+		return fallback
+	}
+	return to
+}
