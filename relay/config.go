@@ -80,6 +80,13 @@ type Config struct {
 	// trigger of EnableNotify to be useful). Defaults to false: the relay listens when the driver is
 	// pgdriver or pgx (github.com/jackc/pgx/v5/stdlib).
 	DisableNotify bool
+	// PreparedStatements runs the relay's hottest statements (the keyed claim and the mark) as statements
+	// prepared once per connection, which saves PostgreSQL planning them in every round. Turn it on only
+	// where every connection is a server session of its own: a direct connection, or PgBouncer 1.21+ with
+	// max_prepared_statements. Behind a transaction pooler that does not track prepared statements, rounds
+	// would fail (SQLSTATE 42P05 or 26000) until the relay turned them off. Defaults to false: plain
+	// statements, safe behind any pooler.
+	PreparedStatements bool
 	// TaskRetention is how long asynq keeps a completed task, which is how long its TaskID dedupes a
 	// repeated enqueue of the same event. Defaults to 24h.
 	TaskRetention time.Duration
