@@ -81,11 +81,12 @@ func OpenPooled(tb testing.TB, dbname string, params map[string]any) *bun.DB {
 	return open(tb, u, params, "run the tests with `make test`, which starts PgBouncer")
 }
 
-// NewDatabase creates an empty database with a random name over the direct connection and drops it (with
-// FORCE: the pooler keeps server connections to it) when the test ends.
+// NewDatabase creates an empty database with a random name over the direct connection, with an empty schema
+// of the same name first on its search_path, and drops it (with FORCE: the pooler keeps server connections
+// to it) when the test ends.
 func NewDatabase(tb testing.TB) string {
 	tb.Helper()
-	admin := Open(tb, nil)
+	admin := OpenDirect(tb, nil)
 	name := randomName()
 	ctx := context.Background()
 	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
@@ -98,6 +99,16 @@ func NewDatabase(tb testing.TB) string {
 			tb.Logf("drop database %s: %v", name, err)
 		}
 	})
+	// A schema of the same name, first on the database's search_path (set at login, so also on the pooler's
+	// server connections): tests that name the schema in SQL (name.outbox_events) work unchanged.
+	if _, err := admin.ExecContext(ctx, "ALTER DATABASE "+name+" SET search_path = "+name+", public"); err != nil {
+		tb.Fatalf("set the search_path of database %s: %v", name, err)
+	}
+	in := OpenDirectDB(tb, name)
+	if _, err := in.ExecContext(ctx, "CREATE SCHEMA "+name); err != nil {
+		tb.Fatalf("create schema %s in database %s: %v", name, name, err)
+	}
+	_ = in.Close()
 	return name
 }
 
@@ -148,4 +159,17 @@ func randomName() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return "bunbox_test_" + strings.ToLower(hex.EncodeToString(b[:]))
+}
+
+// OpenDirectDB connects to database dbname of the test server directly (TEST_DATABASE_URL with another
+// database), also in the pooler pass, and closes the pool when the test ends.
+func OpenDirectDB(tb testing.TB, dbname string) *bun.DB {
+	tb.Helper()
+	SkipShort(tb)
+	u, err := url.Parse(DatabaseURL())
+	if err != nil {
+		tb.Fatalf("TEST_DATABASE_URL: %v", err)
+	}
+	u.Path = "/" + dbname
+	return open(tb, u.String(), nil, "run the tests with `make test`, which starts it")
 }
