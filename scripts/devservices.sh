@@ -165,6 +165,7 @@ listen_port = $port
 unix_socket_dir =
 auth_type = trust
 auth_file = $pgbdir/userlist.txt
+admin_users = postgres
 pool_mode = transaction
 default_pool_size = ${BUNBOX_POOLER_POOL_SIZE:-2}
 max_client_conn = 5000

@@ -10,7 +10,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 )
 
@@ -95,9 +97,14 @@ func NewDatabase(tb testing.TB) string {
 	pooledDBs.Store(name, true)
 	tb.Cleanup(func() {
 		pooledDBs.Delete(name)
+		// PgBouncer 1.18 crashes (server_proto: server in bad state: 11) when a server connection that a
+		// cancel request is under way for is closed (by PAUSE, or DROP DATABASE ... WITH (FORCE)): let the
+		// pool settle and PgBouncer close its connections first.
+		resume := pausePooler(tb, name)
 		if _, err := admin.ExecContext(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
 			tb.Logf("drop database %s: %v", name, err)
 		}
+		resume()
 	})
 	// A schema of the same name, first on the database's search_path (set at login, so also on the pooler's
 	// server connections): tests that name the schema in SQL (name.outbox_events) work unchanged.
@@ -172,4 +179,83 @@ func OpenDirectDB(tb testing.TB, dbname string) *bun.DB {
 	}
 	u.Path = "/" + dbname
 	return open(tb, u.String(), nil, "run the tests with `make test`, which starts it")
+}
+
+// pausePooler waits until PgBouncer's pool of database name has no client, query or cancel request left,
+// then makes it close its server connections to it (PAUSE on its admin console) and returns a func that
+// resumes it. Without a pooler, or when the
+// admin console does not answer within 30 s, it does nothing (logged).
+func pausePooler(tb testing.TB, name string) (resume func()) {
+	tb.Helper()
+	resume = func() {}
+	if PoolerURL() == "" {
+		return resume
+	}
+	u, err := url.Parse(PoolerURL())
+	if err != nil {
+		return resume
+	}
+	u.Path = "/pgbouncer"
+	q := u.Query()
+	q.Set("default_query_exec_mode", "simple_protocol") // the admin console speaks the simple protocol only
+	u.RawQuery = q.Encode()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg, err := pgx.ParseConfig(u.String())
+	if err != nil {
+		return resume
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		tb.Logf("PgBouncer's admin console: %v", err)
+		return resume
+	}
+	// Wait for the pool of name to settle: no client, no query and no cancel request in flight.
+	for busy := true; busy; {
+		busy = false
+		rows, err := conn.Query(ctx, "SHOW POOLS")
+		if err != nil {
+			tb.Logf("PgBouncer SHOW POOLS: %v", err)
+			break
+		}
+		for rows.Next() {
+			vals, err := rows.Values()
+			if err != nil {
+				break
+			}
+			row := make(map[string]string, len(vals))
+			for i, f := range rows.FieldDescriptions() {
+				row[f.Name] = fmt.Sprint(vals[i])
+			}
+			if row["database"] != name {
+				continue
+			}
+			for _, col := range []string{"cl_active", "cl_waiting", "cl_active_cancel_req", "cl_waiting_cancel_req",
+				"sv_active", "sv_active_cancel", "sv_being_canceled", "sv_login"} {
+				if v, ok := row[col]; ok && v != "0" {
+					busy = true
+				}
+			}
+		}
+		rows.Close()
+		if busy {
+			select {
+			case <-ctx.Done():
+				tb.Logf("PgBouncer's pool of %s did not settle within 30s", name)
+				busy = false
+			case <-time.After(20 * time.Millisecond): // a poll step of the admin console
+			}
+		}
+	}
+	if _, err := conn.Exec(ctx, "PAUSE "+name); err != nil {
+		tb.Logf("PgBouncer PAUSE %s: %v", name, err)
+		_ = conn.Close(context.Background())
+		return resume
+	}
+	return func() {
+		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = conn.Exec(rctx, "RESUME "+name)
+		_ = conn.Close(rctx)
+	}
 }
