@@ -16,7 +16,7 @@ with_services = $(DEV) up && eval "$$($(DEV) env)" && $(1); rc=$$?; $(DEV) down;
 LINT_VERSION := 2.15.0
 LINT := $(CURDIR)/.bin/golangci-lint
 
-.PHONY: help test test/unit test/short test/race test/fault test/fuzz fuzz lint demo services/up services/down test/bench bench
+.PHONY: help test test/unit test/pooler test/short test/race test/fault test/fuzz fuzz lint demo services/up services/down test/bench bench
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -24,6 +24,7 @@ help: ## list the targets
 test: ## lint first, then every test with -race: test/unit (on pgdriver, then on pgx), test/bench, test/fault (on pgdriver), then each fuzz target briefly (test/fuzz)
 	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory test/unit
+	@$(MAKE) --no-print-directory test/pooler
 	@$(MAKE) --no-print-directory test/bench
 	@$(MAKE) --no-print-directory test/fault
 	@$(MAKE) --no-print-directory test/fuzz
@@ -34,6 +35,13 @@ DRIVERS ?= pgdriver pgx
 test/unit: ## start the services, run the unit and integration tests with -race once per driver in DRIVERS (pgdriver pgx), stop the services
 	@$(DEV) tools
 	@$(call with_services,for d in $(DRIVERS); do echo "== BUNBOX_TEST_DRIVER=$$d"; s=$$SECONDS; BUNBOX_TEST_DRIVER=$$d $(GO) test -race -count=1 -timeout 30m ./... || { fail=1; break; }; echo "== BUNBOX_TEST_DRIVER=$$d passed in $$((SECONDS-s))s"; done; [ -z "$$fail" ])
+
+# The packages whose tests test/pooler runs a second time through PgBouncer.
+POOLER_PKGS ?= ./bunx/ ./relay/ ./migrate/
+
+test/pooler: ## start the services, run the bunx, relay and migrate tests with -race through PgBouncer in transaction mode (BUNBOX_TEST_POOLER=1), once per driver in DRIVERS, stop the services
+	@$(DEV) tools
+	@$(call with_services,for d in $(DRIVERS); do echo "== BUNBOX_TEST_POOLER=1 BUNBOX_TEST_DRIVER=$$d"; s=$$SECONDS; BUNBOX_TEST_POOLER=1 BUNBOX_TEST_DRIVER=$$d $(GO) test -race -count=1 -timeout 30m $(POOLER_PKGS) || { fail=1; break; }; echo "== through the pooler on $$d: passed in $$((SECONDS-s))s"; done; [ -z "$$fail" ])
 
 test/race: test ## alias of test: the race detector is always on
 

@@ -24,10 +24,11 @@
 //	go r.Run(ctx)
 //
 // The hook writes its events with the query's own connection, so inside a transaction or savepoint they
-// commit and roll back with the business row. The INSERT is a prepared statement, run on the *sql.Tx (or
-// *sql.DB) under the query: PostgreSQL parses and plans it once per connection, not in every transaction.
-// Behind a pooler that cannot carry prepared statements (PgBouncer before 1.21 in transaction mode), or to
-// let bun's query hooks log it, use [WithoutPreparedStatements]. Outside a transaction the business insert
+// commit and roll back with the business row. The INSERT is a literal statement run through bun, which is
+// safe behind a transaction pooler (PgBouncer in transaction mode) on both drivers. On direct connections
+// (or PgBouncer 1.21+ with max_prepared_statements), [WithPreparedStatements] runs it as a statement
+// prepared once per connection instead, which PostgreSQL does not parse and plan in every transaction
+// (BENCHMARKS.md gives what that saves). Outside a transaction the business insert
 // and the events are two statements: if the process dies between them the event is lost, so write
 // business rows that emit events in RunInTx.
 //

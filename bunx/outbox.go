@@ -35,7 +35,7 @@ type Outbox struct {
 // database, so the process-wide table of bindings never keeps a closed *bun.DB alive.
 type registry struct {
 	maxPayload int
-	literal    bool // WithoutPreparedStatements: always the literal INSERT
+	prepared   bool // WithPreparedStatements: the prepared INSERT where bunx reaches the *sql.Tx or *sql.DB
 
 	mu       sync.RWMutex
 	handlers map[reflect.Type]*handlerSet
@@ -56,17 +56,30 @@ func WithMaxPayloadSize(n int) Option {
 	}
 }
 
-// WithoutPreparedStatements makes the Outbox write every event with a literal INSERT run through bun
-// instead of a prepared statement. Use it behind a connection pooler that cannot
-// carry prepared statements between its server connections: PgBouncer before 1.21 in transaction or
-// statement pooling mode (from 1.21 on, set max_prepared_statements). It also lets bun's query hooks (bundebug,
-// bunotel) see the outbox INSERT, which the prepared statement, run on the *sql.Tx itself, bypasses.
+// WithPreparedStatements makes the Outbox write its events with a prepared INSERT, prepared once per
+// connection where bunx reaches the *sql.Tx or *sql.DB under the caller's connection (a bun.Tx, a *bun.DB,
+// and the queries of model hooks run on them): PostgreSQL then skips parsing and planning it in every
+// transaction, which BENCHMARKS.md measures ("The pooler-safe default").
 //
-// By default the INSERT is prepared once per connection where bunx reaches the *sql.Tx or *sql.DB under the
-// caller's connection (a bun.Tx, a *bun.DB, and the queries of model hooks run on them): PostgreSQL then
-// skips parsing and planning it in every transaction.
+// Use it only where every connection is a server session of its own: a direct connection, or PgBouncer
+// 1.21 or later with max_prepared_statements set. Behind a transaction pooler that does not track prepared
+// statements (PgBouncer before 1.21, or 1.21+ without max_prepared_statements), the drivers name statements
+// per client connection (pgdriver's "pgdriver-N", pgx's "pgx_N"), so one name means different statements
+// on a shared server connection: writes fail (SQLSTATE 42P05 or 26000, after which the Outbox turns the
+// prepared INSERT off) or, worse and undetectably, bind an event's values to another statement's columns.
+// The prepared INSERT also bypasses bun's query hooks (bundebug, bunotel).
+//
+// Defaults to off: every event is written with a literal INSERT run through bun.
+func WithPreparedStatements() Option {
+	return func(o *Outbox) { o.reg.prepared = true }
+}
+
+// WithoutPreparedStatements makes the Outbox write every event with a literal INSERT run through bun, which
+// is the default; it undoes an earlier WithPreparedStatements in the same New.
+//
+// Deprecated: the literal INSERT is the default; drop the option.
 func WithoutPreparedStatements() Option {
-	return func(o *Outbox) { o.reg.literal = true }
+	return func(o *Outbox) { o.reg.prepared = false }
 }
 
 // New binds an Outbox to db: the model hooks of queries run through db (or its transactions) consult the
@@ -152,16 +165,16 @@ func (r *registry) write(ctx context.Context, d schema.Dialect, events []*model.
 		return err
 	}
 	injectTrace(ctx, events)
-	if stmts != nil && !r.literal && conn.db == stmts.db {
+	if stmts != nil && r.prepared && conn.db == stmts.db {
 		if key, ok := preparedKey(events, returning); ok {
 			if stmt := stmts.get(key); stmt != nil {
 				err := writePrepared(ctx, conn.stmt(ctx, stmt), key, events, conn.tx != nil)
-				if pgerr.Is(err, pgerr.InvalidSQLStatementName) {
+				if pgerr.Is(err, pgerr.InvalidSQLStatementName) || pgerr.Is(err, pgerr.DuplicatePreparedStatement) {
 					// A pooler in transaction mode, or DEALLOCATE/DISCARD on the connection: this write
 					// failed (its transaction is aborted), and the next ones write the literal INSERT.
 					stmts.off.Store(true)
-					return fmt.Errorf("bunbox: the server lost bunx's prepared outbox INSERT (a pooler in transaction mode? "+
-						"see bunx.WithoutPreparedStatements); later writes use a literal INSERT: %w", err)
+					return fmt.Errorf("bunbox: the server lost or confused bunx's prepared outbox INSERT (a pooler in "+
+						"transaction mode? drop bunx.WithPreparedStatements there); later writes use a literal INSERT: %w", err)
 				}
 				return err
 			}

@@ -15,12 +15,12 @@ import (
 	"github.com/bunbox/bunbox/model"
 )
 
-// The outbox INSERT runs as a prepared statement where bunx can reach the *sql.Tx or *sql.DB under the
-// caller's connection: PostgreSQL then parses and plans it once per connection instead of once per
-// transaction, a large part of what the INSERT costs the server (a literal INSERT into outbox_events is
-// parsed, rewritten with the defaults of every column and planned each time; see BENCHMARKS.md).
-// Elsewhere (a bun.Conn, a query resolver, WithoutPreparedStatements) it is the literal statement of
-// insertSQL, run through bun.
+// With WithPreparedStatements, the outbox INSERT runs as a prepared statement where bunx can reach the
+// *sql.Tx or *sql.DB under the caller's connection: PostgreSQL then parses and plans it once per connection
+// instead of once per transaction, a large part of what the INSERT costs the server (a literal INSERT into
+// outbox_events is parsed, rewritten with the defaults of every column and planned each time; see
+// BENCHMARKS.md). By default, and elsewhere (a bun.Conn, a query resolver), it is the literal statement of
+// insertSQL, run through bun: a transaction pooler cannot mix it up with another client's statement.
 
 const (
 	// maxPreparedRows is the most events one prepared INSERT takes; a larger batch is one literal

@@ -46,12 +46,14 @@ func writesPrepared(t *testing.T, db *bun.DB, write func(ctx context.Context, tx
 	})
 }
 
-// TestHookWritesPrepared checks that a model hook's events, and Record's, go through the prepared INSERT
-// on the transaction's own connection, and that WithoutPreparedStatements never prepares one. It fails
-// if bunx no longer reaches the *sql.Tx under a hook's query (bun's layout changed).
+// TestHookWritesPrepared checks that with WithPreparedStatements a model hook's events, and Record's, go
+// through the prepared INSERT on the transaction's own connection, and that by default (and with the
+// deprecated WithoutPreparedStatements) none is ever prepared. It fails if bunx no longer reaches the
+// *sql.Tx under a hook's query (bun's layout changed).
 func TestHookWritesPrepared(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	outboxtest.SkipPooled(t, "it checks pg_prepared_statements on a direct connection; behind a transaction pooler WithPreparedStatements is not for use")
+	b := setup(t, bunx.WithPreparedStatements())
 	n := 0
 	writesPrepared(t, b.db, func(ctx context.Context, tx bun.Tx) error {
 		n++
@@ -75,18 +77,31 @@ func TestHookWritesPrepared(t *testing.T) {
 	require.EqualValues(t, n, outboxtest.Count(t, b.db, "outbox_events", ""), "one event per write, prepared or not")
 
 	db, _ := outboxtest.Schema(t)
-	ob := bunx.New(db, bunx.WithoutPreparedStatements())
+	_, err := db.NewCreateTable().Model((*Order)(nil)).Exec(context.Background())
+	require.NoError(t, err)
+	byDefault := bunx.New(db)
+	bunx.OnInsert(byDefault, func(_ context.Context, o *Order) ([]*model.Event, error) {
+		ev, err := model.NewEvent("order.placed", orderEvent{ID: o.ID, Ref: o.Ref})
+		return []*model.Event{ev}, err
+	})
+	deprecated := bunx.New(db, bunx.WithPreparedStatements(), bunx.WithoutPreparedStatements())
 	ctx := context.Background()
-	for range 20 {
+	for i := range 40 {
 		require.NoError(t, db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 			ev, err := model.NewEvent("order.noted", orderEvent{Ref: "lit"})
 			require.NoError(t, err)
-			require.NoError(t, ob.Record(ctx, tx, ev))
+			if i%2 == 0 {
+				require.NoError(t, byDefault.Record(ctx, tx, ev))
+			} else {
+				require.NoError(t, deprecated.Record(ctx, tx, ev))
+			}
+			_, err = tx.NewInsert().Model(&Order{Ref: "lit-" + uuid.NewString()}).Exec(ctx)
+			require.NoError(t, err)
 			// pgx prepares every statement it queries, the literal INSERT too: count bunx's own, with $n.
 			var prepared int64
 			require.NoError(t, tx.NewRaw(`SELECT count(*) FROM pg_prepared_statements
 				WHERE statement LIKE 'INSERT INTO outbox_events %' AND statement LIKE '%VALUES ($1,%'`).Scan(ctx, &prepared))
-			require.Zero(t, prepared, "WithoutPreparedStatements prepares nothing")
+			require.Zero(t, prepared, "the default (and WithoutPreparedStatements) prepares nothing")
 			return nil
 		}))
 	}
@@ -96,10 +111,11 @@ func TestHookWritesPrepared(t *testing.T) {
 // with the prepared INSERT and with the literal one, and reads back the same rows.
 func TestPreparedWritesWhatLiteralWrites(t *testing.T) {
 	t.Parallel()
+	outboxtest.SkipPooled(t, "WithPreparedStatements is not for use behind a transaction pooler")
 	ctx := context.Background()
 	db, _ := outboxtest.Schema(t)
-	prepared := bunx.New(db)
-	literal := bunx.New(db, bunx.WithoutPreparedStatements())
+	prepared := bunx.New(db, bunx.WithPreparedStatements())
+	literal := bunx.New(db)
 	at := time.Date(2030, 1, 2, 3, 4, 5, 678901000, time.UTC)
 	events := func(n int) []*model.Event {
 		evs := make([]*model.Event, n)
@@ -152,8 +168,9 @@ func TestPreparedWritesWhatLiteralWrites(t *testing.T) {
 // events with it.
 func TestPreparedKeepsTheGuarantees(t *testing.T) {
 	t.Parallel()
+	outboxtest.SkipPooled(t, "WithPreparedStatements is not for use behind a transaction pooler")
 	ctx := context.Background()
-	b := setup(t)
+	b := setup(t, bunx.WithPreparedStatements())
 	writesPrepared(t, b.db, func(ctx context.Context, tx bun.Tx) error {
 		ev, err := model.NewEvent("order.noted", orderEvent{Ref: "warm"})
 		if err != nil {
@@ -197,8 +214,9 @@ func TestPreparedKeepsTheGuarantees(t *testing.T) {
 // an error that says so and rolls back, and the writes after it use the literal INSERT.
 func TestPreparedLostTurnsLiteral(t *testing.T) {
 	t.Parallel()
+	outboxtest.SkipPooled(t, "WithPreparedStatements is not for use behind a transaction pooler")
 	ctx := context.Background()
-	b := setup(t)
+	b := setup(t, bunx.WithPreparedStatements())
 	writesPrepared(t, b.db, func(ctx context.Context, tx bun.Tx) error {
 		_, err := tx.NewInsert().Model(&Order{Ref: "warm-" + uuid.NewString()}).Exec(ctx)
 		return err
@@ -230,7 +248,7 @@ func TestPreparedLostTurnsLiteral(t *testing.T) {
 		if err == nil || err.Error() == "none prepared here" {
 			return false
 		}
-		require.ErrorContains(t, err, "lost bunx's prepared outbox INSERT")
+		require.ErrorContains(t, err, "lost or confused bunx's prepared outbox INSERT")
 		lost = ref
 		return true
 	})

@@ -2,11 +2,15 @@ package migrate
 
 import (
 	"context"
+	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/uptrace/bun"
 	bunmigrate "github.com/uptrace/bun/migrate"
@@ -19,9 +23,15 @@ const (
 	LocksTableName = "bunbox_migration_locks"
 )
 
-// lockKey is the pg_advisory_lock key that serialises concurrent Up and Down calls (e.g. several
-// replicas starting at once): "bunbox" in ASCII.
+// lockKey is the advisory lock key that serialises concurrent Up and Down calls (e.g. several replicas
+// starting at once): "bunbox" in ASCII.
 const lockKey = 0x62756e626f78
+
+// How often a waiting Up tries the lock again: from lockPollMin, doubling up to lockPollMax.
+const (
+	lockPollMin = 20 * time.Millisecond
+	lockPollMax = 500 * time.Millisecond
+)
 
 //go:embed sql/*.sql
 var files embed.FS
@@ -71,8 +81,8 @@ func NewMigrator(db *bun.DB) (*bunmigrate.Migrator, error) {
 }
 
 // Up applies every bunbox migration not applied yet. It is safe to call on every start and from several
-// processes at once: calls are serialised with a PostgreSQL advisory lock, and an up-to-date schema is
-// left alone.
+// processes at once, directly or through a pooler in transaction mode: calls are serialised with a
+// transaction-level advisory lock (see withLock), and an up-to-date schema is left alone.
 func Up(ctx context.Context, db *bun.DB) error {
 	return withLock(ctx, db, func(m *bunmigrate.Migrator) error {
 		if _, err := m.Migrate(ctx); err != nil {
@@ -109,21 +119,27 @@ func Status(ctx context.Context, db *bun.DB) (bunmigrate.MigrationSlice, error) 
 	return m.MigrationsWithStatus(ctx)
 }
 
+// withLock runs fn while this process holds the migration lock: pg_try_advisory_xact_lock in a transaction
+// that stays open (and idle) until fn returns, and then rolls back, which releases the lock.
+//
+// A session-level pg_advisory_lock cannot be used: behind a pooler in transaction mode the lock and the
+// unlock land on different server connections, and a pooled server connection keeps the lock while it
+// idles, so every later Up waits forever. A transaction's lock goes with the transaction, which a pooler
+// keeps on one server connection and ends (or closes) when the client goes away. Waiting callers do not
+// block inside a transaction, which would hold a server connection each and could starve the holder of the
+// one it needs to migrate: they try, roll back, and try again (every 20ms, doubling up to 500ms) until ctx
+// ends. Behind a pooler, Up thus holds one server connection for the lock and needs a second to migrate.
 func withLock(ctx context.Context, db *bun.DB, fn func(*bunmigrate.Migrator) error) (err error) {
 	m, err := NewMigrator(db)
 	if err != nil {
 		return err
 	}
-	conn, err := db.Conn(ctx)
+	lock, err := acquireLock(ctx, db)
 	if err != nil {
-		return fmt.Errorf("bunbox migrate: connect: %w", err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock(?)", lockKey); err != nil {
-		return fmt.Errorf("bunbox migrate: lock: %w", err)
+		return err
 	}
 	defer func() {
-		if _, uerr := conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(?)", lockKey); uerr != nil && err == nil {
+		if uerr := lock.Rollback(); uerr != nil && !errors.Is(uerr, sql.ErrTxDone) && err == nil {
 			err = fmt.Errorf("bunbox migrate: unlock: %w", uerr)
 		}
 	}()
@@ -131,6 +147,39 @@ func withLock(ctx context.Context, db *bun.DB, fn func(*bunmigrate.Migrator) err
 		return fmt.Errorf("bunbox migrate: init: %w", err)
 	}
 	return fn(m)
+}
+
+// acquireLock returns a transaction that holds the migration lock, waiting while another one holds it.
+func acquireLock(ctx context.Context, db *bun.DB) (bun.Tx, error) {
+	delay := lockPollMin
+	for {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return bun.Tx{}, fmt.Errorf("bunbox migrate: lock: %w", err)
+		}
+		// The lock's transaction idles while the migrations run on other connections: a database-wide
+		// idle_in_transaction_session_timeout must not end it (and release the lock) halfway.
+		_, err = tx.ExecContext(ctx, "SET LOCAL idle_in_transaction_session_timeout = 0")
+		var locked bool
+		if err == nil {
+			err = tx.NewRaw("SELECT pg_try_advisory_xact_lock(?)", int64(lockKey)).Scan(ctx, &locked)
+		}
+		if err == nil && locked {
+			return tx, nil
+		}
+		_ = tx.Rollback()
+		if err != nil {
+			return bun.Tx{}, fmt.Errorf("bunbox migrate: lock: %w", err)
+		}
+		t := time.NewTimer(delay/2 + rand.N(delay/2+1)) // jitter: waiting replicas do not retry in step
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return bun.Tx{}, fmt.Errorf("bunbox migrate: lock: waiting for another migration to finish: %w", ctx.Err())
+		case <-t.C:
+		}
+		delay = min(2*delay, lockPollMax)
+	}
 }
 
 // SchemaSQL returns the whole schema as plain SQL, the up migrations in order, for teams that migrate with

@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/bunbox/bunbox/connect"
 	"github.com/bunbox/bunbox/fanout"
 	"github.com/hibiken/asynq"
 	"go.opentelemetry.io/otel"
@@ -80,6 +81,23 @@ type Config struct {
 	// trigger of EnableNotify to be useful). Defaults to false: the relay listens when the driver is
 	// pgdriver or pgx (github.com/jackc/pgx/v5/stdlib).
 	DisableNotify bool
+	// ListenURL is a PostgreSQL connection string (a URL or libpq's key=value form, read as
+	// connect.Postgres reads it) for the relay's LISTEN, which needs a server session of its own: give a
+	// direct connection to the same database when the relay's *bun.DB goes through a pooler in transaction
+	// mode (PgBouncer). It is opened with the driver of the relay's *bun.DB, with at most 2 connections.
+	// The relay listens only on a connection it can tell is direct (pg_backend_pid() is the process id the
+	// server gave the connection at start-up; a pooler hands out its own) and, with ListenURL, to the
+	// relay's database; otherwise it polls (PollInterval, and MinPollInterval while rows come) and logs
+	// why at start, at Warn when ListenURL was given. Defaults to "": the relay's own *bun.DB, when its
+	// connections are direct.
+	ListenURL string
+	// PreparedStatements runs the relay's hottest statements (the keyed claim and the mark) as statements
+	// prepared once per connection, which saves PostgreSQL planning them in every round. Turn it on only
+	// where every connection is a server session of its own: a direct connection, or PgBouncer 1.21+ with
+	// max_prepared_statements. Behind a transaction pooler that does not track prepared statements, rounds
+	// would fail (SQLSTATE 42P05 or 26000) until the relay turned them off. Defaults to false: plain
+	// statements, safe behind any pooler.
+	PreparedStatements bool
 	// TaskRetention is how long asynq keeps a completed task, which is how long its TaskID dedupes a
 	// repeated enqueue of the same event. Defaults to 24h.
 	TaskRetention time.Duration
@@ -188,6 +206,11 @@ func (c Config) validate() error {
 	check(c.CleanupInterval > 0, "CleanupInterval must be positive, got %s", c.CleanupInterval)
 	check(c.CleanupBatchSize >= 1 && c.CleanupBatchSize <= 100000, "CleanupBatchSize must be between 1 and 100000, got %d", c.CleanupBatchSize)
 	check(c.KeyCheckInterval > 0, "KeyCheckInterval must be positive, got %s", c.KeyCheckInterval)
+	if c.ListenURL != "" {
+		if _, err := connect.PostgresConnector(c.ListenURL, nil); err != nil {
+			errs = append(errs, fmt.Errorf("ListenURL: %w", err)) // the connect error masks the password
+		}
+	}
 	if err := c.Routes.Validate(); err != nil {
 		errs = append(errs, err)
 	}

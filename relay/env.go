@@ -17,7 +17,8 @@ import (
 //	OUTBOX_BATCH_SIZE, OUTBOX_CONCURRENCY, OUTBOX_WORKERS, OUTBOX_POLL_INTERVAL, OUTBOX_MIN_POLL_INTERVAL,
 //	OUTBOX_DISABLE_NOTIFY, OUTBOX_TASK_RETENTION, OUTBOX_MAX_ATTEMPTS, OUTBOX_RETRY_BACKOFF,
 //	OUTBOX_RETRY_BACKOFF_MAX, OUTBOX_ROUND_BACKOFF, OUTBOX_ROUND_BACKOFF_MAX, OUTBOX_ENQUEUE_TIMEOUT,
-//	OUTBOX_PUBLISHED_RETENTION, OUTBOX_CLEANUP_INTERVAL, OUTBOX_CLEANUP_BATCH_SIZE, OUTBOX_KEY_CHECK_INTERVAL
+//	OUTBOX_PUBLISHED_RETENTION, OUTBOX_CLEANUP_INTERVAL, OUTBOX_CLEANUP_BATCH_SIZE, OUTBOX_KEY_CHECK_INTERVAL,
+//	OUTBOX_PREPARED_STATEMENTS, OUTBOX_LISTEN_URL (a direct PostgreSQL connection for LISTEN; see Config.ListenURL)
 //
 // and OUTBOX_ROUTES for Config.Routes, as "event=listener,listener;event=listener"
 // (e.g. "order.placed=send-confirmation,reserve-stock"). The Redis to relay to is not in Config:
@@ -76,6 +77,17 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 			return Config{}, fmt.Errorf("%w: OUTBOX_DISABLE_NOTIFY=%q is not a boolean", ErrInvalidConfig, s)
 		}
 		c.DisableNotify = b
+	}
+	if s, ok := lookup("OUTBOX_PREPARED_STATEMENTS"); ok && s != "" {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return Config{}, fmt.Errorf("%w: OUTBOX_PREPARED_STATEMENTS=%q is not a boolean", ErrInvalidConfig, s)
+		}
+		c.PreparedStatements = b
+	}
+	// A connection string: never echoed in an error (it may carry a password); Config.validate reads it.
+	if s, ok := lookup("OUTBOX_LISTEN_URL"); ok {
+		c.ListenURL = strings.TrimSpace(s)
 	}
 	if s, ok := lookup("OUTBOX_ROUTES"); ok && s != "" {
 		routes, err := parseRoutes(s)

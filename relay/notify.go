@@ -3,7 +3,6 @@ package relay
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"time"
@@ -46,18 +45,19 @@ const listenCheckInterval = 100 * time.Millisecond
 
 // listen forwards notifications on NotifyChannel to wake as hints, until ctx ends. A notification sent
 // while the listener reconnects is lost: the poll interval covers that, and a reconnect wakes the loop.
+// It listens only through a direct connection (listenDB: Config.ListenURL, or the relay's database when
+// its connections are direct), never through a pooler.
 func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
-	switch r.db.Driver().(type) {
-	case pgdriver.Driver:
-	case *stdlib.Driver:
-		r.listenPgx(ctx, wake)
-		return
-	default:
-		r.log.LogAttrs(ctx, slog.LevelInfo, "bunbox relay: the driver is neither pgdriver nor pgx; polling without notifications",
-			slog.String("driver", fmt.Sprintf("%T", r.db.Driver())))
+	db, release, ok := r.listenDB(ctx)
+	if !ok {
 		return
 	}
-	ln := pgdriver.NewListener(r.db)
+	defer release()
+	if _, ok := db.Driver().(*stdlib.Driver); ok {
+		r.listenPgx(ctx, db, wake)
+		return
+	}
+	ln := pgdriver.NewListener(db)
 	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
 	defer func() {
 		if stop() {
@@ -80,7 +80,7 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 				// What was committed before LISTEN took effect sent no notification we can see: look
 				// now. Then notify ourselves: receiving it proves the LISTEN is active.
 				signal()
-				if err = pgdriver.Notify(ctx, r.db, NotifyChannel, "listen-check"); err == nil {
+				if err = pgdriver.Notify(ctx, db, NotifyChannel, "listen-check"); err == nil {
 					failures = 0
 					continue
 				}
@@ -105,7 +105,7 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 					continue
 				}
 				// The check may have raced the LISTEN (pgdriver does not wait for its reply): again.
-				if err = pgdriver.Notify(ctx, r.db, NotifyChannel, "listen-check"); err == nil {
+				if err = pgdriver.Notify(ctx, db, NotifyChannel, "listen-check"); err == nil {
 					continue
 				}
 			}

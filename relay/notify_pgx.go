@@ -10,14 +10,15 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/uptrace/bun"
 )
 
 // listenPgx is listen for a *bun.DB over pgx's database/sql driver (github.com/jackc/pgx/v5/stdlib). It
 // LISTENs on a connection of its own, outside the pool (as pgdriver's Listener does), dialed with the
-// configuration of one of the pool's connections, so TLS, credentials and runtime parameters are the
-// pool's. A notification sent while it reconnects is lost: the poll interval covers that, and every
+// configuration of one of db's connections (db is the relay's database or Config.ListenURL's, see
+// listenDB), so TLS, credentials and runtime parameters are db's. A notification sent while it reconnects is lost: the poll interval covers that, and every
 // (re)connect wakes the loop once.
-func (r *Relay) listenPgx(ctx context.Context, wake chan<- struct{}) {
+func (r *Relay) listenPgx(ctx context.Context, db *bun.DB, wake chan<- struct{}) {
 	signal := func() {
 		select {
 		case wake <- struct{}{}:
@@ -26,7 +27,7 @@ func (r *Relay) listenPgx(ctx context.Context, wake chan<- struct{}) {
 	}
 	failures := 0
 	for ctx.Err() == nil {
-		err := r.listenPgxOnce(ctx, signal, func() { failures = 0 })
+		err := r.listenPgxOnce(ctx, db, signal, func() { failures = 0 })
 		if ctx.Err() != nil {
 			return
 		}
@@ -39,8 +40,8 @@ func (r *Relay) listenPgx(ctx context.Context, wake chan<- struct{}) {
 
 // listenPgxOnce connects, LISTENs and forwards notifications until ctx ends (nil) or the connection
 // fails (the error). listening is called once the LISTEN is in effect.
-func (r *Relay) listenPgxOnce(ctx context.Context, signal, listening func()) error {
-	cfg, err := r.pgxConfig(ctx)
+func (r *Relay) listenPgxOnce(ctx context.Context, db *bun.DB, signal, listening func()) error {
+	cfg, err := pgxConfig(ctx, db)
 	if err != nil {
 		return err
 	}
@@ -85,9 +86,9 @@ func (r *Relay) listenPgxOnce(ctx context.Context, signal, listening func()) err
 	}
 }
 
-// pgxConfig returns the connection configuration of one of the pool's connections.
-func (r *Relay) pgxConfig(ctx context.Context) (*pgx.ConnConfig, error) {
-	c, err := r.db.DB.Conn(ctx)
+// pgxConfig returns the connection configuration of one of db's connections.
+func pgxConfig(ctx context.Context, db *bun.DB) (*pgx.ConnConfig, error) {
+	c, err := db.DB.Conn(ctx)
 	if err != nil {
 		return nil, err
 	}

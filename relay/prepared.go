@@ -18,11 +18,15 @@ import (
 // protocol against prepared: 0.58 against 0.05 ms a claim). A prepared statement is planned once per
 // connection and then runs on PostgreSQL's generic plan when that costs no more.
 //
-// New prepares it (on a connection of its own, before any round holds one: a round that waited for a
-// second connection could wait forever on a pool of one); each round's transaction then prepares it on
-// its own connection the first time that connection runs it. Where statements cannot be prepared, or
-// where the server loses them (a pooler in transaction mode, say), the first failure turns it off and the
-// statement runs plain from then on; the round that failed is retried like any other.
+// They are prepared only with Config.PreparedStatements (off by default): behind a transaction pooler that
+// does not track prepared statements (PgBouncer before 1.21, or 1.21+ without max_prepared_statements) the
+// drivers' per-connection names ("pgdriver-N", "pgx_N") collide on the shared server connections, and
+// rounds fail with 42P05 or 26000. With the switch on, New prepares them (on a connection of its own,
+// before any round holds one: a round that waited for a second connection could wait forever on a pool of
+// one); each round's transaction then prepares them on its own connection the first time that connection
+// runs them. Where statements cannot be prepared, or where the server loses or confuses them, the first
+// failure turns them off and the statements run plain from then on; the round that failed is retried like
+// any other.
 type prepared struct {
 	sql  string       // with PostgreSQL's placeholders, $1...
 	stmt *sql.Stmt    // nil when preparing failed
@@ -47,10 +51,11 @@ func (p *prepared) in(ctx context.Context, tx bun.Tx) *sql.Stmt {
 	return tx.StmtContext(ctx, p.stmt)
 }
 
-// failed turns the statement off after an error that says the server lost it.
+// failed turns the statement off after an error that says the server lost it, or has another statement
+// under its name.
 func (p *prepared) failed(err error) {
-	if pgerr.Is(err, pgerr.InvalidSQLStatementName) {
-		p.off.Store(true) // `prepared statement "pgdriver-3" does not exist`, behind a pooler
+	if pgerr.Is(err, pgerr.InvalidSQLStatementName) || pgerr.Is(err, pgerr.DuplicatePreparedStatement) {
+		p.off.Store(true) // `prepared statement "pgdriver-3" does not exist` (or "already exists"), behind a pooler
 	}
 }
 
@@ -69,11 +74,16 @@ type statements struct {
 	mark       prepared // markPublishedSQL
 }
 
-// newStatements prepares the statements on db.
-func newStatements(ctx context.Context, db *bun.DB) *statements {
+// newStatements prepares the statements on db when enabled (Config.PreparedStatements); else they stay off
+// and run plain.
+func newStatements(ctx context.Context, db *bun.DB, enabled bool) *statements {
 	s := &statements{}
 	s.keyedClaim = prepared{sql: strings.Replace(keyedClaimSizedSQL, "LIMIT ?", "LIMIT $1", 1), off: &s.off}
 	s.mark = prepared{sql: strings.Replace(markPublishedSQL, "?", "$1::bigint[]", 1), off: &s.off}
+	if !enabled {
+		s.off.Store(true)
+		return s
+	}
 	s.keyedClaim.prepare(ctx, db)
 	s.mark.prepare(ctx, db)
 	return s

@@ -5,18 +5,37 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/bunbox/bunbox/internal/outboxtest"
 )
+
+// By default the relay prepares nothing: its statements run plain, safe behind a transaction pooler.
+func TestPreparedStatementsOffByDefault(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	events := insertEvents(t, b.db, b.queue, 5)
+	r := b.newRelay(t, Config{BatchSize: 10})
+	for range 3 {
+		require.NoError(t, r.runOnce(ctx).Err)
+	}
+	require.Nil(t, r.stmts.keyedClaim.stmt)
+	require.Nil(t, r.stmts.mark.stmt)
+	require.True(t, r.stmts.off.Load())
+	requireDeliveredOnce(t, b.inspector, b.queue, events)
+}
 
 // The keyed claim that runs prepared (while rows are small) claims each key's head only, in commit
 // order: a key's next row only once the row before it completed.
 func TestKeyedClaimPreparedKeepsTheOrder(t *testing.T) {
 	t.Parallel()
+	outboxtest.SkipPooled(t, "Config.PreparedStatements is not for use behind a transaction pooler")
 	b := setup(t)
 	ctx := context.Background()
 	events := insertKeyed(t, b.db, b.queue, "account.changed", []keyedPayload{
 		{Key: "a", Seq: 0}, {Key: "b", Seq: 0}, {Key: "a", Seq: 1}, {Key: "a", Seq: 2}, {Key: "b", Seq: 1},
 	})
-	r := b.newRelay(t, Config{BatchSize: 10})
+	r := b.newRelay(t, Config{BatchSize: 10, PreparedStatements: true})
 	var got [][]string
 	for range 4 {
 		res := r.runOnce(ctx)
@@ -40,10 +59,11 @@ WHERE published_at IS NOT NULL AND completed_at IS NULL ORDER BY id`).Scan(ctx, 
 // the plain statements from then on: every row is still delivered, once.
 func TestPreparedStatementsLostFallBack(t *testing.T) {
 	t.Parallel()
+	outboxtest.SkipPooled(t, "DEALLOCATE through a transaction pooler lands on any server connection")
 	b := setup(t)
 	ctx := context.Background()
 	b.db.SetMaxOpenConns(1) // one connection, so that DEALLOCATE reaches the relay's statements
-	r := b.newRelay(t, Config{BatchSize: 10})
+	r := b.newRelay(t, Config{BatchSize: 10, PreparedStatements: true})
 	first := insertEvents(t, b.db, b.queue, 3)
 	require.NoError(t, r.runOnce(ctx).Err) // the first claim is windowed; the marks run prepared
 	require.NotNil(t, r.stmts.mark.stmt)

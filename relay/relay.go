@@ -68,7 +68,7 @@ func New(db *bun.DB, redis asynq.RedisConnOpt, cfg Config) (*Relay, error) {
 		}
 		r.rdb, r.enq = rdb, client
 	}
-	r.stmts = newStatements(ctx, db)
+	r.stmts = newStatements(ctx, db, cfg.PreparedStatements)
 	if err := r.newKeyTracker(redis); err != nil {
 		_ = r.Close()
 		return nil, err

@@ -1,22 +1,28 @@
 #!/usr/bin/env bash
-# devservices.sh: throwaway PostgreSQL 15 and Redis servers on free loopback ports, for tests and the demo.
+# devservices.sh: throwaway PostgreSQL 15, PgBouncer and Redis servers on free loopback ports, for tests and the demo.
 #
-#   scripts/devservices.sh up     start both (idempotent), print the connection settings
+#   scripts/devservices.sh up     start them (idempotent), print the connection settings
 #   scripts/devservices.sh env    print the settings as shell exports (eval "$(scripts/devservices.sh env)")
-#   scripts/devservices.sh down   stop both and delete their data
+#   scripts/devservices.sh down   stop them and delete their data
 #   scripts/devservices.sh status say what runs
-#   scripts/devservices.sh tools  install what the tests use when missing (redis-server, promtool, chromium), as root
+#   scripts/devservices.sh tools  install what the tests use when missing (redis-server, pgbouncer, promtool, chromium), as root
 #   scripts/devservices.sh cluster also start a 3-node Redis Cluster (optional; the tests start their own)
 #
 # Everything lives under .dev/ in the project (git-ignored), or under BUNBOX_DEV_DIR when set. PostgreSQL's
 # initdb refuses to run as root, so as root the cluster belongs to the postgres user. redis-server comes from
 # Debian's packages: installed here when missing and running as root, otherwise the script says how.
+#
+# PgBouncer (Debian's pgbouncer package, installed the same way) runs in front of the PostgreSQL server as
+# teams run it: pool_mode = transaction, default_pool_size = 2 (BUNBOX_POOLER_POOL_SIZE), on loopback from
+# port BUNBOX_POOLER_PORT (default 56432), with a `* =` entry that routes every database name to the same
+# database of the server. TEST_DATABASE_URL stays direct; TEST_POOLER_URL goes through PgBouncer.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 dir=${BUNBOX_DEV_DIR:-$root/.dev}
 pgdata=$dir/pg
 redisdir=$dir/redis
+pgbdir=$dir/pgbouncer
 envfile=$dir/env
 
 log() { printf 'devservices: %s\n' "$*" >&2; }
@@ -59,6 +65,22 @@ ensure_redis() {
     die "redis-server is missing: install it with 'sudo apt-get install redis-server' (or your OS's package)"
   fi
 }
+
+ensure_pgbouncer() {
+  [ -x "$(pgbouncer_bin)" ] && return
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    log "installing pgbouncer from Debian's packages"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null 2>&1 ||
+      { DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null; }
+    [ -x "$(pgbouncer_bin)" ] || die "pgbouncer still missing after apt-get install"
+  else
+    die "pgbouncer is missing: install it with 'sudo apt-get install pgbouncer' (or your OS's package)"
+  fi
+}
+
+# pgbouncer_bin is the pgbouncer binary: Debian puts it in /usr/sbin, which a user's PATH may lack.
+pgbouncer_bin() { command -v pgbouncer 2>/dev/null || echo /usr/sbin/pgbouncer; }
 
 wait_for() { # wait_for what seconds cmd...
   local what=$1 secs=$2 i
@@ -118,6 +140,56 @@ redis_up() {
   echo "$port" >"$dir/redis.port"
 }
 
+# pooler_up starts PgBouncer in transaction mode in front of the dev PostgreSQL server. PgBouncer refuses to
+# run as root, so as root it runs as the postgres user (-u), which owns its directory.
+pooler_up() {
+  local port pg bin
+  ensure_pgbouncer
+  bin=$(pgbouncer_bin)
+  if [ -f "$pgbdir/pgbouncer.pid" ] && kill -0 "$(cat "$pgbdir/pgbouncer.pid")" 2>/dev/null; then
+    return
+  fi
+  pg=$(cat "$dir/pg.port")
+  mkdir -p "$pgbdir"
+  echo '"postgres" ""' >"$pgbdir/userlist.txt"
+  port=${BUNBOX_POOLER_PORT:-56432}
+  for attempt in 1 2 3 4 5; do
+    port=$(free_port "$port")
+    cat >"$pgbdir/pgbouncer.ini" <<EOF
+[databases]
+* = host=127.0.0.1 port=$pg
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $port
+unix_socket_dir =
+auth_type = trust
+auth_file = $pgbdir/userlist.txt
+admin_users = postgres
+pool_mode = transaction
+default_pool_size = ${BUNBOX_POOLER_POOL_SIZE:-2}
+max_client_conn = 5000
+autodb_idle_timeout = 60
+ignore_startup_parameters = extra_float_digits
+logfile = $pgbdir/pgbouncer.log
+pidfile = $pgbdir/pgbouncer.pid
+EOF
+    if [ "$(id -u)" = 0 ]; then
+      chown -R postgres: "$pgbdir"
+      "$bin" -q -d -u postgres "$pgbdir/pgbouncer.ini" >/dev/null 2>&1 || true
+    else
+      "$bin" -q -d "$pgbdir/pgbouncer.ini" >/dev/null 2>&1 || true
+    fi
+    if (wait_for PgBouncer 10 "$(pgbin)/pg_isready" -h 127.0.0.1 -p "$port") 2>/dev/null; then
+      break
+    fi
+    [ "$attempt" = 5 ] && die "PgBouncer did not start: $(tail -5 "$pgbdir/pgbouncer.log" 2>/dev/null)"
+    [ -f "$pgbdir/pgbouncer.pid" ] && kill "$(cat "$pgbdir/pgbouncer.pid")" 2>/dev/null
+    port=$((port + 1))
+  done
+  echo "$port" >"$dir/pooler.port"
+}
+
 # cluster_up starts three redis-server nodes in cluster mode on free port pairs (port and bus port+10000),
 # joins them with redis-cli --cluster create and records their addresses for write_env.
 cluster_up() {
@@ -151,6 +223,7 @@ write_env() {
   cat >"$envfile" <<EOF
 export TEST_DATABASE_URL='postgres://postgres@127.0.0.1:$pg/postgres?sslmode=disable'
 export TEST_REDIS_ADDR='127.0.0.1:$redis'
+export TEST_POOLER_URL='postgres://postgres@127.0.0.1:$(cat "$dir/pooler.port")/postgres?sslmode=disable'
 export DATABASE_URL="\$TEST_DATABASE_URL"
 export REDIS_ADDR="\$TEST_REDIS_ADDR"
 EOF
@@ -161,6 +234,12 @@ EOF
 
 down() {
   local bin
+  if [ -f "$pgbdir/pgbouncer.pid" ]; then
+    local pid
+    pid=$(cat "$pgbdir/pgbouncer.pid")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  fi
   if [ -f "$pgdata/PG_VERSION" ]; then
     bin=$(pgbin)
     as_pg "$bin/pg_ctl" -D "$pgdata" -m fast -w stop >/dev/null 2>&1 || true
@@ -207,6 +286,7 @@ ensure_chromium() {
 case "${1:-}" in
 tools)
   ensure_redis
+  ensure_pgbouncer
   ensure_promtool
   ensure_chromium
   ;;
@@ -214,9 +294,10 @@ up)
   mkdir -p "$dir"
   pg_up
   redis_up
+  pooler_up
   write_env
-  log "PostgreSQL and Redis are up; settings in $envfile:"
-  sed 's/^export //' "$envfile" | head -2 >&2
+  log "PostgreSQL, PgBouncer and Redis are up; settings in $envfile:"
+  sed 's/^export //' "$envfile" | head -3 >&2
   ;;
 cluster)
   [ -f "$envfile" ] || die "not running: run '$0 up' first"
@@ -233,7 +314,7 @@ status)
   [ -f "$envfile" ] && cat "$envfile" || echo "not running"
   ;;
 *)
-  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
   ;;
 esac

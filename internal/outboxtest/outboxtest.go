@@ -8,9 +8,6 @@ package outboxtest
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-
 	"log/slog"
 	"os"
 	"testing"
@@ -42,8 +39,23 @@ func SkipShort(tb testing.TB) {
 }
 
 // Open connects to the test database with the given extra connection parameters, checks that the server
-// answers, and closes the pool when the test ends.
+// answers, and closes the pool when the test ends. In the pooler pass (Pooled) it connects through
+// PgBouncer instead, and a search_path that NewSchema returned selects the database NewSchema made.
 func Open(tb testing.TB, params map[string]any) *bun.DB {
+	tb.Helper()
+	SkipShort(tb)
+	if Pooled() {
+		dbname, rest, err := pooledParams(params)
+		if err != nil {
+			tb.Fatalf("outboxtest.Open in the pooler pass: %v", err)
+		}
+		return OpenPooled(tb, dbname, rest)
+	}
+	return OpenDirect(tb, params)
+}
+
+// OpenDirect is Open on the direct TEST_DATABASE_URL, also in the pooler pass.
+func OpenDirect(tb testing.TB, params map[string]any) *bun.DB {
 	tb.Helper()
 	SkipShort(tb)
 	return open(tb, DatabaseURL(), params, "run the tests with `make test`, which starts it")
@@ -79,7 +91,8 @@ func open(tb testing.TB, url string, params map[string]any, hint string) *bun.DB
 }
 
 // Schema creates a fresh schema, migrates it with bunbox's migrations, and returns a pool whose
-// connections work in it. The schema is dropped when the test ends. Use it where rows must be committed
+// connections work in it (in the pooler pass: a fresh database, through PgBouncer; see NewSchema). The
+// schema is dropped when the test ends. Use it where rows must be committed
 // (the relay, SKIP LOCKED across connections); for everything else TxDB is cheaper.
 func Schema(tb testing.TB) (*bun.DB, string) {
 	tb.Helper()
@@ -91,13 +104,16 @@ func Schema(tb testing.TB) (*bun.DB, string) {
 	return db, name
 }
 
-// NewSchema creates an empty schema with a random name and drops it when the test ends.
+// NewSchema creates an empty schema with a random name and drops it when the test ends. In the pooler pass
+// it creates a database of that name instead (NewDatabase), which Open selects when given the name as
+// search_path.
 func NewSchema(tb testing.TB) string {
 	tb.Helper()
+	if Pooled() {
+		return NewDatabase(tb)
+	}
 	admin := Open(tb, nil)
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "bunbox_test_" + hex.EncodeToString(b[:])
+	name := randomName()
 	ctx := context.Background()
 	if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+name); err != nil {
 		tb.Fatalf("create schema: %v", err)

@@ -18,6 +18,9 @@ const (
 	UniqueViolation         = "23505"
 	UndefinedTable          = "42P01"
 	InvalidSQLStatementName = "26000" // a prepared statement the server does not have
+	// DuplicatePreparedStatement: a name already prepared on the server connection (behind a transaction
+	// pooler, by another client).
+	DuplicatePreparedStatement = "42P05"
 )
 
 // Fields are the parts of a server error that bunbox reads.

@@ -159,55 +159,65 @@ func taxArms(ctx context.Context, e *env, conns int) ([]taxArm, error) {
 		return insertOrder(ctx, tx, lines, nil)
 	})})
 
-	// bunbox hook: OnInsert handlers on the hook models.
-	hookDB, err := schema(true)
-	if err != nil {
-		return nil, err
-	}
-	ob := bunx.New(hookDB)
-	bunx.OnInsert(ob, func(_ context.Context, o *hookOrder) ([]*model.Event, error) {
-		ev, err := model.NewEvent("order.placed", orderPlaced{OrderID: o.ID, Ref: o.Ref})
-		return []*model.Event{ev}, err
-	})
-	bunx.OnInsert(ob, func(_ context.Context, l *hookLine) ([]*model.Event, error) {
-		ev, err := model.NewEvent("line.added", lineAdded{OrderID: l.OrderID, SKU: l.SKU, Qty: l.Qty})
-		return []*model.Event{ev}, err
-	})
-	arms = append(arms, taxArm{"bunbox hook", "bunx.OnInsert on the models", run(hookDB, func(ctx context.Context, tx bun.Tx, lines bool) error {
-		o := &hookOrder{Ref: nextRef()}
-		if _, err := tx.NewInsert().Model(o).Exec(ctx); err != nil {
-			return err
+	// bunbox hook and bunbox Record, each with the default literal INSERT and with the prepared one
+	// (bunx.WithPreparedStatements, the default until the pooler fix), side by side in the same rounds.
+	for _, v := range []struct {
+		suffix, desc string
+		opts         []bunx.Option
+	}{
+		{"", "", nil},
+		{", prepared", " (bunx.WithPreparedStatements)", []bunx.Option{bunx.WithPreparedStatements()}},
+	} {
+		// bunbox hook: OnInsert handlers on the hook models.
+		hookDB, err := schema(true)
+		if err != nil {
+			return nil, err
 		}
-		if !lines {
-			return nil
-		}
-		ls := make([]hookLine, 5)
-		for i := range ls {
-			ls[i] = hookLine{OrderID: o.ID, SKU: fmt.Sprintf("sku-%d", i), Qty: i + 1}
-		}
-		_, err := tx.NewInsert().Model(&ls).Exec(ctx)
-		return err
-	})})
-
-	// bunbox Record: the events built with model.NewEvent and written with Outbox.Record.
-	recDB, err := schema(true)
-	if err != nil {
-		return nil, err
-	}
-	rec := bunx.New(recDB)
-	arms = append(arms, taxArm{"bunbox Record", "Outbox.Record after each insert", run(recDB, func(ctx context.Context, tx bun.Tx, lines bool) error {
-		return insertOrder(ctx, tx, lines, func(names []string, payloads []any) error {
-			evs := make([]*model.Event, len(names))
-			for i := range names {
-				ev, err := model.NewEvent(names[i], payloads[i])
-				if err != nil {
-					return err
-				}
-				evs[i] = ev
-			}
-			return rec.Record(ctx, tx, evs...)
+		ob := bunx.New(hookDB, v.opts...)
+		bunx.OnInsert(ob, func(_ context.Context, o *hookOrder) ([]*model.Event, error) {
+			ev, err := model.NewEvent("order.placed", orderPlaced{OrderID: o.ID, Ref: o.Ref})
+			return []*model.Event{ev}, err
 		})
-	})})
+		bunx.OnInsert(ob, func(_ context.Context, l *hookLine) ([]*model.Event, error) {
+			ev, err := model.NewEvent("line.added", lineAdded{OrderID: l.OrderID, SKU: l.SKU, Qty: l.Qty})
+			return []*model.Event{ev}, err
+		})
+		arms = append(arms, taxArm{"bunbox hook" + v.suffix, "bunx.OnInsert on the models" + v.desc, run(hookDB, func(ctx context.Context, tx bun.Tx, lines bool) error {
+			o := &hookOrder{Ref: nextRef()}
+			if _, err := tx.NewInsert().Model(o).Exec(ctx); err != nil {
+				return err
+			}
+			if !lines {
+				return nil
+			}
+			ls := make([]hookLine, 5)
+			for i := range ls {
+				ls[i] = hookLine{OrderID: o.ID, SKU: fmt.Sprintf("sku-%d", i), Qty: i + 1}
+			}
+			_, err := tx.NewInsert().Model(&ls).Exec(ctx)
+			return err
+		})})
+
+		// bunbox Record: the events built with model.NewEvent and written with Outbox.Record.
+		recDB, err := schema(true)
+		if err != nil {
+			return nil, err
+		}
+		rec := bunx.New(recDB, v.opts...)
+		arms = append(arms, taxArm{"bunbox Record" + v.suffix, "Outbox.Record after each insert" + v.desc, run(recDB, func(ctx context.Context, tx bun.Tx, lines bool) error {
+			return insertOrder(ctx, tx, lines, func(names []string, payloads []any) error {
+				evs := make([]*model.Event, len(names))
+				for i := range names {
+					ev, err := model.NewEvent(names[i], payloads[i])
+					if err != nil {
+						return err
+					}
+					evs[i] = ev
+				}
+				return rec.Record(ctx, tx, evs...)
+			})
+		})})
+	}
 
 	// The single-statement limit: the events travel in the business row's own INSERT as a data-modifying
 	// CTE (bun's InsertQuery.With with an insert of model.Event), so the transaction has no extra round
