@@ -102,6 +102,9 @@ func register[T any](o *Outbox, op op, fn func(context.Context, *T) ([]*model.Ev
 		panic(fmt.Sprintf("bunx.%s[%s]: %s has no %s method: embed bunx.Hooks (with `bun:\"-\"`) or call bunx.%s from its own %s",
 			op, typ, typ, name, name, name))
 	}
+	if msg := verifyHook[T](o.db, op); msg != "" {
+		panic(fmt.Sprintf("bunx.%s[%s]: %s", op, typ, msg))
+	}
 	h := func(ctx context.Context, row any) ([]*model.Event, error) { return fn(ctx, row.(*T)) }
 	r := o.reg
 	r.mu.Lock()
@@ -143,7 +146,10 @@ type hookQuery interface {
 
 func runHooks(ctx context.Context, q hookQuery, op op) error {
 	b := lookup(q.DB())
-	if b == nil || q.GetModel() == nil {
+	if b == nil {
+		return probeReached(ctx) // nil, unless registration is verifying the model's hook method
+	}
+	if q.GetModel() == nil {
 		return nil
 	}
 	count := b.take(q) // nil: every row of the model was touched
@@ -155,6 +161,7 @@ func runHooks(ctx context.Context, q hookQuery, op op) error {
 		conn      sqlConn
 		connFound bool
 		stmts     *statements
+		checked   bool
 	)
 	for _, r := range b.registries() {
 		handlers := r.lookup(typ, op)
@@ -164,6 +171,15 @@ func runHooks(ctx context.Context, q hookQuery, op op) error {
 		rows, err := hookRows(typ, val, op)
 		if err != nil || len(rows) == 0 {
 			return err
+		}
+		if !checked {
+			checked = true
+			if !b.isHooked(q.DB()) {
+				return fmt.Errorf("bunx.%s[%s]: %w", op, typ, ErrNoQueryHook)
+			}
+			if err := describesRows(q, op, val); err != nil {
+				return fmt.Errorf("bunx.%s[%s]: %w", op, typ, err)
+			}
 		}
 		if count != nil {
 			if rows, err = touchedRows(typ, op, rows, count); err != nil || len(rows) == 0 {
@@ -257,8 +273,11 @@ func touchedRows(typ reflect.Type, op op, rows []any, c *rowCount) ([]any, error
 	switch {
 	case c.affected == 0:
 		return nil, nil
-	case c.affected >= int64(c.rows):
+	case c.affected == int64(c.rows):
 		return rows, nil
+	case c.affected > int64(c.rows):
+		return nil, fmt.Errorf("bunx.%s[%s]: %w: the statement touched %d rows, more than the %d of the model, so the model value "+
+			"does not describe them: record their events with Outbox.Record", op, typ, ErrModelNotRows, c.affected, c.rows)
 	}
 	return nil, fmt.Errorf("bunx.%s[%s]: the statement touched %d of the %d rows of the model, and bunx cannot tell which: "+
 		"write these rows one at a time, or record their events with Outbox.Record", op, typ, c.affected, c.rows)
