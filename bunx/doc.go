@@ -40,8 +40,30 @@
 // deletes that matched nothing, yield none). They never see set-based UPDATE ... WHERE, raw SQL or MERGE:
 // record those events explicitly with [Outbox.Record].
 //
-// Service code that should not know the outbox takes a [Dispatcher]; [*Outbox] implements it by joining the
-// bun.Tx that a [Transactor] put into the context.
+// A handler builds its events from the model value, so bunx runs it only where the model value is the
+// rows, and otherwise fails the statement (and so the transaction) rather than invent an event:
+//
+//   - An OnUpdate handler runs for a full-model update by primary key: Model(&row).WherePK(), or
+//     Model(&rows).Bulk() for a slice, RETURNING allowed. Set, Column, ExcludeColumn, Value, OmitZero, a
+//     Where of its own or WherePK of other columns yield [ErrModelNotRows]: record such an update's events
+//     with [Outbox.Record].
+//   - A statement that touched more rows than the model holds yields [ErrModelNotRows].
+//   - A statement run on a *bun.DB without bunx's query hook, which counts the rows each statement touched,
+//     yields [ErrNoQueryHook]: a clone made before New (db.WithNamedArg copies the hooks a db has at that
+//     moment) or a second bun.NewDB over the same *sql.DB. Make clones after New.
+//
+// A registration that can never fire is refused: OnInsert, OnUpdate and OnDelete panic, as registration is
+// program setup, when the hook method bun calls for the model does not reach bunx. A model that embeds
+// [Hooks] and declares its own AfterInsert shadows Hooks.AfterInsert (Go's method promotion); its method must
+// end in bunx.AfterInsert(ctx, q). To check, registration calls the method once per model type and
+// operation on a zero value of the model, with a query whose database cannot connect: a method that only
+// sometimes calls bunx passes the check and is the application's to get right.
+//
+// Service code that should not know the outbox takes a [Dispatcher] and a [TxRunner]; [*Outbox] implements
+// the first by joining the bun.Tx that a [Transactor] put into the context. Its repositories join the same
+// transaction only by writing with [TxOrDB]: a query built on a *bun.DB runs outside it and commits at once,
+// whatever becomes of the transaction and its events. [WithStrictDispatch] makes Dispatch outside any
+// transaction an error ([ErrNoTransaction]) instead of a write of its own.
 //
 // For consumers, [Inbox] makes asynq handlers exactly-once in effect: the event id is recorded in the
 // handler's own transaction, so a repeated delivery is acknowledged without running the work again.
@@ -49,7 +71,9 @@
 // DelayedTaskCheckInterval 100ms rather than 5s).
 //
 // Tracing: Record and the hooks add the OpenTelemetry trace context of ctx to each event's metadata with
-// the application's propagator (otel.GetTextMapPropagator). [TraceMiddleware], for plain asynq handlers,
+// the application's propagator (otel.GetTextMapPropagator), after validating the event, and only as much of
+// it as fits model's metadata limits (which the relay applies to the row): baggage is dropped first, then
+// tracestate, then traceparent, each drop logged at Warn ([WithLogger]); it never fails the write. [TraceMiddleware], for plain asynq handlers,
 // and the [Inbox]'s handlers read it back from the task headers and run the handler in a consumer span
 // ("process <queue>", messaging conventions) that is the producer's span's child.
 // [InboxCleaner] deletes the records older than a window that must outlast asynq's longest redelivery

@@ -42,7 +42,9 @@ func (Hooks) AfterDelete(ctx context.Context, q *bun.DeleteQuery) error { return
 func AfterInsert(ctx context.Context, q *bun.InsertQuery) error { return runHooks(ctx, q, opInsert) }
 
 // AfterUpdate records the events of the OnUpdate handlers registered for the query's model type, one call
-// per row of the model, with q's connection. A set-based update (a nil model and a WHERE) yields none.
+// per row of the model, with q's connection. A set-based update (a nil model and a WHERE) yields none. An
+// update other than the full model by primary key (Model(&row).WherePK(), Model(&rows).Bulk()) fails with
+// ErrModelNotRows when handlers are registered: its model value does not describe the rows it changed.
 func AfterUpdate(ctx context.Context, q *bun.UpdateQuery) error { return runHooks(ctx, q, opUpdate) }
 
 // AfterDelete records the events of the OnDelete handlers registered for the query's model type, one call
@@ -52,11 +54,18 @@ func AfterDelete(ctx context.Context, q *bun.DeleteQuery) error { return runHook
 // OnInsert registers fn to produce the events of each inserted row of type T. The events are written in
 // the insert's transaction; an error from fn (or a panic in it) fails the insert and so the transaction.
 // T is the struct type of the bun model, which embeds Hooks (or calls AfterInsert from its own hook).
+//
+// OnInsert panics when the registration could never fire: T has no AfterInsert method, or the one bun
+// calls never reaches bunx.AfterInsert (T embeds Hooks but declares its own AfterInsert, which shadows
+// Hooks', and does not call bunx.AfterInsert). To tell, it calls T's method once (per type and operation,
+// for the process) on a zero value with a query whose database cannot connect, and ctx that makes
+// bunx.AfterInsert return at once.
 func OnInsert[T any](o *Outbox, fn func(ctx context.Context, row *T) ([]*model.Event, error)) {
 	register(o, opInsert, fn)
 }
 
-// OnUpdate registers fn to produce the events of each updated row of type T; see OnInsert.
+// OnUpdate registers fn to produce the events of each updated row of type T; see OnInsert, and AfterUpdate
+// for the updates whose rows a model value describes.
 func OnUpdate[T any](o *Outbox, fn func(ctx context.Context, row *T) ([]*model.Event, error)) {
 	register(o, opUpdate, fn)
 }
