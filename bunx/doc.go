@@ -47,6 +47,9 @@
 //     Model(&rows).Bulk() for a slice, RETURNING allowed. Set, Column, ExcludeColumn, Value, OmitZero, a
 //     Where of its own or WherePK of other columns yield [ErrModelNotRows]: record such an update's events
 //     with [Outbox.Record].
+//   - An OnDelete handler runs for a delete by primary key: Model(&row).WherePK() or Model(&rows).WherePK().
+//     A Where of its own yields [ErrModelNotRows] (Model(&Order{}).Where("id = ?", id) would give an event
+//     of zero values). A model with a soft delete column is held to the count below only.
 //   - A statement that touched more rows than the model holds yields [ErrModelNotRows].
 //   - A statement run on a *bun.DB without bunx's query hook, which counts the rows each statement touched,
 //     yields [ErrNoQueryHook]: a clone made before New (db.WithNamedArg copies the hooks a db has at that

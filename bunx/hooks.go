@@ -48,7 +48,9 @@ func AfterInsert(ctx context.Context, q *bun.InsertQuery) error { return runHook
 func AfterUpdate(ctx context.Context, q *bun.UpdateQuery) error { return runHooks(ctx, q, opUpdate) }
 
 // AfterDelete records the events of the OnDelete handlers registered for the query's model type, one call
-// per row of the model, with q's connection. A set-based delete (a nil model and a WHERE) yields none.
+// per row of the model, with q's connection. A set-based delete (a nil model and a WHERE) yields none. A
+// delete other than by primary key (Model(&row).WherePK()) fails with ErrModelNotRows when handlers are
+// registered, unless the model has a soft delete column.
 func AfterDelete(ctx context.Context, q *bun.DeleteQuery) error { return runHooks(ctx, q, opDelete) }
 
 // OnInsert registers fn to produce the events of each inserted row of type T. The events are written in
@@ -186,7 +188,7 @@ func runHooks(ctx context.Context, q hookQuery, op op) error {
 			if !b.isHooked(q.DB()) {
 				return fmt.Errorf("bunx.%s[%s]: %w", op, typ, ErrNoQueryHook)
 			}
-			if err := describesRows(q, op, val); err != nil {
+			if err := describesRows(q, typ, val); err != nil {
 				return fmt.Errorf("bunx.%s[%s]: %w", op, typ, err)
 			}
 		}

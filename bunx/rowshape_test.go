@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/bunx"
+	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/model"
 )
 
 // setupOrders is setup with n committed orders (their events included), returned in id order.
@@ -166,18 +169,74 @@ func TestUpdateHookFullModelByPrimaryKey(t *testing.T) {
 	})
 }
 
-// TestDeleteHookRefusesMoreRowsThanTheModel: a DELETE that touched more rows than its model holds fails
-// with ErrModelNotRows rather than write one event for many rows.
-func TestDeleteHookRefusesMoreRowsThanTheModel(t *testing.T) {
+// SoftOrder is an order with a soft delete column.
+type SoftOrder struct {
+	bun.BaseModel `bun:"table:soft_orders"`
+	bunx.Hooks    `bun:"-"`
+	ID            int64     `bun:",pk,autoincrement"`
+	Ref           string    `bun:",notnull"`
+	DeletedAt     time.Time `bun:",soft_delete,nullzero"`
+}
+
+// TestDeleteHookRefusesRowsTheModelDoesNotDescribe: a DELETE that does not select its model's rows by
+// primary key, or that touched more rows than its model holds, fails with ErrModelNotRows rather than write
+// an event of the model's (zero) values.
+func TestDeleteHookRefusesRowsTheModelDoesNotDescribe(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b, _ := setupOrders(t, 5)
-	err := b.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		_, err := tx.NewDelete().Model(&Order{}).Where("ref <> ''").Exec(ctx)
-		return err
+
+	t.Run("WhereInsteadOfWherePK", func(t *testing.T) {
+		t.Parallel()
+		b, orders := setupOrders(t, 2)
+		err := b.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+			_, err := tx.NewDelete().Model(&Order{}).Where("id = ?", orders[1].ID).Exec(ctx)
+			return err
+		})
+		require.ErrorIs(t, err, bunx.ErrModelNotRows)
+		require.ErrorContains(t, err, "bunx.OnDelete[bunx_test.Order]:")
+		require.ErrorContains(t, err, "Model(&row).WherePK()")
+		require.EqualValues(t, 2, b.orders(t))
+		require.Len(t, b.events(t), 2)
 	})
-	require.ErrorIs(t, err, bunx.ErrModelNotRows)
-	require.ErrorContains(t, err, "the statement touched 5 rows, more than the 1 of the model")
-	require.EqualValues(t, 5, b.orders(t))
-	require.Len(t, b.events(t), 5)
+
+	t.Run("WherePKOfASlice", func(t *testing.T) {
+		t.Parallel()
+		b, orders := setupOrders(t, 3)
+		rows := []Order{orders[0], orders[2]}
+		_, err := b.db.NewDelete().Model(&rows).WherePK().Returning("id").Exec(ctx)
+		require.NoError(t, err)
+		evs := b.events(t)
+		require.Len(t, evs, 5)
+		require.Equal(t, orderEvent{ID: orders[0].ID, Ref: orders[0].Ref}, payloadOf(t, evs[3]))
+		require.Equal(t, orderEvent{ID: orders[2].ID, Ref: orders[2].Ref}, payloadOf(t, evs[4]))
+	})
+
+	t.Run("SoftDeleteMoreRowsThanTheModel", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.db.NewCreateTable().Model((*SoftOrder)(nil)).Exec(ctx)
+		require.NoError(t, err)
+		bunx.OnDelete(b.ob, func(_ context.Context, o *SoftOrder) ([]*model.Event, error) {
+			ev, err := model.NewEvent("soft.deleted", orderEvent{ID: o.ID, Ref: o.Ref})
+			return []*model.Event{ev}, err
+		})
+		rows := []SoftOrder{{Ref: "a"}, {Ref: "b"}, {Ref: "c"}}
+		_, err = b.db.NewInsert().Model(&rows).Exec(ctx)
+		require.NoError(t, err)
+
+		err = b.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+			_, err := tx.NewDelete().Model(&SoftOrder{}).Where("ref <> ''").Exec(ctx)
+			return err
+		})
+		require.ErrorIs(t, err, bunx.ErrModelNotRows)
+		require.ErrorContains(t, err, "the statement touched 3 rows, more than the 1 of the model")
+		require.Empty(t, b.events(t))
+
+		_, err = b.db.NewDelete().Model(&rows[1]).WherePK().Exec(ctx)
+		require.NoError(t, err)
+		evs := b.events(t)
+		require.Len(t, evs, 1)
+		require.Equal(t, orderEvent{ID: rows[1].ID, Ref: "b"}, payloadOf(t, evs[0]))
+		require.EqualValues(t, 1, outboxtest.Count(t, b.db, "soft_orders", "deleted_at IS NOT NULL"))
+	})
 }
