@@ -28,7 +28,12 @@ type binding struct {
 	// so nothing outlives its query.
 	affected sync.Map     // weak.Pointer[bun.InsertQuery|UpdateQuery|DeleteQuery] -> *rowCount
 	pending  atomic.Int64 // entries in affected: while there are none, a model hook looks none up
-	hooked   sync.Map     // weak.Pointer[bun.DB] -> struct{}: where rowsHook is installed; gone with the bun.DB
+
+	// hooked holds the *bun.DBs known to carry rowsHook: those bind installed it on, and the clones made
+	// after that (db.WithNamedArg copies the hooks), which rowsHook notes as it sees their queries, before
+	// their model hooks run. A model hook refuses a query of a *bun.DB not in it (a clone made before
+	// bunx.New shares the *sql.DB, so the binding, but not the query hook): bunx could not count its rows.
+	hooked sync.Map // weak.Pointer[bun.DB] -> struct{}; an entry goes with its bun.DB
 
 	// stmts are the prepared INSERTs of the database. The rowsHook of each *bun.DB holds them: this weak
 	// pointer must not keep the *sql.DB (which each *sql.Stmt holds) alive from the table of bindings.
@@ -51,11 +56,29 @@ func bind(db *bun.DB, reg *registry) *statements {
 		b.stmts = weak.Make(stmts)
 	}
 	b.mu.Unlock()
-	if _, ok := b.hooked.LoadOrStore(weak.Make(db), struct{}{}); !ok {
-		runtime.AddCleanup(db, func(k weak.Pointer[bun.DB]) { b.hooked.Delete(k) }, weak.Make(db))
+	if b.noteHooked(db) {
 		db.AddQueryHook(rowsHook{b, stmts}) //nolint:staticcheck // the hook must reach the caller's *bun.DB itself; WithQueryHook returns a copy
 	}
 	return stmts
+}
+
+// noteHooked notes that db carries rowsHook, and reports whether it was not known to.
+func (b *binding) noteHooked(db *bun.DB) bool {
+	key := weak.Make(db)
+	if _, ok := b.hooked.Load(key); ok {
+		return false
+	}
+	if _, loaded := b.hooked.LoadOrStore(key, struct{}{}); loaded {
+		return false
+	}
+	runtime.AddCleanup(db, func(k weak.Pointer[bun.DB]) { b.hooked.Delete(k) }, key)
+	return true
+}
+
+// isHooked reports whether db is known to carry rowsHook.
+func (b *binding) isHooked(db *bun.DB) bool {
+	_, ok := b.hooked.Load(weak.Make(db))
+	return ok
 }
 
 // statements returns the prepared INSERTs of the database, or nil when no *bun.DB with bunx's query hook
@@ -85,7 +108,8 @@ func (b *binding) registries() []*registry {
 
 // rowsHook tells the model hook of an INSERT, UPDATE or DELETE on a model with handlers registered for
 // that operation when the statement touched fewer rows than it was given, so that the model hook gives no
-// event for a row that ON CONFLICT DO NOTHING (or a trigger) skipped or an update that matched nothing.
+// event for a row that ON CONFLICT DO NOTHING (or a trigger) skipped or an update that matched nothing, or
+// more (a WHERE that matched rows the model does not hold), which the model hook refuses.
 //
 // It costs the common case, every row touched, next to nothing: AfterQuery stores an entry in
 // binding.affected only when a statement fell short, and the model hook looks one up only while an entry
@@ -160,12 +184,15 @@ func (h rowsHook) AfterQuery(_ context.Context, ev *bun.QueryEvent) {
 	if !ok {
 		return
 	}
+	if ev.DB != nil {
+		h.b.noteHooked(ev.DB) // a clone made after bunx.New: its model hook may trust the count
+	}
 	rows := 1
 	if n, ok := ev.Stash[stashKey{}].(int); ok {
 		rows = n
 	}
 	affected, err := ev.Result.RowsAffected()
-	if err != nil || affected >= int64(rows) {
+	if err != nil || affected == int64(rows) {
 		return // every row touched: the model hook needs no entry
 	}
 	typ, _, ok := modelRows(ev.Model.Value())
@@ -192,7 +219,7 @@ func (h rowsHook) AfterQuery(_ context.Context, ev *bun.QueryEvent) {
 	}
 }
 
-// take removes and returns the row count of query q, if a statement of it fell short of its rows.
+// take removes and returns the row count of query q, if a statement of it did not touch exactly its rows.
 func (b *binding) take(q bun.Query) *rowCount {
 	if b.pending.Load() == 0 {
 		return nil

@@ -41,16 +41,43 @@
 // deletes that matched nothing, yield none). They never see set-based UPDATE ... WHERE, raw SQL or MERGE:
 // record those events explicitly with [Outbox.Record].
 //
-// Service code that should not know the outbox takes a [Dispatcher]; [*Outbox] implements it by joining the
-// bun.Tx that a [Transactor] put into the context.
+// A handler builds its events from the model value, so bunx runs it only where the model value is the
+// rows, and otherwise fails the statement (and so the transaction) rather than invent an event:
+//
+//   - An OnUpdate handler runs for a full-model update by primary key: Model(&row).WherePK(), or
+//     Model(&rows).Bulk() for a slice, RETURNING allowed. Set, Column, ExcludeColumn, Value, OmitZero, a
+//     Where of its own or WherePK of other columns yield [ErrModelNotRows]: record such an update's events
+//     with [Outbox.Record].
+//   - An OnDelete handler runs for a delete by primary key: Model(&row).WherePK() or Model(&rows).WherePK().
+//     A Where of its own yields [ErrModelNotRows] (Model(&Order{}).Where("id = ?", id) would give an event
+//     of zero values). A model with a soft delete column is held to the count below only.
+//   - A statement that touched more rows than the model holds yields [ErrModelNotRows].
+//   - A statement run on a *bun.DB without bunx's query hook, which counts the rows each statement touched,
+//     yields [ErrNoQueryHook]: a clone made before New (db.WithNamedArg copies the hooks a db has at that
+//     moment) or a second bun.NewDB over the same *sql.DB. Make clones after New.
+//
+// A registration that can never fire is refused: OnInsert, OnUpdate and OnDelete panic, as registration is
+// program setup, when the hook method bun calls for the model does not reach bunx. A model that embeds
+// [Hooks] and declares its own AfterInsert shadows Hooks.AfterInsert (Go's method promotion); its method must
+// end in bunx.AfterInsert(ctx, q). To check, registration calls the method once per model type and
+// operation on a zero value of the model, with a query whose database cannot connect: a method that only
+// sometimes calls bunx passes the check and is the application's to get right.
+//
+// Service code that should not know the outbox takes a [Dispatcher] and a [TxRunner]; [*Outbox] implements
+// the first by joining the bun.Tx that a [Transactor] put into the context. Its repositories join the same
+// transaction only by writing with [TxOrDB]: a query built on a *bun.DB runs outside it and commits at once,
+// whatever becomes of the transaction and its events. [WithStrictDispatch] makes Dispatch outside any
+// transaction an error ([ErrNoTransaction]) instead of a write of its own.
 //
 // The consumer side (the inbox that makes asynq handlers exactly-once in effect, worker defaults, trace
 // middleware) is package github.com/bunbox/bunbox/worker, so that a domain-model package that embeds
 // [Hooks] links bun and little else: no asynq, no Redis client, no database driver.
 //
 // Tracing: Record and the hooks add the OpenTelemetry trace context of ctx to each event's metadata with
-// the application's propagator (otel.GetTextMapPropagator); the worker package continues the trace in
-// the handler.
+// the application's propagator (otel.GetTextMapPropagator), after validating the event, and only as much of
+// it as fits model's metadata limits (which the relay applies to the row): baggage is dropped first, then
+// tracestate, then traceparent, each drop logged at Warn ([WithLogger]); it never fails the write. The
+// worker package continues the trace in the handler.
 //
 // bunx works on bun over pgdriver and over pgx (github.com/jackc/pgx/v5/stdlib) alike: it reads server
 // errors by SQLSTATE and constraint name, never by the driver's error type.

@@ -41,6 +41,12 @@ func setup(t *testing.T, opts ...bunx.Option) *testBundle {
 	_, err := db.NewCreateTable().Model((*Order)(nil)).Exec(context.Background())
 	require.NoError(t, err)
 	ob := bunx.New(db, opts...)
+	registerOrderEvents(ob)
+	return &testBundle{db: db, ob: ob}
+}
+
+// registerOrderEvents registers Order's order.placed, order.updated and order.deleted on ob.
+func registerOrderEvents(ob *bunx.Outbox) {
 	emit := func(name string) func(context.Context, *Order) ([]*model.Event, error) {
 		return func(_ context.Context, o *Order) ([]*model.Event, error) {
 			ev, err := model.NewEvent(name, orderEvent{ID: o.ID, Ref: o.Ref})
@@ -50,7 +56,6 @@ func setup(t *testing.T, opts ...bunx.Option) *testBundle {
 	bunx.OnInsert(ob, emit("order.placed"))
 	bunx.OnUpdate(ob, emit("order.updated"))
 	bunx.OnDelete(ob, emit("order.deleted"))
-	return &testBundle{db: db, ob: ob}
 }
 
 func (b *testBundle) events(t *testing.T) []model.Event {

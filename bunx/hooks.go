@@ -42,21 +42,32 @@ func (Hooks) AfterDelete(ctx context.Context, q *bun.DeleteQuery) error { return
 func AfterInsert(ctx context.Context, q *bun.InsertQuery) error { return runHooks(ctx, q, opInsert) }
 
 // AfterUpdate records the events of the OnUpdate handlers registered for the query's model type, one call
-// per row of the model, with q's connection. A set-based update (a nil model and a WHERE) yields none.
+// per row of the model, with q's connection. A set-based update (a nil model and a WHERE) yields none. An
+// update other than the full model by primary key (Model(&row).WherePK(), Model(&rows).Bulk()) fails with
+// ErrModelNotRows when handlers are registered: its model value does not describe the rows it changed.
 func AfterUpdate(ctx context.Context, q *bun.UpdateQuery) error { return runHooks(ctx, q, opUpdate) }
 
 // AfterDelete records the events of the OnDelete handlers registered for the query's model type, one call
-// per row of the model, with q's connection. A set-based delete (a nil model and a WHERE) yields none.
+// per row of the model, with q's connection. A set-based delete (a nil model and a WHERE) yields none. A
+// delete other than by primary key (Model(&row).WherePK()) fails with ErrModelNotRows when handlers are
+// registered, unless the model has a soft delete column.
 func AfterDelete(ctx context.Context, q *bun.DeleteQuery) error { return runHooks(ctx, q, opDelete) }
 
 // OnInsert registers fn to produce the events of each inserted row of type T. The events are written in
 // the insert's transaction; an error from fn (or a panic in it) fails the insert and so the transaction.
 // T is the struct type of the bun model, which embeds Hooks (or calls AfterInsert from its own hook).
+//
+// OnInsert panics when the registration could never fire: T has no AfterInsert method, or the one bun
+// calls never reaches bunx.AfterInsert (T embeds Hooks but declares its own AfterInsert, which shadows
+// Hooks', and does not call bunx.AfterInsert). To tell, it calls T's method once (per type and operation,
+// for the process) on a zero value with a query whose database cannot connect, and ctx that makes
+// bunx.AfterInsert return at once.
 func OnInsert[T any](o *Outbox, fn func(ctx context.Context, row *T) ([]*model.Event, error)) {
 	register(o, opInsert, fn)
 }
 
-// OnUpdate registers fn to produce the events of each updated row of type T; see OnInsert.
+// OnUpdate registers fn to produce the events of each updated row of type T; see OnInsert, and AfterUpdate
+// for the updates whose rows a model value describes.
 func OnUpdate[T any](o *Outbox, fn func(ctx context.Context, row *T) ([]*model.Event, error)) {
 	register(o, opUpdate, fn)
 }
@@ -102,6 +113,9 @@ func register[T any](o *Outbox, op op, fn func(context.Context, *T) ([]*model.Ev
 		panic(fmt.Sprintf("bunx.%s[%s]: %s has no %s method: embed bunx.Hooks (with `bun:\"-\"`) or call bunx.%s from its own %s",
 			op, typ, typ, name, name, name))
 	}
+	if msg := verifyHook[T](o.db, op); msg != "" {
+		panic(fmt.Sprintf("bunx.%s[%s]: %s", op, typ, msg))
+	}
 	h := func(ctx context.Context, row any) ([]*model.Event, error) { return fn(ctx, row.(*T)) }
 	r := o.reg
 	r.mu.Lock()
@@ -143,7 +157,10 @@ type hookQuery interface {
 
 func runHooks(ctx context.Context, q hookQuery, op op) error {
 	b := lookup(q.DB())
-	if b == nil || q.GetModel() == nil {
+	if b == nil {
+		return probeReached(ctx) // nil, unless registration is verifying the model's hook method
+	}
+	if q.GetModel() == nil {
 		return nil
 	}
 	count := b.take(q) // nil: every row of the model was touched
@@ -155,6 +172,7 @@ func runHooks(ctx context.Context, q hookQuery, op op) error {
 		conn      sqlConn
 		connFound bool
 		stmts     *statements
+		checked   bool
 	)
 	for _, r := range b.registries() {
 		handlers := r.lookup(typ, op)
@@ -164,6 +182,15 @@ func runHooks(ctx context.Context, q hookQuery, op op) error {
 		rows, err := hookRows(typ, val, op)
 		if err != nil || len(rows) == 0 {
 			return err
+		}
+		if !checked {
+			checked = true
+			if !b.isHooked(q.DB()) {
+				return fmt.Errorf("bunx.%s[%s]: %w", op, typ, ErrNoQueryHook)
+			}
+			if err := describesRows(q, typ, val); err != nil {
+				return fmt.Errorf("bunx.%s[%s]: %w", op, typ, err)
+			}
 		}
 		if count != nil {
 			if rows, err = touchedRows(typ, op, rows, count); err != nil || len(rows) == 0 {
@@ -257,8 +284,11 @@ func touchedRows(typ reflect.Type, op op, rows []any, c *rowCount) ([]any, error
 	switch {
 	case c.affected == 0:
 		return nil, nil
-	case c.affected >= int64(c.rows):
+	case c.affected == int64(c.rows):
 		return rows, nil
+	case c.affected > int64(c.rows):
+		return nil, fmt.Errorf("bunx.%s[%s]: %w: the statement touched %d rows, more than the %d of the model, so the model value "+
+			"does not describe them: record their events with Outbox.Record", op, typ, ErrModelNotRows, c.affected, c.rows)
 	}
 	return nil, fmt.Errorf("bunx.%s[%s]: the statement touched %d of the %d rows of the model, and bunx cannot tell which: "+
 		"write these rows one at a time, or record their events with Outbox.Record", op, typ, c.affected, c.rows)

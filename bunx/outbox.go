@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"slices"
 	"strings"
@@ -14,10 +15,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/schema"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/baggage"
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bunbox/bunbox/internal/pgerr"
 	"github.com/bunbox/bunbox/model"
@@ -35,7 +32,9 @@ type Outbox struct {
 // database, so the process-wide table of bindings never keeps a closed *bun.DB alive.
 type registry struct {
 	maxPayload int
-	prepared   bool // WithPreparedStatements: the prepared INSERT where bunx reaches the *sql.Tx or *sql.DB
+	prepared   bool         // WithPreparedStatements: the prepared INSERT where bunx reaches the *sql.Tx or *sql.DB
+	logger     *slog.Logger // WithLogger
+	strict     bool         // WithStrictDispatch
 
 	mu       sync.RWMutex
 	handlers map[reflect.Type]*handlerSet
@@ -82,6 +81,17 @@ func WithoutPreparedStatements() Option {
 	return func(o *Outbox) { o.reg.prepared = false }
 }
 
+// WithLogger sets the logger of the Outbox's warnings: trace context it left out of an event's metadata
+// because the event would have gone over model's metadata limits with it (see Outbox.Record). A nil logger
+// keeps the default. Defaults to slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(o *Outbox) {
+		if l != nil {
+			o.reg.logger = l
+		}
+	}
+}
+
 // New binds an Outbox to db: the model hooks of queries run through db (or its transactions) consult the
 // handlers registered on it. Several Outboxes may be bound to one db; each writes the events of its own
 // handlers. New panics if db is nil.
@@ -93,7 +103,7 @@ func New(db *bun.DB, opts ...Option) *Outbox {
 	if db == nil {
 		panic("bunx.New: db must not be nil")
 	}
-	o := &Outbox{db: db, reg: &registry{maxPayload: model.DefaultMaxPayloadSize, handlers: make(map[reflect.Type]*handlerSet)}}
+	o := &Outbox{db: db, reg: &registry{maxPayload: model.DefaultMaxPayloadSize, logger: slog.Default(), handlers: make(map[reflect.Type]*handlerSet)}}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(o)
@@ -164,7 +174,7 @@ func (r *registry) write(ctx context.Context, d schema.Dialect, events []*model.
 	if err := r.validate(events); err != nil {
 		return err
 	}
-	injectTrace(ctx, events)
+	r.injectTrace(ctx, events) // after validate: what the context adds never fails the write (see injectTrace)
 	if stmts != nil && r.prepared && conn.db == stmts.db {
 		if key, ok := preparedKey(events, returning); ok {
 			if stmt := stmts.get(key); stmt != nil {
@@ -244,36 +254,6 @@ func (r *registry) validate(events []*model.Event) error {
 		}
 	}
 	return nil
-}
-
-// injectTrace adds the trace context of ctx to each event's metadata with the application's propagator
-// (otel.GetTextMapPropagator, a no-op until the application sets one). An event whose metadata already has
-// one of the propagator's fields keeps its own.
-func injectTrace(ctx context.Context, events []*model.Event) {
-	if !trace.SpanContextFromContext(ctx).IsValid() && baggage.FromContext(ctx).Len() == 0 {
-		return // nothing for a propagator to carry
-	}
-	prop := otel.GetTextMapPropagator()
-	carrier := propagation.MapCarrier{}
-	prop.Inject(ctx, carrier)
-	if len(carrier) == 0 {
-		return
-	}
-	fields := prop.Fields()
-next:
-	for _, ev := range events {
-		for _, f := range fields {
-			if _, ok := ev.Metadata[f]; ok {
-				continue next
-			}
-		}
-		if ev.Metadata == nil {
-			ev.Metadata = make(map[string]string, len(carrier))
-		}
-		for k, v := range carrier {
-			ev.Metadata[k] = v
-		}
-	}
 }
 
 // insertError turns the unique violation on event_id into a *DuplicateEventError naming the id. It reads

@@ -112,3 +112,13 @@ func checkPayloadText(event string, p []byte) error {
 func errLoneSurrogate(event string) error {
 	return fmt.Errorf("%w %q: Payload has a \\u escape of half a surrogate pair, which PostgreSQL's jsonb refuses", ErrInvalidEvent, event)
 }
+
+// ValidateMetadata checks the event's Metadata against the metadata limits (MaxMetadataCount and the
+// others above) alone, with the error Validate would return for it. bunx checks with it what the trace
+// context adds to an event that Validate has already accepted.
+func (e *Event) ValidateMetadata() error {
+	if e == nil {
+		return fmt.Errorf("%w: the event is nil", ErrInvalidEvent)
+	}
+	return checkMetadata(e.Name, e.Metadata)
+}
