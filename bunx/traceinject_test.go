@@ -76,7 +76,7 @@ func TestTraceContextThatDoesNotFitIsLeftOut(t *testing.T) {
 	t.Parallel()
 	logs := &logBuffer{}
 	b := setup(t, bunx.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
-	queue := randomQueue(t)
+	queue := outboxtest.RandomName("trace_")
 	redisOpt := asynq.RedisClientOpt{Addr: outboxtest.RedisAddr()}
 	t.Cleanup(func() { deleteQueue(redisOpt, queue) })
 

@@ -158,9 +158,7 @@ func attrMap(kvs []attribute.KeyValue) map[string]string {
 
 func randomQueue(t *testing.T) string {
 	t.Helper()
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return "trace_" + hex.EncodeToString(b[:])
+	return outboxtest.RandomName("trace_")
 }
 
 // TestTraceMiddlewareAroundInbox checks that an Inbox handler behind TraceMiddleware runs in the

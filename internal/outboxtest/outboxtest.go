@@ -177,3 +177,10 @@ func Count(tb testing.TB, db bun.IDB, table, where string, args ...any) int64 {
 	}
 	return n
 }
+
+// RandomName returns prefix followed by 12 random hex digits: a queue or key name no other test uses.
+func RandomName(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
