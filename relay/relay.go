@@ -38,6 +38,8 @@ type Relay struct {
 
 	stmts *statements // the hottest statements, prepared (prepared.go)
 
+	redisOpt asynq.RedisConnOpt // the Redis options given to New, for the reconciler Run runs (reconcile_relay.go)
+
 	counters counters
 }
 
@@ -53,6 +55,7 @@ func New(db *bun.DB, redis asynq.RedisConnOpt, cfg Config) (*Relay, error) {
 		return nil, err
 	}
 	r := &Relay{db: db, cfg: cfg, log: cfg.Logger, enq: cfg.Enqueuer, sem: make(chan struct{}, cfg.Concurrency)}
+	r.redisOpt = redis
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if err := checkSchema(ctx, db); err != nil {
@@ -141,7 +144,11 @@ func (r *Relay) Run(ctx context.Context) error {
 	if r.keys != nil {
 		wg.Go(func() { r.trackKeys(ctx, wake) })
 	}
+	if !r.cfg.DisableReconciler {
+		wg.Go(func() { r.reconcileLoop(ctx) })
+	}
 	r.warnKeyedWithoutInspector(ctx, r.db)
+	r.warnEviction(ctx)
 	r.log.LogAttrs(ctx, slog.LevelInfo, "bunbox relay started",
 		slog.Int("batch_size", r.cfg.BatchSize), slog.Int("concurrency", r.cfg.Concurrency), slog.Int("workers", r.cfg.Workers),
 		slog.Duration("poll_interval", r.cfg.PollInterval))
