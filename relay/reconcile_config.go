@@ -23,7 +23,6 @@ const (
 // reconcileLeaseName is the row of bunbox_leases that the relays' reconcilers share: one holds it at a time.
 const reconcileLeaseName = "bunbox.reconciler"
 
-
 // reconcileLastError is what a requeued row's last_error says, for the operator who wonders why a
 // published event was enqueued again.
 const reconcileLastError = "bunbox reconciler: the task was missing from Redis (data loss?); requeued"
