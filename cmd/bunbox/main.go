@@ -54,7 +54,9 @@ commands:
                           one reconciler pass over the events published within W (default 1h):
                           re-deliver those whose task Redis lost, and list them
   relay [-metrics-addr A] run a relay until interrupted, with Prometheus metrics on A/metrics and
-                          the probes A/healthz (alive) and A/readyz (PostgreSQL, Redis, schema)
+                          the probes A/healthz (alive) and A/readyz (PostgreSQL, Redis, schema);
+                          it also runs the reconciler, one relay per database at a time
+                          (-reconcile=false: off; -reconcile-window W, -reconcile-interval D)
 
 environment:
   DATABASE_URL  PostgreSQL URL, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full&sslrootcert=ca.pem
