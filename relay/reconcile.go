@@ -82,13 +82,24 @@ const MaxReportedMissing = 1000
 // The relay enqueues a requeued row from the row, so with the same delivery options: a ProcessAt still
 // ahead is scheduled again for that time, one that has passed makes the task pending.
 //
+// Relay.Run runs a Reconciler of its own (Config.Reconciler), one relay per database at a time by a
+// lease in the table bunbox_leases; NewReconciler is for teams that run it apart (Config.DisableReconciler
+// on the relays), and takes no lease.
+//
 // Limits: grouped events (model.WithGroup) are not checked, since asynq deletes the tasks it
 // aggregated. A task deleted on purpose (Inspector.DeleteTask) or trimmed from a full archive (asynq keeps
 // at most 10,000 archived tasks per queue, for 90 days) is noticed only by a sweep (Sweep, or the next
 // data loss), and then delivered again. Keys evicted by a Redis maxmemory policy other than noeviction
-// (which asynq requires anyway) are not noticed either. The cursor reads the transactions in progress
-// from pg_stat_activity: the reconciler's database role must see the relays' sessions (the same role, or
-// pg_read_all_stats). Rows deleted by the relay's cleanup (Config.PublishedRetention) are no longer checked.
+// are not noticed either (see CheckEvictionPolicy). Rows deleted by the relay's cleanup
+// (Config.PublishedRetention) are no longer checked.
+//
+// The cursor reads the start of the transactions in progress from pg_stat_activity, which shows other
+// roles' sessions only to a superuser or a role with the privileges of pg_read_all_stats. Without them,
+// the reconciler lists those transactions from pg_locks (by the lock each holds on its virtual
+// transaction id, which every role can read) and holds the cursor back to the read before the one that
+// first listed each (less a margin), or to the start of the window for those open since its first read:
+// every row is still checked, at the cost of more look-ups. ReconcileResult.HiddenTransactions counts
+// them, and the reconciler says so once at Info.
 type Reconciler struct {
 	db      *bun.DB
 	cfg     ReconcilerConfig

@@ -122,7 +122,9 @@ func (r *Relay) Close() error {
 // already started finish (each bounded by EnqueueTimeout) and are marked, the rest of the batch is
 // released unlocked for the next relay. Errors of
 // single rounds (PostgreSQL or Redis unreachable) are logged and retried with backoff, never returned. A
-// second Run while one is running returns ErrRunning.
+// second Run while one is running returns ErrRunning. Unless Config.DisableReconciler, Run also runs the
+// reconciler (see Reconciler; one relay per database at a time) and logs a warning when Redis's eviction
+// policy may evict asynq's tasks (see CheckEvictionPolicy).
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return ErrRunning
