@@ -148,6 +148,16 @@ type Config struct {
 	// Inspector looks up the tasks of keyed events. Defaults to an asynq.Inspector on the Redis options
 	// given to New; with neither, keyed events are not relayed (they wait, and the relay says so in its log).
 	Inspector KeyInspector
+	// DisableReconciler turns off the reconciler that Run runs next to the relay: for teams that run
+	// relay.NewReconciler apart. Defaults to false: Run also reconciles (see Reconciler), one relay per
+	// database at a time by the lease "bunbox.reconciler" in the table bunbox_leases, so that the tasks
+	// Redis lost (a failover, a restart without persistence, an eviction) are delivered again within about
+	// Reconciler.Interval.
+	DisableReconciler bool
+	// Reconciler tunes the reconciler that Run runs. Its TaskRetention and Routes are always the relay's,
+	// and its Window defaults to 1h, or to half of TaskRetention when that is shorter; the other fields as
+	// in ReconcilerConfig, with the relay's Logger. Defaults to those.
+	Reconciler ReconcilerConfig
 
 	now    func() time.Time
 	tracer trace.Tracer
@@ -179,6 +189,7 @@ func (c Config) withDefaults() Config {
 		c.TracerProvider = otel.GetTracerProvider()
 	}
 	c.tracer = c.TracerProvider.Tracer(tracerName)
+	c.Reconciler = c.reconcilerDefaults()
 	return c
 }
 
@@ -209,6 +220,11 @@ func (c Config) validate() error {
 	if c.ListenURL != "" {
 		if _, err := connect.PostgresConnector(c.ListenURL, nil); err != nil {
 			errs = append(errs, fmt.Errorf("ListenURL: %w", err)) // the connect error masks the password
+		}
+	}
+	if !c.DisableReconciler {
+		for _, err := range c.Reconciler.problems() {
+			errs = append(errs, fmt.Errorf("Reconciler.%w", err))
 		}
 	}
 	if err := c.Routes.Validate(); err != nil {

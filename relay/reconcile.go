@@ -37,6 +37,10 @@ type ReconcileResult struct {
 	MissingTasks []MissingTask
 	// Duration is how long the pass took.
 	Duration time.Duration
+	// HiddenTransactions is the number of transactions of other roles open when the pass began whose
+	// start the reconciler's database role cannot read (it is neither superuser nor a member of
+	// pg_read_all_stats): the cursor is held back for them (see Reconciler). Zero with the privilege.
+	HiddenTransactions int
 }
 
 // MissingTask is an event whose task a reconciler pass did not find in Redis.
@@ -78,13 +82,24 @@ const MaxReportedMissing = 1000
 // The relay enqueues a requeued row from the row, so with the same delivery options: a ProcessAt still
 // ahead is scheduled again for that time, one that has passed makes the task pending.
 //
+// Relay.Run runs a Reconciler of its own (Config.Reconciler), one relay per database at a time by a
+// lease in the table bunbox_leases; NewReconciler is for teams that run it apart (Config.DisableReconciler
+// on the relays), and takes no lease.
+//
 // Limits: grouped events (model.WithGroup) are not checked, since asynq deletes the tasks it
 // aggregated. A task deleted on purpose (Inspector.DeleteTask) or trimmed from a full archive (asynq keeps
 // at most 10,000 archived tasks per queue, for 90 days) is noticed only by a sweep (Sweep, or the next
 // data loss), and then delivered again. Keys evicted by a Redis maxmemory policy other than noeviction
-// (which asynq requires anyway) are not noticed either. The cursor reads the transactions in progress
-// from pg_stat_activity: the reconciler's database role must see the relays' sessions (the same role, or
-// pg_read_all_stats). Rows deleted by the relay's cleanup (Config.PublishedRetention) are no longer checked.
+// are not noticed either (see CheckEvictionPolicy). Rows deleted by the relay's cleanup
+// (Config.PublishedRetention) are no longer checked.
+//
+// The cursor reads the start of the transactions in progress from pg_stat_activity, which shows other
+// roles' sessions only to a superuser or a role with the privileges of pg_read_all_stats. Without them,
+// the reconciler lists those transactions from pg_locks (by the lock each holds on its virtual
+// transaction id, which every role can read) and holds the cursor back to the read before the one that
+// first listed each (less a margin), or to the start of the window for those open since its first read:
+// every row is still checked, at the cost of more look-ups. ReconcileResult.HiddenTransactions counts
+// them, and the reconciler says so once at Info.
 type Reconciler struct {
 	db      *bun.DB
 	cfg     ReconcilerConfig
@@ -108,28 +123,41 @@ func NewReconciler(db *bun.DB, redisOpt asynq.RedisConnOpt, cfg ReconcilerConfig
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	r := &Reconciler{db: db, cfg: cfg, log: cfg.Logger, ins: cfg.Inspector, cursor: newReconcileCursor()}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if err := checkSchema(ctx, db); err != nil {
 		return nil, err
 	}
-	if r.ins == nil {
-		if redisOpt == nil {
-			return nil, errors.New("bunbox: relay.NewReconciler: give the Redis options or ReconcilerConfig.Inspector")
-		}
-		rdb, err := fromRedisOpt(redisOpt, func(o asynq.RedisConnOpt) any { return o.MakeRedisClient() })
-		if err != nil {
-			return nil, err
-		}
-		r.rdb, _ = rdb.(redis.UniversalClient)
-		if r.rdb == nil {
-			return nil, fmt.Errorf("bunbox: relay: unusable Redis options %T: they make no go-redis client", redisOpt)
-		}
+	if cfg.Inspector == nil && redisOpt == nil {
+		return nil, errors.New("bunbox: relay.NewReconciler: give the Redis options or ReconcilerConfig.Inspector")
+	}
+	r, err := newReconciler(db, redisOpt, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if r.rdb != nil {
 		if err := r.rdb.Ping(ctx).Err(); err != nil {
 			_ = r.rdb.Close()
 			return nil, fmt.Errorf("bunbox: reconciler: Redis does not answer: %w", err)
 		}
+	}
+	return r, nil
+}
+
+// newReconciler makes a Reconciler of a valid cfg, with a Redis client of its own made from redisOpt
+// unless cfg.Inspector is set; it checks nothing.
+func newReconciler(db *bun.DB, redisOpt asynq.RedisConnOpt, cfg ReconcilerConfig) (*Reconciler, error) {
+	r := &Reconciler{db: db, cfg: cfg, log: cfg.Logger, ins: cfg.Inspector, cursor: newReconcileCursor()}
+	if r.ins != nil {
+		return r, nil
+	}
+	rdb, err := fromRedisOpt(redisOpt, func(o asynq.RedisConnOpt) any { return o.MakeRedisClient() })
+	if err != nil {
+		return nil, err
+	}
+	r.rdb, _ = rdb.(redis.UniversalClient)
+	if r.rdb == nil {
+		return nil, fmt.Errorf("bunbox: relay: unusable Redis options %T: they make no go-redis client", redisOpt)
 	}
 	return r, nil
 }
@@ -163,21 +191,30 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		case <-timer.C:
 		}
 		res, err := r.ReconcileOnce(ctx)
-		switch {
-		case ctx.Err() != nil:
-		case err != nil:
-			r.log.LogAttrs(ctx, slog.LevelWarn, "bunbox reconciler pass failed", slog.Any("err", err),
-				slog.Int("checked", res.Checked), slog.Int("requeued", res.Requeued))
-		case res.Missing > 0 || len(res.LostQueues) > 0:
-			r.log.LogAttrs(ctx, slog.LevelWarn, "bunbox reconciler: tasks missing from Redis were requeued",
-				slog.Int("checked", res.Checked), slog.Int("missing", res.Missing),
-				slog.Int("requeued", res.Requeued), slog.Any("lost_queues", res.LostQueues),
-				slog.Duration("duration", res.Duration))
-		default:
-			r.log.LogAttrs(ctx, slog.LevelDebug, "bunbox reconciler pass",
-				slog.Int("checked", res.Checked), slog.Duration("duration", res.Duration))
+		if ctx.Err() == nil {
+			r.report(ctx, res, err)
 		}
 		timer.Reset(r.cfg.Interval)
+	}
+}
+
+// report logs what a pass of Run did (a failed pass and requeued tasks at Warn) and calls OnPass.
+func (r *Reconciler) report(ctx context.Context, res ReconcileResult, err error) {
+	switch {
+	case err != nil:
+		r.log.LogAttrs(ctx, slog.LevelWarn, "bunbox reconciler pass failed", slog.Any("err", err),
+			slog.Int("checked", res.Checked), slog.Int("requeued", res.Requeued))
+	case res.Missing > 0 || len(res.LostQueues) > 0:
+		r.log.LogAttrs(ctx, slog.LevelWarn, "bunbox reconciler: tasks missing from Redis were requeued",
+			slog.Int("checked", res.Checked), slog.Int("missing", res.Missing),
+			slog.Int("requeued", res.Requeued), slog.Any("lost_queues", res.LostQueues),
+			slog.Duration("duration", res.Duration))
+	default:
+		r.log.LogAttrs(ctx, slog.LevelDebug, "bunbox reconciler pass",
+			slog.Int("checked", res.Checked), slog.Duration("duration", res.Duration))
+	}
+	if r.cfg.OnPass != nil {
+		r.cfg.OnPass(res, err)
 	}
 }
 
@@ -217,12 +254,22 @@ func (r *Reconciler) pass(ctx context.Context, sweep bool) (res ReconcileResult,
 	defer func() { res.Duration = r.cfg.now().Sub(start) }()
 
 	// The horizon is read before any marker is written (see reconcileCursor).
-	var now, horizon time.Time
-	if err := r.db.NewRaw(reconcileHorizonSQL).Scan(ctx, &now, &horizon); err != nil {
+	var now, horizon, readAt time.Time
+	var hidden []string
+	if err := r.db.NewRaw(reconcileHorizonSQL).Scan(ctx, &now, &horizon, &readAt, pgdialect.Array(&hidden)); err != nil {
 		return res, fmt.Errorf("bunbox: reconciler: PostgreSQL: %w", err)
 	}
 	from := now.Add(-r.cfg.Window)
 	c := &r.cursor
+	horizon = c.holdForHidden(horizon, readAt, from, hidden)
+	res.HiddenTransactions = len(hidden)
+	if len(hidden) > 0 && !c.blindLogged {
+		c.blindLogged = true
+		r.log.LogAttrs(ctx, slog.LevelInfo, "bunbox reconciler: its database role cannot read when other roles' "+
+			"transactions began (pg_stat_activity shows them only to a superuser or a member of pg_read_all_stats); "+
+			"it holds its cursor back for them by their locks in pg_locks instead, which costs some look-ups again: "+
+			"GRANT pg_read_all_stats TO the role to avoid it", slog.Int("hidden_transactions", len(hidden)))
+	}
 	c.begin(from)
 	if r.ins != nil {
 		// No Redis of its own: no markers, so every pass sweeps.

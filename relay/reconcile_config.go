@@ -17,7 +17,11 @@ const (
 	ReconcileIntervalDefault    = time.Minute
 	ReconcileBatchSizeDefault   = 500
 	ReconcileConcurrencyDefault = 16
+	ReconcileLeaseTTLDefault    = 30 * time.Second
 )
+
+// reconcileLeaseName is the row of bunbox_leases that the relays' reconcilers share: one holds it at a time.
+const reconcileLeaseName = "bunbox.reconciler"
 
 // reconcileLastError is what a requeued row's last_error says, for the operator who wonders why a
 // published event was enqueued again.
@@ -70,6 +74,17 @@ type ReconcilerConfig struct {
 	// cannot keep markers there (see Reconciler): every pass then sweeps the whole window, and a task whose
 	// queue asynq does not know counts as lost. Defaults to nil.
 	Inspector TaskInspector
+	// LeaseTTL is how long the reconciler that Relay.Run runs holds the lease "bunbox.reconciler" in the
+	// table bunbox_leases after it took or renewed it; it renews it every LeaseTTL/3 and stops reconciling
+	// when a renewal has not succeeded within LeaseTTL. When the holder stops (ctx done) it gives the lease
+	// up and another relay takes it within LeaseTTL/3; when it dies without a word (SIGKILL, a partition)
+	// another takes it within about LeaseTTL and a third of it. 1s to 1h. A Reconciler run apart (Run)
+	// takes no lease. Defaults to 30s.
+	LeaseTTL time.Duration
+	// OnPass, when set, is called by Run (and by the reconciler that Relay.Run runs) after each pass with
+	// what the pass returned, on Run's goroutine: e.g. relaymetrics.Metrics.ObserveReconcile. Defaults to
+	// nil.
+	OnPass func(res ReconcileResult, err error)
 
 	now func() time.Time
 }
@@ -80,6 +95,7 @@ func (c ReconcilerConfig) withDefaults() ReconcilerConfig {
 	c.BatchSize = cmp.Or(c.BatchSize, ReconcileBatchSizeDefault)
 	c.Concurrency = cmp.Or(c.Concurrency, ReconcileConcurrencyDefault)
 	c.TaskRetention = cmp.Or(c.TaskRetention, TaskRetentionDefault)
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, ReconcileLeaseTTLDefault)
 	c.Logger = cmp.Or(c.Logger, defaultLogger())
 	if c.now == nil {
 		c.now = time.Now
@@ -88,6 +104,19 @@ func (c ReconcilerConfig) withDefaults() ReconcilerConfig {
 }
 
 func (c ReconcilerConfig) validate() error {
+	errs := c.problems()
+	if err := c.Routes.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+// problems lists what is wrong with c, each naming its field; Routes are checked apart (by validate, and
+// by the relay's Config for its reconciler).
+func (c ReconcilerConfig) problems() []error {
 	var errs []error
 	check := func(ok bool, format string, args ...any) {
 		if !ok {
@@ -102,11 +131,6 @@ func (c ReconcilerConfig) validate() error {
 	check(c.Interval > 0, "Interval must be positive, got %s", c.Interval)
 	check(c.BatchSize >= 1 && c.BatchSize <= 10000, "BatchSize must be between 1 and 10000, got %d", c.BatchSize)
 	check(c.Concurrency >= 1 && c.Concurrency <= 1024, "Concurrency must be between 1 and 1024, got %d", c.Concurrency)
-	if err := c.Routes.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	return nil
+	check(c.LeaseTTL >= time.Second && c.LeaseTTL <= time.Hour, "LeaseTTL must be between 1s and 1h, got %s", c.LeaseTTL)
+	return errs
 }

@@ -40,19 +40,71 @@ type reconcileCursor struct {
 	// sweepAll and sweep are the sweeps owed: set by Sweep and by lost markers, cleared when one is done.
 	sweepAll bool
 	sweep    map[string]bool
+	// hiddenSince holds, per transaction of another role open at the last read ("pid/vxid", see
+	// holdForHidden), the earliest time it may have begun; zero when unknown. lastRead is when that read
+	// began; zero before the first.
+	hiddenSince map[string]time.Time
+	lastRead    time.Time
+	// blindLogged records that the reconciler has said that its role cannot see other roles' transactions.
+	blindLogged bool
 }
 
 func newReconcileCursor() reconcileCursor {
 	return reconcileCursor{instance: uuid.NewString(), markers: map[string]uint64{}, lastSeen: map[string]time.Time{},
-		written: map[string]bool{}, sweep: map[string]bool{}}
+		written: map[string]bool{}, sweep: map[string]bool{}, hiddenSince: map[string]time.Time{}}
 }
 
 // reconcileHorizonSQL reads the database's clock and the horizon: the clock, or the start of the earliest
 // client transaction open in this database when that is earlier (a relay's round stamps its rows with
 // it, and they become visible at its commit). Background workers (autovacuum) cannot publish rows.
+//
+// It also reads the transactions whose start the reconciler's role cannot see: pg_stat_activity shows
+// the sessions of other roles with a NULL xact_start and backend_type unless the role is superuser or
+// has the privileges of pg_read_all_stats. pg_locks has no such filter: every transaction holds the lock
+// on its own virtual transaction id while it runs, so those transactions are listed by pid and virtual
+// id ("pid/vxid"); see reconcileCursor.holdForHidden. read_at is the statement's start, before either view
+// was read.
 const reconcileHorizonSQL = `WITH c AS (SELECT clock_timestamp() AS now)
 SELECT now, least(now, (SELECT min(xact_start) FROM pg_stat_activity
-  WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid())) FROM c`
+  WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid())),
+  statement_timestamp(),
+  ARRAY(SELECT l.pid::text || '/' || l.virtualxid FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
+    WHERE l.locktype = 'virtualxid' AND l.granted AND l.pid <> pg_backend_pid()
+      AND a.datname = current_database() AND a.backend_type IS NULL)
+FROM c`
+
+// hiddenStartMargin covers the moment between a backend reading the clock for its transaction's start
+// (now()) and taking the lock on its virtual transaction id, in which a read of pg_locks cannot see the
+// transaction yet: both are steps of one backend starting a transaction (microseconds apart), so a
+// transaction first listed by one read began after the previous read minus this margin.
+const hiddenStartMargin = 10 * time.Second
+
+// holdForHidden returns the horizon held back for the transactions of other roles that the read listed
+// (hidden: "pid/vxid") and whose start the role cannot read. A transaction the previous read did not list
+// began after that read began (readAt, less hiddenStartMargin); one listed by every read since this
+// Reconciler's first has an unknown start, and then the horizon is from (the start of the window: the next
+// pass reads every row published within Window, as a sweep does). Rows published by a transaction open
+// for longer than Window are not checked, as with the privilege. The bounds of the transactions still
+// open are kept for the next pass.
+func (c *reconcileCursor) holdForHidden(horizon, readAt, from time.Time, hidden []string) time.Time {
+	next := make(map[string]time.Time, len(hidden))
+	for _, id := range hidden {
+		bound, known := c.hiddenSince[id]
+		if !known && !c.lastRead.IsZero() {
+			bound = c.lastRead.Add(-hiddenStartMargin)
+		}
+		next[id] = bound // zero: unknown
+		if bound.IsZero() {
+			bound = from
+		}
+		if bound.Before(horizon) {
+			horizon = bound
+		}
+	}
+	c.hiddenSince = next
+	c.lastRead = readAt
+	return horizon
+}
 
 // begin starts a pass: a new marker value, and the queues whose rows all left the window forgotten.
 func (c *reconcileCursor) begin(from time.Time) {

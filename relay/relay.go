@@ -38,6 +38,8 @@ type Relay struct {
 
 	stmts *statements // the hottest statements, prepared (prepared.go)
 
+	redisOpt asynq.RedisConnOpt // the Redis options given to New, for the reconciler Run runs (reconcile_relay.go)
+
 	counters counters
 }
 
@@ -53,6 +55,7 @@ func New(db *bun.DB, redis asynq.RedisConnOpt, cfg Config) (*Relay, error) {
 		return nil, err
 	}
 	r := &Relay{db: db, cfg: cfg, log: cfg.Logger, enq: cfg.Enqueuer, sem: make(chan struct{}, cfg.Concurrency)}
+	r.redisOpt = redis
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if err := checkSchema(ctx, db); err != nil {
@@ -119,7 +122,9 @@ func (r *Relay) Close() error {
 // already started finish (each bounded by EnqueueTimeout) and are marked, the rest of the batch is
 // released unlocked for the next relay. Errors of
 // single rounds (PostgreSQL or Redis unreachable) are logged and retried with backoff, never returned. A
-// second Run while one is running returns ErrRunning.
+// second Run while one is running returns ErrRunning. Unless Config.DisableReconciler, Run also runs the
+// reconciler (see Reconciler; one relay per database at a time) and logs a warning when Redis's eviction
+// policy may evict asynq's tasks (see CheckEvictionPolicy).
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return ErrRunning
@@ -141,7 +146,11 @@ func (r *Relay) Run(ctx context.Context) error {
 	if r.keys != nil {
 		wg.Go(func() { r.trackKeys(ctx, wake) })
 	}
+	if !r.cfg.DisableReconciler {
+		wg.Go(func() { r.reconcileLoop(ctx) })
+	}
 	r.warnKeyedWithoutInspector(ctx, r.db)
+	r.warnEviction(ctx)
 	r.log.LogAttrs(ctx, slog.LevelInfo, "bunbox relay started",
 		slog.Int("batch_size", r.cfg.BatchSize), slog.Int("concurrency", r.cfg.Concurrency), slog.Int("workers", r.cfg.Workers),
 		slog.Duration("poll_interval", r.cfg.PollInterval))

@@ -20,7 +20,7 @@ import (
 const readyTimeout = 2 * time.Second
 
 // health serves the standalone relay's probes: /healthz (the process is alive and serving) and /readyz
-// (PostgreSQL and Redis answer and the schema is there).
+// (PostgreSQL and Redis answer and the schema is there; it also tells whether Redis may evict asynq's keys).
 type health struct {
 	db  bun.IDB
 	rdb redis.UniversalClient
@@ -43,6 +43,9 @@ type readyReport struct {
 	Postgres string `json:"postgres"`
 	Schema   string `json:"schema"`
 	Redis    string `json:"redis"`
+	// RedisEviction is "ok" when Redis's maxmemory-policy is noeviction, else what it may evict or why it
+	// could not be read (relay.CheckEvictionPolicy). It is a warning: it does not make the relay unready.
+	RedisEviction string `json:"redis_eviction"`
 }
 
 func (h *health) healthz(w http.ResponseWriter, _ *http.Request) {
@@ -80,6 +83,12 @@ func (h *health) check(ctx context.Context) readyReport {
 	wg.Go(func() {
 		if err := h.rdb.Ping(ctx).Err(); err != nil {
 			rep.Redis = err.Error()
+			rep.RedisEviction = "unknown: Redis does not answer"
+			return
+		}
+		rep.RedisEviction = "ok"
+		if err := relay.CheckEvictionPolicy(ctx, h.rdb); err != nil {
+			rep.RedisEviction = err.Error()
 		}
 	})
 	wg.Wait()

@@ -55,7 +55,9 @@ commands:
                           one reconciler pass over the events published within W (default 1h):
                           re-deliver those whose task Redis lost, and list them
   relay [-metrics-addr A] run a relay until interrupted, with Prometheus metrics on A/metrics and
-                          the probes A/healthz (alive) and A/readyz (PostgreSQL, Redis, schema)
+                          the probes A/healthz (alive) and A/readyz (PostgreSQL, Redis, schema);
+                          it also runs the reconciler, one relay per database at a time
+                          (-reconcile=false: off; -reconcile-window W, -reconcile-interval D)
   ui [-addr 127.0.0.1:8080] [-redis=false]
                           serve the operator page: backlog, pending, scheduled and dead events, blocked
                           keys, asynq's queues; read-only unless BUNBOX_UI_TOKEN is set

@@ -38,6 +38,7 @@ func TestOpsUsage(t *testing.T) {
 		{"DeadPurgeExtra", []string{"dead", "purge", "-all", "now"}, "takes no arguments"},
 		{"ReconcileWindow", []string{"reconcile", "-window", "0s"}, "-window must be positive"},
 		{"ReconcileExtra", []string{"reconcile", "now"}, "takes no arguments"},
+		{"RelayReconcileWindow", []string{"relay", "-reconcile-window", "-1m"}, "-reconcile-window must not be negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -263,7 +264,8 @@ func TestRelayServesMetricsAndProbes(t *testing.T) {
 	var stdout, stderr syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"relay", "-metrics-addr", addr, "-reconcile-window", "10m", "-reconcile-interval", "50ms"},
+		// The reconciler runs by default: no -reconcile-window needed.
+		done <- run(ctx, []string{"relay", "-metrics-addr", addr, "-reconcile-interval", "50ms"},
 			func(k string) string { return env[k] }, &stdout, &stderr)
 	}()
 	outboxtest.WaitFor(t, 30*time.Second, "the backlog drained", func() bool {
@@ -288,7 +290,7 @@ func TestRelayServesMetricsAndProbes(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, text)
 	var rep readyReport
 	require.NoError(t, json.Unmarshal([]byte(text), &rep))
-	require.Equal(t, readyReport{Ready: true, Postgres: "ok", Schema: "ok", Redis: "ok"}, rep)
+	require.Equal(t, readyReport{Ready: true, Postgres: "ok", Schema: "ok", Redis: "ok", RedisEviction: "ok"}, rep)
 
 	rd.Stop(t)
 	code, text = get(t, "http://"+addr+"/readyz")

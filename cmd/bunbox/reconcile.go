@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"text/tabwriter"
-	"time"
 
 	"github.com/bunbox/bunbox/relay"
-	"github.com/bunbox/bunbox/relay/relaymetrics"
 )
 
 // reconcileReport is what `bunbox reconcile` prints.
@@ -93,33 +91,4 @@ func (c *cli) reconcile(ctx context.Context, args []string) error {
 		fmt.Fprintf(tw, "(and %d more)\t\n", more)
 	}
 	return tw.Flush()
-}
-
-// runReconciler runs rc's passes every interval until ctx is done, as Reconciler.Run does, and counts
-// each in m: the standalone relay's reconciler, with metrics.
-func runReconciler(ctx context.Context, rc *relay.Reconciler, interval time.Duration, m *relaymetrics.Metrics, log *slog.Logger) {
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		}
-		res, err := rc.ReconcileOnce(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		m.ObserveReconcile(res, err)
-		switch {
-		case err != nil:
-			log.LogAttrs(ctx, slog.LevelWarn, "bunbox reconciler pass failed", slog.Any("err", err),
-				slog.Int("checked", res.Checked), slog.Int("requeued", res.Requeued))
-		case res.Missing > 0:
-			log.LogAttrs(ctx, slog.LevelWarn, "bunbox reconciler: tasks missing from Redis were requeued",
-				slog.Int("checked", res.Checked), slog.Int("missing", res.Missing),
-				slog.Int("requeued", res.Requeued), slog.Duration("duration", res.Duration))
-		}
-		timer.Reset(interval)
-	}
 }

@@ -20,7 +20,8 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9464", "serve Prometheus metrics at /metrics, and the probes /healthz and /readyz, on this address (empty: off)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	enableNotify := fs.Bool("enable-notify", false, "install the outbox NOTIFY trigger first, so the relay wakes within milliseconds of a commit")
-	reconcileWindow := fs.Duration("reconcile-window", 0, "also run the reconciler: re-deliver events published within this window whose task Redis lost (0: off; must be shorter than OUTBOX_TASK_RETENTION)")
+	reconcile := fs.Bool("reconcile", true, "run the reconciler (one relay per database at a time, by a lease): re-deliver events whose task Redis lost; -reconcile=false when one runs apart")
+	reconcileWindow := fs.Duration("reconcile-window", 0, "the reconciler's window: events published within it are checked (0: 1h, or half of OUTBOX_TASK_RETENTION when shorter; must be shorter than OUTBOX_TASK_RETENTION)")
 	reconcileInterval := fs.Duration("reconcile-interval", time.Minute, "pause between two reconciler passes")
 	rest, err := c.flags(fs, args)
 	if err != nil {
@@ -43,6 +44,12 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg.Observer = metrics.Observer(cfg.Observer)
+	if *reconcileWindow < 0 {
+		return usageError(c.stderr, "-reconcile-window must not be negative, got %s", *reconcileWindow)
+	}
+	cfg.DisableReconciler = !*reconcile
+	cfg.Reconciler.Window, cfg.Reconciler.Interval = *reconcileWindow, *reconcileInterval
+	cfg.Reconciler.OnPass = metrics.ObserveReconcile
 
 	redisOpt, redisName, err := c.redis()
 	if err != nil {
@@ -66,22 +73,6 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if *reconcileWindow > 0 {
-		rc, err := relay.NewReconciler(db, redisOpt, relay.ReconcilerConfig{
-			Window: *reconcileWindow, Interval: *reconcileInterval,
-			TaskRetention: cfg.TaskRetention, Routes: cfg.Routes, Logger: cfg.Logger,
-		})
-		if err != nil {
-			return fmt.Errorf("reconciler (Redis at %s): %w", redisName, err)
-		}
-		defer rc.Close()
-		reconcileDone := make(chan struct{})
-		go func() {
-			defer close(reconcileDone)
-			runReconciler(ctx, rc, *reconcileInterval, metrics, cfg.Logger)
-		}()
-		defer func() { cancel(); <-reconcileDone }()
-	}
 	metricsDone := make(chan error, 1)
 	if *metricsAddr != "" {
 		ln, err := net.Listen("tcp", *metricsAddr)

@@ -8,6 +8,8 @@ package outboxtest
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"log/slog"
 	"os"
 	"testing"

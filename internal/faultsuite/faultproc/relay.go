@@ -94,6 +94,8 @@ func runRelay(ctx context.Context, args []string) error {
 			Logger:          log,
 			Routes:          Routes,
 			Enqueuer:        &ledgerEnqueuer{client: client, led: led, noTaskID: *sabotage == "taskid"},
+			// The suite runs its reconciler apart (below), with its own window and interval, or none.
+			DisableReconciler: true,
 		})
 	})
 	if err != nil {
