@@ -78,7 +78,11 @@ func TestTraceContextThatDoesNotFitIsLeftOut(t *testing.T) {
 	b := setup(t, bunx.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	queue := outboxtest.RandomName("trace_")
 	redisOpt := asynq.RedisClientOpt{Addr: outboxtest.RedisAddr()}
-	t.Cleanup(func() { deleteQueue(redisOpt, queue) })
+	t.Cleanup(func() {
+		ins := asynq.NewInspector(redisOpt)
+		_ = ins.DeleteQueue(queue, true)
+		_ = ins.Close()
+	})
 
 	record := func(ctx context.Context, ev *model.Event) {
 		t.Helper()

@@ -2,9 +2,7 @@ package worker_test
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"testing"
 	"time"
 
