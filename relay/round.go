@@ -69,9 +69,9 @@ func (r *Relay) claimBatch(ctx context.Context, tx bun.Tx, res *BatchEvent) ([]m
 
 // delivery is what deliverBatch learnt about the rows of a batch.
 type delivery struct {
-	errs     []error // by row: nil when the task reached Redis, errReleased, or why its enqueue failed
-	marked   int     // rows marked published in the round's transaction
-	failed   []int   // indexes of the rows whose enqueue failed
+	errs   []error // by row: nil when the task reached Redis, errReleased, or why its enqueue failed
+	marked int     // rows marked published in the round's transaction
+	failed []int   // indexes of the rows whose enqueue failed
 }
 
 // deliverBatch enqueues the rows, marking those that reached Redis as it goes, and sorts the outcomes. It
