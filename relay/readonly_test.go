@@ -53,7 +53,7 @@ func TestNewRefusesAReadOnlyDatabase(t *testing.T) {
 			_, err := New(bySetting, redisOpt, Config{})
 			return err
 		},
-		"role, readiness": func() error { return CheckSchema(ctx, byRole) },
+		"role, readiness":       func() error { return CheckSchema(ctx, byRole) },
 		"connection, readiness": func() error { return CheckSchema(ctx, bySetting) },
 	} {
 		err := check()
