@@ -125,11 +125,19 @@ func holdKeys(ctx context.Context, tx bun.Tx, events []model.Event, bad map[int]
 	return kept, keptBad, nil
 }
 
-// claimRound locks the batch of a round, at most n rows within Config.BatchBytes: the keyed heads first,
+// claimRound locks the batch of a round, at most n rows within Config.BatchBytes (fewer on the first claim
+// of a relay when its rows are large, see claimSizer.sample): the keyed heads first,
 // at most half the rows so that unkeyed rows always have room, then unkeyed rows to fill it with what is
 // left of the rows and the bytes. Without an inspector (see Config.Inspector) keyed rows are left alone.
 func (r *Relay) claimRound(ctx context.Context, tx bun.Tx, n int) ([]model.Event, map[int]error, error) {
 	budget := r.cfg.BatchBytes
+	if r.sizer.meanRow.Load() <= 0 {
+		// The first claim: sized from the rows at the head of the line, not BatchSize of them.
+		if err := r.sizer.sample(ctx, tx); err != nil {
+			return nil, nil, err
+		}
+		n = r.sizer.limit(n, budget)
+	}
 	windowed := r.sizer.windowed(n, budget)
 	if r.keys == nil {
 		return claim(ctx, tx, n, budget, windowed)
