@@ -1,7 +1,12 @@
 package relay
 
 import (
+	"context"
+	"database/sql"
+	"fmt"
 	"sync/atomic"
+
+	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/model"
 )
@@ -70,6 +75,26 @@ const rowSizeSQL = `CASE WHEN pg_column_compression(payload) IS NULL THEN pg_col
 // more and one row to spare, and never more than BatchSize.
 type claimSizer struct {
 	meanRow atomic.Int64 // bytes of payload and metadata per row in the last claim; 0 before the first
+}
+
+// sampleRows is how many rows at the head of the line sample measures.
+const sampleRows = 8
+
+// sample sets the mean row size, before a relay's first claim, to the size of the largest of the first
+// sampleRows pending rows in id order: without it the first claim would lock BatchSize rows, and
+// PostgreSQL would read and measure every one of them (BatchSize rows of 1 MiB) to return what fits in
+// BatchBytes. It measures a few rows as the claim does (rowSizeSQL), and leaves the mean unknown when no
+// row is pending.
+func (s *claimSizer) sample(ctx context.Context, db bun.IDB) error {
+	var size sql.NullInt64
+	if err := db.NewRaw(`SELECT max(`+rowSizeSQL+`) FROM (SELECT payload, metadata FROM outbox_events
+WHERE published_at IS NULL AND dead_at IS NULL ORDER BY id LIMIT ?) AS head`, sampleRows).Scan(ctx, &size); err != nil {
+		return fmt.Errorf("sample row sizes: %w", err)
+	}
+	if size.Valid && size.Int64 > 0 {
+		s.meanRow.CompareAndSwap(0, size.Int64)
+	}
+	return nil
 }
 
 // limit is how many rows the next claim locks.

@@ -230,3 +230,38 @@ func TestClaimSizerWindowed(t *testing.T) {
 	s.meanRow.Store(1 << 20)
 	require.True(t, s.windowed(20, 16<<20), "rows of 1 MiB")
 }
+
+// The first claim of a relay, which knows no row size yet, locks about what BatchBytes holds of large
+// rows, not BatchSize of them: PostgreSQL would read and measure each row it locks.
+func TestFirstClaimRespectsTheByteBudget(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	sizes := make([]int, 30)
+	for i := range sizes {
+		sizes[i] = 512 << 10
+	}
+	insertSized(t, b.db, b.queue, sizes...)
+	r := b.newRelay(t, Config{BatchSize: 30, BatchBytes: 2 << 20})
+
+	tx, err := b.db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback() })
+	var res BatchEvent
+	events, _ := r.claimBatch(ctx, tx, &res)
+	require.NoError(t, res.Err)
+	require.Len(t, events, 3, "three rows of 512 KiB and a bit fit in 2 MiB")
+	var unlocked int
+	require.NoError(t, b.db.NewRaw(`SELECT count(*) FROM (SELECT id FROM outbox_events FOR UPDATE SKIP LOCKED) AS s`).
+		Scan(ctx, &unlocked))
+	// The sizer asks for what the budget holds at the sampled size, a quarter more and one: 3 + 0 + 1.
+	require.LessOrEqual(t, 30-unlocked, 4, "rows the first claim locked")
+	require.NoError(t, tx.Rollback())
+
+	// The rounds that follow drain it all, a budget's worth each.
+	for published(t, b.db) < 30 {
+		res := r.runOnce(ctx)
+		require.NoError(t, res.Err)
+		require.LessOrEqual(t, res.Claimed, 4)
+	}
+}

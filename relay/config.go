@@ -41,7 +41,8 @@ const (
 
 // Enqueuer is what the relay needs from asynq: *asynq.Client implements it. Pass a wrapper in
 // Config.Enqueuer to observe or alter enqueues. When the Enqueuer also has a `Ping() error` method (as
-// *asynq.Client does), the relay uses it to tell a Redis outage from the failure of single rows.
+// *asynq.Client does), New checks with it that Redis answers. Its errors are outages that charge no row,
+// except asynq's refusals of the task itself and errors wrapping ErrTaskRejected.
 type Enqueuer interface {
 	EnqueueContext(ctx context.Context, t *asynq.Task, opts ...asynq.Option) (*asynq.TaskInfo, error)
 }

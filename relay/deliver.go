@@ -113,11 +113,11 @@ func (r *Relay) enqueue(ctx context.Context, ev *model.Event) error {
 
 func (r *Relay) enqueueTask(ctx context.Context, ev *model.Event, task *asynq.Task, opts []asynq.Option) error {
 	_, err := r.enq.EnqueueContext(ctx, task, opts...)
-	if errors.Is(err, asynq.ErrTaskIDConflict) {
-		if ev.OrderingKey != "" {
-			return r.rerunArchived(ctx, task, opts) // a keyed event retried by the operator
-		}
+	switch {
+	case errors.Is(err, asynq.ErrTaskIDConflict) && ev.OrderingKey != "":
+		return r.rerunArchived(ctx, task, opts) // a keyed event retried by the operator
+	case errors.Is(err, asynq.ErrTaskIDConflict), errors.Is(err, asynq.ErrDuplicateTask):
 		return nil // already delivered
 	}
-	return err
+	return err // the task's own (see taskOwn) or an outage
 }

@@ -362,10 +362,19 @@ func (r *Relay) lookUpKeyed(ctx context.Context, rows []inflightRow) ([]keyOutco
 		for i, lk := range lookups {
 			cmds[i] = pipe.HGet(ctx, asynqTaskKey(rows[lk.row].Queue, lk.taskID), "state")
 		}
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return nil, nil, fmt.Errorf("read the states of keyed events' tasks: %w", err)
-		}
+		_, _ = pipe.Exec(ctx) // its error is the first command's that failed, Nil included: each is read below
 		for i, cmd := range cmds {
+			err := cmd.Err()
+			switch {
+			case errors.Is(err, redis.Nil):
+				states[i] = 0 // missing
+				continue
+			case err != nil:
+				// Redis refused or did not answer (a key the ACL forbids, a wrong type, a timeout): an
+				// outage of the tracker, never a missing task.
+				lk := lookups[i]
+				return nil, nil, fmt.Errorf("read the state of task %s in queue %q: %w", lk.taskID, rows[lk.row].Queue, err)
+			}
 			switch v := cmd.Val(); v {
 			case "":
 				states[i] = 0 // missing

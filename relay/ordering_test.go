@@ -236,7 +236,7 @@ func TestOrderingUnkeyedFlowWhileKeyBlocked(t *testing.T) {
 	poison := blocked[0].EventID.String()
 	b.enq.setFail(func(id string) error {
 		if id == poison {
-			return errors.New("injected: enqueue refused")
+			return fmt.Errorf("%w: injected: enqueue refused", ErrTaskRejected)
 		}
 		return nil
 	})

@@ -45,7 +45,7 @@ type Relay struct {
 
 // New checks that the outbox table exists and that Redis answers, and returns a Relay ready to Run.
 // redis may be nil when cfg.Enqueuer is set. Invalid settings give an error wrapping ErrInvalidConfig that
-// names the field; a missing table gives ErrNoSchema.
+// names the field; a missing table gives ErrNoSchema, a read-only database ErrReadOnly.
 func New(db *bun.DB, redis asynq.RedisConnOpt, cfg Config) (*Relay, error) {
 	if db == nil {
 		return nil, errors.New("bunbox: relay.New: db is nil")
@@ -60,6 +60,9 @@ func New(db *bun.DB, redis asynq.RedisConnOpt, cfg Config) (*Relay, error) {
 	defer cancel()
 	if err := checkSchema(ctx, db); err != nil {
 		return nil, err
+	}
+	if err := checkWritable(ctx, db); err != nil {
+		return nil, err // a standby, or default_transaction_read_only: every round would fail
 	}
 	if r.enq == nil {
 		if redis == nil {

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -123,7 +124,7 @@ func TestFailingRowEndsDeadWithoutBlockingOthers(t *testing.T) {
 	b := setup(t)
 	poison := insertEvents(t, b.db, b.queue, 1)[0]
 	others := insertEvents(t, b.db, b.queue, 1000)
-	errPoison := errors.New("poison row")
+	errPoison := fmt.Errorf("%w: poison row", ErrTaskRejected) // the task's own: an error of any other kind is an outage
 	b.enq.setFail(func(id string) error {
 		if id == poison.EventID.String() {
 			return errPoison

@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"strings"
-	"syscall"
 
 	"github.com/uptrace/bun"
 
@@ -21,7 +18,8 @@ import (
 // claimed again and deduplicated by TaskID.
 //
 // Rows that reached Redis are marked published even when others failed. A failed enqueue counts against
-// its row only while Redis answers a PING; otherwise the round fails and the rows are released untouched.
+// its row only when the error is the task's own (see taskOwn); otherwise the round fails and the rows are
+// released untouched.
 func (r *Relay) runOnce(ctx context.Context) (res BatchEvent) {
 	start := r.cfg.now()
 	defer func() {
@@ -71,10 +69,9 @@ func (r *Relay) claimBatch(ctx context.Context, tx bun.Tx, res *BatchEvent) ([]m
 
 // delivery is what deliverBatch learnt about the rows of a batch.
 type delivery struct {
-	errs     []error // by row: nil when the task reached Redis, errReleased, or why its enqueue failed
-	marked   int     // rows marked published in the round's transaction
-	failed   []int   // indexes of the rows whose enqueue failed
-	firstErr error   // the first of their errors
+	errs   []error // by row: nil when the task reached Redis, errReleased, or why its enqueue failed
+	marked int     // rows marked published in the round's transaction
+	failed []int   // indexes of the rows whose enqueue failed
 }
 
 // deliverBatch enqueues the rows, marking those that reached Redis as it goes, and sorts the outcomes. It
@@ -90,7 +87,6 @@ func (r *Relay) deliverBatch(ctx context.Context, tx bun.Tx, events []model.Even
 			res.Released++
 		default:
 			d.failed = append(d.failed, i)
-			d.firstErr = cmpErr(d.firstErr, err)
 		}
 	}
 	if markErr != nil {
@@ -99,28 +95,21 @@ func (r *Relay) deliverBatch(ctx context.Context, tx bun.Tx, events []model.Even
 	return d
 }
 
-// failures applies the retry policy to the rows whose enqueue failed: each is retried later or, after its
-// last attempt (or when it cannot be delivered at all), dead. When Redis itself is unavailable no row is
-// blamed: the failed rows are released and res.Err makes the relay back off.
+// failures applies the retry policy to the rows whose enqueue failed for a reason of their own (see
+// taskOwn): each is retried later or, after its last attempt (or when it cannot be delivered at all),
+// dead. Any other failure is an outage (Redis unreachable, refusing the relay, failing over, ...): no row
+// is blamed for it, those rows are released untouched and res.Err makes the relay back off.
 func (r *Relay) failures(events []model.Event, d delivery, res *BatchEvent) []failure {
-	if len(d.failed) == 0 {
-		return nil
-	}
-	if unavailable(d.firstErr) {
-		// Redis is unreachable, loading or failing over: not the rows' fault. Keep what arrived,
-		// release the rest, back off.
-		res.Released += len(d.failed)
-		res.Err = fmt.Errorf("enqueue: %w", d.firstErr)
-		return nil
-	}
-	if perr := r.ping(); perr != nil {
-		res.Released += len(d.failed)
-		res.Err = fmt.Errorf("enqueue: %w (ping: %w)", d.firstErr, perr)
-		return nil
-	}
-	fails := make([]failure, 0, len(d.failed))
+	var fails []failure
+	var outage error
+	released := 0
 	for _, i := range d.failed {
 		ev := &events[i]
+		if !taskOwn(d.errs[i]) {
+			released++
+			outage = cmpErr(outage, d.errs[i])
+			continue
+		}
 		n := ev.Attempts + 1
 		dead := n >= r.cfg.MaxAttempts || errors.Is(d.errs[i], errMalformedRow)
 		f := failure{id: ev.ID, attempts: n, dead: dead, err: truncate(d.errs[i].Error(), 2000)}
@@ -128,6 +117,10 @@ func (r *Relay) failures(events []model.Event, d delivery, res *BatchEvent) []fa
 			f.delay = r.cfg.retryDelay(n)
 		}
 		fails = append(fails, f)
+	}
+	if outage != nil {
+		res.Released += released
+		res.Err = fmt.Errorf("enqueue: %d rows released, none charged: %w", released, outage)
 	}
 	return fails
 }
@@ -169,37 +162,6 @@ func (r *Relay) settle(ctx context.Context, tx bun.Tx, events []model.Event, d d
 				Attempts: f.attempts, Err: d.errs[d.failed[i]]})
 		}
 	}
-}
-
-// unavailable reports whether err says that Redis could not be reached or could not serve at all, as
-// opposed to refusing this one task. asynq flattens the driver's errors into text, hence the strings.
-func unavailable(err error) bool {
-	if ne := net.Error(nil); errors.As(err, &ne) {
-		return true
-	}
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
-		return true
-	}
-	msg := err.Error()
-	for _, s := range []string{"connection refused", "connection reset", "broken pipe", "i/o timeout", "EOF",
-		"use of closed network connection", "LOADING", "READONLY", "MASTERDOWN", "OOM", "pool timeout",
-		"context deadline exceeded", "no such host",
-		// A Redis Cluster moving a slot, or electing a master: the client's redirections ran out.
-		"CLUSTERDOWN", "TRYAGAIN", "MOVED ", " ASK "} {
-		if strings.Contains(msg, s) {
-			return true
-		}
-	}
-	return false
-}
-
-// ping reports whether Redis answers; without a Pinger it assumes so.
-func (r *Relay) ping() error {
-	if r.pinger == nil {
-		return nil
-	}
-	return r.pinger.Ping()
 }
 
 func cmpErr(first, err error) error {

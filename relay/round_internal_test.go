@@ -18,9 +18,9 @@ func TestUnavailableClusterErrors(t *testing.T) {
 		{"UNKNOWN: redis eval error: ASK 14398 127.0.0.1:34699", true},
 		{"UNKNOWN: redis eval error: TRYAGAIN Multiple keys request during rehashing of slot", true},
 		{"UNKNOWN: redis eval error: CLUSTERDOWN The cluster is down", true},
-		{"UNKNOWN: redis eval error: ERR wrong number of arguments", false},
-		{"bunbox: TASK payload refused", false},
+		{"UNKNOWN: redis eval error: ERR wrong number of arguments", true},
+		{"bunbox: TASK payload refused", true},
 	} {
-		require.Equal(t, tt.want, unavailable(errors.New(tt.msg)), tt.msg)
+		require.Equal(t, tt.want, !taskOwn(errors.New(tt.msg)), tt.msg)
 	}
 }

@@ -2,17 +2,27 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/uptrace/bun"
 )
 
+// ErrReadOnly means the database the relay was given cannot be written: a standby in recovery, or
+// default_transaction_read_only on for the role, the database or the connection. The relay marks rows in
+// every round: give it the primary, writable.
+var ErrReadOnly = errors.New("bunbox: the database is read-only")
+
 // CheckSchema reports whether db has the outbox table with every column the relay's claim reads: it runs
 // the claim's query for no row, so it locks nothing and fails, naming what is missing, on a database
-// that bunbox's migrations have not (fully) reached. A missing table gives an error wrapping ErrNoSchema.
-// It is what a readiness probe asks (the standalone relay's /readyz does).
+// that bunbox's migrations have not (fully) reached. A missing table gives an error wrapping ErrNoSchema,
+// a database the relay cannot write (see checkWritable) one wrapping ErrReadOnly. It is what a readiness
+// probe asks (the standalone relay's /readyz does).
 func CheckSchema(ctx context.Context, db bun.IDB) error {
 	if err := checkSchema(ctx, db); err != nil {
+		return err
+	}
+	if err := checkWritable(ctx, db); err != nil {
 		return err
 	}
 	for _, query := range []string{claimSQL, keyedClaimSQL} {
@@ -23,6 +33,25 @@ func CheckSchema(ctx context.Context, db bun.IDB) error {
 		if err := rows.Close(); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkWritable returns an error wrapping ErrReadOnly, which says why, when a transaction on db would be
+// read-only: the server is a standby (pg_is_in_recovery), or default_transaction_read_only is on.
+func checkWritable(ctx context.Context, db bun.IDB) error {
+	var readOnly string
+	var recovery bool
+	if err := db.NewRaw("SELECT current_setting('transaction_read_only'), pg_is_in_recovery()").
+		Scan(ctx, &readOnly, &recovery); err != nil {
+		return fmt.Errorf("bunbox: relay: PostgreSQL: %w", err)
+	}
+	switch {
+	case recovery:
+		return fmt.Errorf("%w: the server is a standby in recovery (pg_is_in_recovery); give the relay the primary", ErrReadOnly)
+	case readOnly == "on":
+		return fmt.Errorf("%w: transaction_read_only is on (default_transaction_read_only, set on the role, the "+
+			"database or the connection); the relay writes in every round: give it a writable connection", ErrReadOnly)
 	}
 	return nil
 }

@@ -74,8 +74,8 @@ func (h *health) check(ctx context.Context) readyReport {
 			return
 		}
 		switch err := relay.CheckSchema(ctx, h.db); {
-		case errors.Is(err, relay.ErrNoSchema):
-			rep.Schema = err.Error() // it says what to run
+		case errors.Is(err, relay.ErrNoSchema), errors.Is(err, relay.ErrReadOnly):
+			rep.Schema = err.Error() // it says what to run, or why the relay cannot write
 		case err != nil:
 			rep.Schema = fmt.Sprintf("%v (run `bunbox migrate up`)", err)
 		}
