@@ -130,6 +130,20 @@ type Config struct {
 	// Inspector looks up the tasks of keyed events. Defaults to an asynq.Inspector on the Redis options
 	// given to New; with neither, keyed events are not relayed (they wait, and the relay says so in its log).
 	Inspector KeyInspector
+	// IdleInTransactionTimeout is how long PostgreSQL lets a relay transaction sit without a word from the
+	// relay before it ends the session and releases the rows it claimed (idle_in_transaction_session_timeout,
+	// and tcp_user_timeout for a reply it cannot deliver, set in each transaction with SET LOCAL, so it holds
+	// behind a transaction pooler). It is what frees the claims of a relay cut off by a network partition, for
+	// the other relays to deliver; a round that waits long on Redis shows the server it is alive every third
+	// of it. At least 1s; negative leaves the server's setting. Defaults to 15s.
+	IdleInTransactionTimeout time.Duration
+	// StatementTimeout bounds each statement of a relay transaction (statement_timeout, SET LOCAL).
+	// At least 1s; negative leaves the server's setting. Defaults to 30s.
+	StatementTimeout time.Duration
+	// LockTimeout bounds each wait of a relay transaction for a lock (lock_timeout, SET LOCAL), such as a
+	// migration's on the table: the round fails and is retried instead of queueing behind it. At least 1ms;
+	// negative leaves the server's setting. Defaults to 10s.
+	LockTimeout time.Duration
 
 	now    func() time.Time
 	tracer trace.Tracer
@@ -154,6 +168,9 @@ func (c Config) withDefaults() Config {
 	c.CleanupBatchSize = cmp.Or(c.CleanupBatchSize, CleanupBatchSizeDefault)
 	c.Logger = cmp.Or(c.Logger, defaultLogger())
 	c.KeyCheckInterval = cmp.Or(c.KeyCheckInterval, KeyCheckIntervalDefault)
+	c.IdleInTransactionTimeout = cmp.Or(c.IdleInTransactionTimeout, IdleInTransactionTimeoutDefault)
+	c.StatementTimeout = cmp.Or(c.StatementTimeout, StatementTimeoutDefault)
+	c.LockTimeout = cmp.Or(c.LockTimeout, LockTimeoutDefault)
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -190,6 +207,13 @@ func (c Config) validate() error {
 	check(c.KeyCheckInterval > 0, "KeyCheckInterval must be positive, got %s", c.KeyCheckInterval)
 	if err := c.Routes.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	for _, b := range []error{validateBound("IdleInTransactionTimeout", c.IdleInTransactionTimeout, time.Second),
+		validateBound("StatementTimeout", c.StatementTimeout, time.Second),
+		validateBound("LockTimeout", c.LockTimeout, time.Millisecond)} {
+		if b != nil {
+			errs = append(errs, b)
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
