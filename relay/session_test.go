@@ -144,7 +144,9 @@ func TestRelaySerializableDatabase(t *testing.T) {
 	name := "bunbox_serializable_" + randHex(6)
 	_, err := admin.ExecContext(ctx, "CREATE DATABASE "+name)
 	require.NoError(t, err)
-	t.Cleanup(func() { _, _ = admin.ExecContext(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
+	t.Cleanup(func() {
+		_, _ = admin.ExecContext(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+	})
 	_, err = admin.ExecContext(ctx, "ALTER DATABASE "+name+" SET default_transaction_isolation = serializable")
 	require.NoError(t, err)
 	u, err := url.Parse(outboxtest.DatabaseURL())
