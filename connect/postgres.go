@@ -72,6 +72,7 @@ func Postgres(ctx context.Context, dsn string, opts Options) (*bun.DB, error) {
 		if err != nil {
 			return nil, err
 		}
+		cfg.DialFunc = withTCPBounds(cfg.DialFunc) // dial.go
 		sqldb = stdlib.OpenDB(*cfg)
 	default:
 		return nil, &Error{Kind: "PostgreSQL", URL: Redact(dsn),
@@ -145,7 +146,7 @@ func PostgresConnector(dsn string, params map[string]any) (*pgdriver.Connector, 
 	c := pgdriver.NewConnector(o...)
 	conf := c.Config()
 	d := &dialer{policy: policy, timeout: func() time.Duration { return conf.DialTimeout }}
-	conf.Dialer = d.dial
+	conf.Dialer = withTCPBounds(d.dial) // dial.go
 	if conf.User == "" {
 		return nil, newError("PostgreSQL", dsn, errors.New("no user name"), "invalid PostgreSQL URL %s")
 	}

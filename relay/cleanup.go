@@ -30,15 +30,10 @@ func (r *Relay) cleanup(ctx context.Context) (int64, error) {
 	cutoff := r.cfg.now().Add(-r.cfg.PublishedRetention)
 	var total int64
 	for ctx.Err() == nil {
-		res, err := r.db.NewRaw(`DELETE FROM outbox_events WHERE id IN (
-  SELECT id FROM outbox_events WHERE published_at < ?0 AND (process_at IS NULL OR process_at < ?0)
-    AND (ordering_key IS NULL OR completed_at IS NOT NULL)
-  ORDER BY published_at LIMIT ?1 FOR UPDATE SKIP LOCKED)`,
-			cutoff, r.cfg.CleanupBatchSize).Exec(ctx)
+		n, err := r.cleanupBatch(ctx, cutoff)
 		if err != nil {
 			return total, err
 		}
-		n, _ := res.RowsAffected()
 		total += n
 		r.counters.cleaned.Add(n)
 		if n < int64(r.cfg.CleanupBatchSize) {
@@ -50,4 +45,27 @@ func (r *Relay) cleanup(ctx context.Context) (int64, error) {
 			slog.Int64("rows", total), slog.Duration("retention", r.cfg.PublishedRetention))
 	}
 	return total, nil
+}
+
+// cleanupBatch deletes up to CleanupBatchSize rows published before cutoff, in a transaction of its own with
+// the relay's bounds (session.go), and returns how many it deleted.
+func (r *Relay) cleanupBatch(ctx context.Context, cutoff time.Time) (int64, error) {
+	tx, err := beginBounded(ctx, r.db, r.cfg.bounds())
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	res, err := tx.NewRaw(`DELETE FROM outbox_events WHERE id IN (
+  SELECT id FROM outbox_events WHERE published_at < ?0 AND (process_at IS NULL OR process_at < ?0)
+    AND (ordering_key IS NULL OR completed_at IS NOT NULL)
+  ORDER BY published_at LIMIT ?1 FOR UPDATE SKIP LOCKED)`,
+		cutoff, r.cfg.CleanupBatchSize).Exec(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n, _ := res.RowsAffected()
+	if err := tx.Commit(); err != nil {
+		return 0, err
+	}
+	return n, nil
 }

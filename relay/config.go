@@ -159,6 +159,20 @@ type Config struct {
 	// and its Window defaults to 1h, or to half of TaskRetention when that is shorter; the other fields as
 	// in ReconcilerConfig, with the relay's Logger. Defaults to those.
 	Reconciler ReconcilerConfig
+	// IdleInTransactionTimeout is how long PostgreSQL lets a relay transaction sit without a word from the
+	// relay before it ends the session and releases the rows it claimed (idle_in_transaction_session_timeout,
+	// and tcp_user_timeout for a reply it cannot deliver, set in each transaction with SET LOCAL, so it holds
+	// behind a transaction pooler). It is what frees the claims of a relay cut off by a network partition, for
+	// the other relays to deliver; a round that waits long on Redis shows the server it is alive every third
+	// of it. At least 1s; negative leaves the server's setting. Defaults to 15s.
+	IdleInTransactionTimeout time.Duration
+	// StatementTimeout bounds each statement of a relay transaction (statement_timeout, SET LOCAL).
+	// At least 1s; negative leaves the server's setting. Defaults to 30s.
+	StatementTimeout time.Duration
+	// LockTimeout bounds each wait of a relay transaction for a lock (lock_timeout, SET LOCAL), such as a
+	// migration's on the table: the round fails and is retried instead of queueing behind it. At least 1ms;
+	// negative leaves the server's setting. Defaults to 10s.
+	LockTimeout time.Duration
 
 	now    func() time.Time
 	tracer trace.Tracer
@@ -183,6 +197,9 @@ func (c Config) withDefaults() Config {
 	c.CleanupBatchSize = cmp.Or(c.CleanupBatchSize, CleanupBatchSizeDefault)
 	c.Logger = cmp.Or(c.Logger, defaultLogger())
 	c.KeyCheckInterval = cmp.Or(c.KeyCheckInterval, KeyCheckIntervalDefault)
+	c.IdleInTransactionTimeout = cmp.Or(c.IdleInTransactionTimeout, IdleInTransactionTimeoutDefault)
+	c.StatementTimeout = cmp.Or(c.StatementTimeout, StatementTimeoutDefault)
+	c.LockTimeout = cmp.Or(c.LockTimeout, LockTimeoutDefault)
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -230,6 +247,13 @@ func (c Config) validate() error {
 	}
 	if err := c.Routes.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	for _, b := range []error{validateBound("IdleInTransactionTimeout", c.IdleInTransactionTimeout, time.Second),
+		validateBound("StatementTimeout", c.StatementTimeout, time.Second),
+		validateBound("LockTimeout", c.LockTimeout, time.Millisecond)} {
+		if b != nil {
+			errs = append(errs, b)
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)

@@ -19,6 +19,7 @@ import (
 //	OUTBOX_RETRY_BACKOFF_MAX, OUTBOX_ROUND_BACKOFF, OUTBOX_ROUND_BACKOFF_MAX, OUTBOX_ENQUEUE_TIMEOUT,
 //	OUTBOX_PUBLISHED_RETENTION, OUTBOX_CLEANUP_INTERVAL, OUTBOX_CLEANUP_BATCH_SIZE, OUTBOX_KEY_CHECK_INTERVAL,
 //	OUTBOX_PREPARED_STATEMENTS, OUTBOX_LISTEN_URL (a direct PostgreSQL connection for LISTEN; see Config.ListenURL)
+//	OUTBOX_IDLE_IN_TRANSACTION_TIMEOUT, OUTBOX_STATEMENT_TIMEOUT, OUTBOX_LOCK_TIMEOUT
 //
 // and OUTBOX_ROUTES for Config.Routes, as "event=listener,listener;event=listener"
 // (e.g. "order.placed=send-confirmation,reserve-stock"). The Redis to relay to is not in Config:
@@ -61,6 +62,9 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 		{"OUTBOX_PUBLISHED_RETENTION", &c.PublishedRetention},
 		{"OUTBOX_CLEANUP_INTERVAL", &c.CleanupInterval},
 		{"OUTBOX_KEY_CHECK_INTERVAL", &c.KeyCheckInterval},
+		{"OUTBOX_IDLE_IN_TRANSACTION_TIMEOUT", &c.IdleInTransactionTimeout},
+		{"OUTBOX_STATEMENT_TIMEOUT", &c.StatementTimeout},
+		{"OUTBOX_LOCK_TIMEOUT", &c.LockTimeout},
 	}
 	for _, v := range durations {
 		if s, ok := lookup(v.name); ok && s != "" {

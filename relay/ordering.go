@@ -211,7 +211,7 @@ const (
 
 func (r *Relay) trackPage(ctx context.Context, after int64, res *trackResult) (n int, last int64, err error) {
 	bg := context.WithoutCancel(ctx) // what was looked up is written
-	tx, err := r.db.BeginTx(bg, nil)
+	tx, err := r.begin(bg)           // READ COMMITTED, bounded (session.go)
 	if err != nil {
 		return 0, 0, fmt.Errorf("begin: %w", err)
 	}

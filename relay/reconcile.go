@@ -381,7 +381,7 @@ func (r *Reconciler) scan(ctx context.Context, res *ReconcileResult, rg scanRang
 		res.Checked += len(rows)
 		res.Missing += len(missing)
 		if len(missing) > 0 {
-			n, rerr := requeue(context.WithoutCancel(ctx), r.db, missing)
+			n, rerr := requeueBounded(context.WithoutCancel(ctx), r.db, missing)
 			res.Requeued += n
 			for _, row := range missing {
 				if len(res.MissingTasks) < MaxReportedMissing {

@@ -32,7 +32,10 @@ func (r *Relay) runOnce(ctx context.Context) (res BatchEvent) {
 	// The transaction must outlive ctx: database/sql rolls back a transaction whose context ends, and the
 	// marks of what was enqueued have to be written.
 	bg := context.WithoutCancel(ctx)
-	tx, err := r.db.BeginTx(bg, nil)
+	// READ COMMITTED whatever the database's default, with the bounds that free the claims of a relay
+	// cut off by a partition (session.go).
+	bounds := r.cfg.bounds()
+	tx, err := beginBounded(bg, r.db, bounds)
 	if err != nil {
 		res.Err = fmt.Errorf("begin: %w", err)
 		return res
@@ -43,7 +46,9 @@ func (r *Relay) runOnce(ctx context.Context) (res BatchEvent) {
 	if len(events) == 0 {
 		return res
 	}
+	stop := keepAlive(bg, tx, bounds)
 	d := r.deliverBatch(ctx, tx, events, bad, &res)
+	stop()
 	if res.Err != nil {
 		return res
 	}
