@@ -26,6 +26,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/uptrace/bun"
@@ -98,6 +99,10 @@ type cli struct {
 // run runs the command line args and returns the exit code.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	c := &cli{stdout: stdout, stderr: stderr}
+	// A variable written with a trailing newline or a leading space: the white space is not part of the
+	// value (a blank REDIS_URL does not hide OUTBOX_REDIS_URL).
+	rawGetenv := getenv
+	getenv = func(k string) string { return strings.TrimSpace(rawGetenv(k)) }
 	fs := flag.NewFlagSet("bunbox", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage) }
@@ -110,6 +115,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return 0
 		}
 		return 2
+	}
+	for _, v := range []*string{&c.databaseURL, &c.dbDriver, &c.redisURL, &c.redisAddr} {
+		*v = strings.TrimSpace(*v) // the flags too
 	}
 	if d := connect.Driver(c.dbDriver); d != connect.DriverPgdriver && d != connect.DriverPgx {
 		_ = usageError(stderr, "-database-driver (DATABASE_DRIVER) is %q: want %q or %q", c.dbDriver, connect.DriverPgdriver, connect.DriverPgx)
