@@ -64,6 +64,9 @@ environment:
   REDIS_URL     Redis URL for the relay: redis://:pass@host:6379/0, rediss://... (TLS),
                 redis-sentinel://host:26379?master=NAME, redis-cluster://host:7000,host:7001
                 (OUTBOX_REDIS_URL is read when REDIS_URL is not set)
+  REDIS_TLS_CA_FILE
+                the CA (PEM) a rediss URL trusts instead of the system's roots, when the URL
+                has no ?tls_ca_file=
   REDIS_ADDR    Redis host:port, when REDIS_URL is not set (default 127.0.0.1:6379)
   OUTBOX_*      relay settings: OUTBOX_BATCH_SIZE, OUTBOX_POLL_INTERVAL, OUTBOX_TASK_RETENTION, ...
 
