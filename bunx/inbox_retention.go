@@ -59,7 +59,8 @@ func AsynqRedeliverySpan(maxRetry int, timeout time.Duration) time.Duration {
 }
 
 // InboxCleanerConfig tunes an InboxCleaner. The zero value is ready to use with asynq's default retry
-// settings.
+// settings and the relay's default TaskRetention and reconciler Window; a worker whose relay changes
+// those gives the same values here.
 type InboxCleanerConfig struct {
 	// Window is how long the record of a handled event is kept: a repeated delivery within Window is
 	// recognised and skipped, one after it runs the handler again. It must be at least MinWindow: the
