@@ -3,6 +3,7 @@ package connect
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -33,6 +34,9 @@ func pgxConfig(dsn string, params map[string]any) (*pgx.ConnConfig, error) {
 		if _, ok := cfg.RuntimeParams[k]; ok {
 			return nil, newError("PostgreSQL", dsn, fmt.Errorf("parameter %s is pgdriver's: with pgx, use connect_timeout", k), "invalid PostgreSQL URL %s")
 		}
+	}
+	if err := pgxLibpqTLS(dsn, &cfg.Config, os.Getenv); err != nil {
+		return nil, newError("PostgreSQL", dsn, err, "PostgreSQL URL %s: TLS")
 	}
 	for k, v := range params {
 		cfg.RuntimeParams[k] = fmt.Sprint(v)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
@@ -53,12 +54,14 @@ const (
 // Options.Driver), and pings it. dsn is a URL
 // (postgres://user:pass@host:5432/db?sslmode=verify-full&sslrootcert=/etc/ca.pem) or libpq's key=value
 // form (host=db port=5432 user=app password='p w' dbname=app sslmode=verify-full); TLS follows libpq's
-// sslmode (see the package doc), and no sslmode means prefer, libpq's default.
+// sslmode (see the package doc), and no sslmode means prefer, libpq's default. White space around dsn
+// (a variable written with a trailing newline) is ignored.
 //
 // With opts.Driver set to DriverPgx, the pool is pgx's (stdlib.OpenDB) and pgx reads dsn.
 //
 // Every error is an *Error that shows dsn with its password masked, or wraps one.
 func Postgres(ctx context.Context, dsn string, opts Options) (*bun.DB, error) {
+	dsn = strings.TrimSpace(dsn) // see PostgresConnector
 	var sqldb *sql.DB
 	switch opts.Driver {
 	case "", DriverPgdriver:
@@ -100,6 +103,9 @@ func Postgres(ctx context.Context, dsn string, opts Options) (*bun.DB, error) {
 // says and params set on every connection, for sql.OpenDB. The *sql.DB it makes works with
 // pgdriver.NewListener (the relay's LISTEN/NOTIFY wake-up), since it is pgdriver's own connector.
 func PostgresConnector(dsn string, params map[string]any) (*pgdriver.Connector, error) {
+	// White space around the string (a variable written with a trailing newline) would turn a URL into
+	// a key=value list that connects to localhost with sslmode=prefer: it is not part of the string.
+	dsn = strings.TrimSpace(dsn)
 	if dsn == "" {
 		return nil, &Error{Kind: "PostgreSQL", Msg: "no PostgreSQL URL: give one such as postgres://user:pass@host:5432/db?sslmode=verify-full"}
 	}

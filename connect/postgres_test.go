@@ -7,6 +7,9 @@ import (
 	"maps"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,7 +111,18 @@ func TestPostgresTLS(t *testing.T) {
 		{"VerifyFullRightCA", srv.dsn("postgres", "127.0.0.1", q("sslmode", "verify-full", "sslrootcert", srv.caFile)), true, ""},
 		{"VerifyFullByName", srv.dsn("postgres", "localhost", q("sslmode", "verify-full", "sslrootcert", srv.caFile)), true, ""},
 		{"VerifyFullWrongCA", srv.dsn("postgres", "127.0.0.1", q("sslmode", "verify-full", "sslrootcert", srv.wrongCAFile)), false, "certificate signed by unknown authority"},
-		{"VerifyFullSystemRoots", srv.dsn("postgres", "127.0.0.1", q("sslmode", "verify-full")), false, "certificate signed by unknown authority"},
+		// Without a root certificate (no sslrootcert, no ~/.postgresql/root.crt), libpq refuses to verify.
+		{"VerifyFullNoRootCert", srv.dsn("postgres", "127.0.0.1", q("sslmode", "verify-full")), false, "the default root certificate file"},
+		{"VerifyCANoRootCert", srv.dsn("postgres", "127.0.0.1", q("sslmode", "verify-ca")), false, "the default root certificate file"},
+		// The system's roots only with sslrootcert=system, which means verify-full (libpq 16).
+		{"VerifyFullSystemRoots", srv.dsn("postgres", "127.0.0.1", q("sslmode", "verify-full", "sslrootcert", "system")), false, "certificate signed by unknown authority"},
+		{"SystemRootsAreVerifyFull", srv.dsn("postgres", "127.0.0.1", q("sslrootcert", "system")), false, "certificate signed by unknown authority"},
+		{"VerifyCASystemRoots", srv.dsn("postgres", "127.0.0.1", q("sslmode", "verify-ca", "sslrootcert", "system")), false, "sslmode=verify-ca may not be used with sslrootcert=system"},
+		{"RequireSystemRoots", srv.dsn("postgres", "127.0.0.1", q("sslmode", "require", "sslrootcert", "system")), false, "sslmode=require may not be used with sslrootcert=system"},
+		{"PreferSystemRoots", srv.dsn("postgres", "127.0.0.1", q("sslmode", "prefer", "sslrootcert", "system")), false, "sslmode=prefer may not be used with sslrootcert=system"},
+		// White space around the URL is not part of it: the URL's host and sslmode hold.
+		{"VerifyFullWhiteSpace", " " + srv.dsn("postgres", "127.0.0.1", q("sslmode", "verify-full", "sslrootcert", srv.caFile)) + "\n", true, ""},
+		{"VerifyFullWhiteSpaceWrongHost", "\t" + srv.dsn("postgres", "127.0.0.2", q("sslmode", "verify-full", "sslrootcert", srv.caFile)) + " \n", false, "not 127.0.0.2"},
 		{"VerifyFullWrongHost", srv.dsn("postgres", "127.0.0.2", q("sslmode", "verify-full", "sslrootcert", srv.caFile)), false, "not 127.0.0.2"},
 		{"VerifyFullNoSNI", srv.dsn("postgres", "localhost", q("sslmode", "verify-full", "sslrootcert", srv.caFile, "sslsni", "0")), true, ""},
 		{"VerifyFullNoSNIWrongHost", srv.dsn("postgres", "127.0.0.2", q("sslmode", "verify-full", "sslrootcert", srv.caFile, "sslsni", "0")), false, "not 127.0.0.2"},
@@ -123,7 +137,11 @@ func TestPostgresTLS(t *testing.T) {
 		{"Allow", srv.dsn("postgres", "127.0.0.1", q("sslmode", "allow")), true, ""},
 		// certuser may not connect in plain text: allow goes on to TLS (pgx: after trying plain text, as libpq).
 		{"AllowTLSOnlyUser", srv.dsn("certuser", "127.0.0.1", q("sslmode", "allow", "sslcert", srv.clientCert, "sslkey", srv.clientKey)), true, ""},
-		{"PreferSystemRoots", srv.dsn("postgres", "127.0.0.1", q("sslmode", "prefer", "sslrootcert", "system")), true, ""},
+		// libpq checks the chain in every mode when it has a root certificate; prefer then goes on in plain
+		// text when the check fails (allow tries plain text first under pgx, as libpq).
+		{"PreferWithRootCert", srv.dsn("postgres", "127.0.0.2", q("sslmode", "prefer", "sslrootcert", srv.caFile)), true, ""},
+		{"PreferWithRootCertWrongCA", srv.dsn("postgres", "127.0.0.1", q("sslmode", "prefer", "sslrootcert", srv.wrongCAFile)), false, ""},
+		{"AllowWithRootCertWrongCA", srv.dsn("postgres", "127.0.0.1", q("sslmode", "allow", "sslrootcert", srv.wrongCAFile)), false, ""},
 		{"Disable", srv.dsn("postgres", "127.0.0.1", q("sslmode", "disable")), false, ""},
 		{"KeyValueVerifyFull", fmt.Sprintf("host=localhost port=%s user=postgres dbname=postgres sslmode=verify-full sslrootcert='%s'", srv.port, srv.caFile), true, ""},
 		{"ClientCert", srv.dsn("certuser", "127.0.0.1", q("sslmode", "verify-full", "sslrootcert", srv.caFile, "sslcert", srv.clientCert, "sslkey", srv.clientKey)), true, ""},
@@ -144,7 +162,6 @@ func TestPostgresTLS(t *testing.T) {
 		"Allow":                 {false, ""}, // as libpq: plain text first, TLS only when the server refuses it
 		"PlainServerRequire":    {false, "server refused TLS connection"},
 		"PlainServerVerifyFull": {false, "server refused TLS connection"},
-		"PreferSystemRoots":     {false, "certificate signed by unknown authority"}, // sslrootcert=system: verify-full
 	}
 	for _, driver := range drivers {
 		t.Run(string(driver), func(t *testing.T) {
@@ -158,6 +175,9 @@ func TestPostgresTLS(t *testing.T) {
 					t.Parallel()
 					if d, ok := pgxDiffers[tt.name]; ok && driver == connect.DriverPgx {
 						tt.wantSSL, tt.wantErr = d.wantSSL, d.wantErr
+					}
+					if strings.Contains(tt.wantErr, "default root certificate") && defaultRootCertExists() {
+						t.Skip("~/.postgresql/root.crt exists: libpq and pgx use it")
 					}
 					db, err := connect.Postgres(context.Background(), tt.dsn, connect.Options{Driver: driver, MaxOpenConns: 2})
 					if tt.wantErr != "" {
@@ -173,6 +193,68 @@ func TestPostgresTLS(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// defaultRootCertExists reports whether ~/.postgresql/root.crt, libpq's default sslrootcert, exists.
+func defaultRootCertExists() bool {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return false
+	}
+	_, err = os.Stat(filepath.Join(home, ".postgresql", "root.crt"))
+	return err == nil
+}
+
+// TestPostgresDefaultRootCert: without sslrootcert, ~/.postgresql/root.crt is the root certificate, as in
+// libpq; with one, every sslmode checks the chain. Not parallel: it sets HOME.
+func TestPostgresDefaultRootCert(t *testing.T) {
+	srv := startTLSServer(t)
+	rightCA, err := os.ReadFile(srv.caFile)
+	require.NoError(t, err)
+	wrongCA, err := os.ReadFile(srv.wrongCAFile)
+	require.NoError(t, err)
+	home := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(home, ".postgresql"), 0o700))
+	t.Setenv("HOME", home)
+
+	tests := []struct {
+		name, rootCrt, host, sslmode string
+		wantSSL                      bool
+		wantErr                      string
+	}{
+		{"VerifyCA", "right", "127.0.0.2", "verify-ca", true, ""},
+		{"VerifyFull", "right", "localhost", "verify-full", true, ""},
+		{"VerifyFullWrongHost", "right", "127.0.0.2", "verify-full", false, "not 127.0.0.2"},
+		{"RequireIsVerifyCA", "right", "127.0.0.2", "require", true, ""},
+		{"VerifyCAWrongCA", "wrong", "127.0.0.1", "verify-ca", false, "certificate signed by unknown authority"},
+		{"RequireWrongCA", "wrong", "127.0.0.1", "require", false, "certificate signed by unknown authority"},
+		{"PreferWrongCA", "wrong", "127.0.0.1", "prefer", false, ""}, // the check fails: plain text
+		{"Missing", "", "127.0.0.1", "verify-ca", false, "the default root certificate file " + filepath.Join(home, ".postgresql", "root.crt") + " does not exist"},
+		{"MissingRequire", "", "127.0.0.1", "require", true, ""},
+	}
+	for _, driver := range drivers {
+		for _, tt := range tests {
+			t.Run(string(driver)+"/"+tt.name, func(t *testing.T) {
+				path := filepath.Join(home, ".postgresql", "root.crt")
+				switch tt.rootCrt {
+				case "right":
+					require.NoError(t, os.WriteFile(path, rightCA, 0o600))
+				case "wrong":
+					require.NoError(t, os.WriteFile(path, wrongCA, 0o600))
+				default:
+					require.NoError(t, os.RemoveAll(path))
+				}
+				db, err := connect.Postgres(context.Background(), srv.dsn("postgres", tt.host, url.Values{"sslmode": {tt.sslmode}}), connect.Options{Driver: driver})
+				if tt.wantErr != "" {
+					require.ErrorContains(t, err, tt.wantErr)
+					return
+				}
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = db.Close() })
+				require.Equal(t, tt.wantSSL, sslInUse(t, db))
+			})
+		}
 	}
 }
 

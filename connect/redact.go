@@ -3,6 +3,7 @@ package connect
 import (
 	"net/url"
 	"strings"
+	"unicode"
 )
 
 // Mask is what Redact writes in place of a password.
@@ -12,6 +13,8 @@ const Mask = "xxxxx"
 //
 //   - URL userinfo: postgres://user:secret@host/db, redis://:secret@host, rediss://user:secret@host,
 //     redis-sentinel://:secret@h1,h2?master=m, redis-cluster://:secret@h1:7000,h2:7001
+//   - a userinfo without ':' in any URL but postgres:// and postgresql:// (where it is the user name):
+//     redis://secret@host, which Redis's own client reads as the password, becomes redis://xxxxx@host
 //   - parameters whose name contains "pass" (password, sslpassword, sentinel_password...), in a URL's
 //     query (?password=secret&sslmode=require) or in libpq's key=value form (password=secret,
 //     password='se cret', with \' and \\ escapes)
@@ -19,18 +22,31 @@ const Mask = "xxxxx"
 //   - input that url.Parse rejects (postgres://u:Pa%ZZsecret1@h/db) or that has unescaped @, /, ? or #
 //     in the password: everything between "://" and the last "@" but the user name is masked.
 //
-// Redact never fails and never returns its input's password: when it cannot tell where a password ends,
+// White space around s is kept and does not change what is masked. Redact never fails and never returns its input's password: when it cannot tell where a password ends,
 // it masks more, not less (a URL with an '@' in its path or query loses what lies before that '@'). It
 // takes one connection string (a URL, possibly with several comma-separated hosts, or a key=value list),
 // not free text.
 func Redact(s string) string {
-	if i := schemeEnd(s); i > 0 {
-		return redactParams(s[:i]+redactUserinfo(s[i:]), true)
+	// White space around the string (an environment variable written with a trailing newline, a
+	// copied URL with a leading space) is kept, and does not hide the scheme: Postgres and Redis
+	// trim it before they parse.
+	body := strings.TrimLeftFunc(s, unicode.IsSpace)
+	lead := s[:len(s)-len(body)]
+	if i := schemeEnd(body); i > 0 {
+		return lead + redactParams(body[:i]+redactUserinfo(body[i:], loneUserIsName(body[:i-3])), true)
 	}
-	if at := strings.LastIndexByte(s, '@'); at > 0 && !strings.ContainsAny(s[:at], "= \t\n\v\f\r") {
-		return redactParams(redactUserinfo(s), true) // a URL without its scheme: user:password@host
+	if at := strings.LastIndexByte(body, '@'); at > 0 && !strings.ContainsAny(body[:at], "= \t\n\v\f\r") {
+		return lead + redactParams(redactUserinfo(body, false), true) // a URL without its scheme: user:password@host
 	}
-	return redactParams(s, false)
+	return lead + redactParams(body, false)
+}
+
+// loneUserIsName reports whether, in a URL of scheme, a userinfo without ':' (scheme://NAME@host) is
+// a user name: only in postgres:// and postgresql:// URLs, as libpq reads them. Elsewhere it is masked:
+// Redis's own client (redis-cli) reads redis://SECRET@host as the password.
+func loneUserIsName(scheme string) bool {
+	scheme = strings.ToLower(scheme)
+	return scheme == "postgres" || scheme == "postgresql"
 }
 
 // schemeEnd returns the index just after the "scheme://" that s starts with, or 0.
@@ -52,15 +68,19 @@ func schemeEnd(s string) int {
 // redactUserinfo masks the password of the userinfo in rest, the part of a URL after "://". The userinfo
 // ends at the last '@', since a password may hold unescaped '@', '/', '?' or '#' (url.Parse rejects
 // such a URL, or worse, reads part of the password as a port and the rest as a path), and the user name
-// at the first ':'.
-func redactUserinfo(rest string) string {
+// at the first ':'. A userinfo without ':' is kept when loneIsName (a PostgreSQL user name), and masked
+// otherwise (a Redis password written as redis://SECRET@host).
+func redactUserinfo(rest string, loneIsName bool) string {
 	at := strings.LastIndexByte(rest, '@')
 	if at < 0 {
 		return rest
 	}
 	user, _, hasPassword := strings.Cut(rest[:at], ":")
 	if !hasPassword {
-		return rest
+		if loneIsName || at == 0 {
+			return rest
+		}
+		return Mask + rest[at:]
 	}
 	return user + ":" + Mask + rest[at:]
 }

@@ -24,16 +24,27 @@ func FuzzRedactParsed(f *testing.F) {
 		"redis-sentinel://:pw56@h1,h2?master=m&password=pw78",
 		"redis-cluster://u:pw90@h1:7000,h2:7001",
 		"redis-socket://:pwab@/tmp/redis.sock?db=1",
+		"redis://pwcd@h:6379/0",
+		"rediss-sentinel://:pwef@h1,h2?master=m&password=pwgh&tls_ca_file=/ca.pem",
+		"rediss-cluster://u:pwij@h1:7000,h2:7001",
+		" postgres://u:pwkl@h/db?sslmode=verify-full\n",
+		"\tredis://:pwmn@h:6379 ",
 	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		out := Redact(s)
 		var pws []string
-		if st, err := parseDSN(s); err == nil {
+		// A lone userinfo in a URL that is not PostgreSQL's: the password as Redis's own client reads it.
+		if u, err := url.Parse(strings.TrimSpace(s)); err == nil && u.User != nil && !loneUserIsName(u.Scheme) {
+			if _, ok := u.User.Password(); !ok {
+				pws = append(pws, u.User.Username())
+			}
+		}
+		if st, err := parseDSN(strings.TrimSpace(s)); err == nil {
 			pws = append(pws, st.password)
 		}
-		if opt, err := parseRedis(s); err == nil {
+		if opt, err := parseRedis(strings.TrimSpace(s), func(string) string { return "" }); err == nil {
 			switch o := opt.(type) {
 			case asynq.RedisClientOpt:
 				pws = append(pws, o.Password)

@@ -41,6 +41,19 @@ func TestRedact(t *testing.T) {
 		{"redis-sentinel://:pw@h1:26379,h2:26379?master=m&password=mpw", "redis-sentinel://:xxxxx@h1:26379,h2:26379?master=m&password=xxxxx"},
 		{"redis-cluster://u:pw@h1:7000,h2:7001", "redis-cluster://u:xxxxx@h1:7000,h2:7001"},
 		{"redis://:pw1@h1:1,redis://:pw2@h2:2", "redis://:xxxxx@h2:2"},
+		// A lone userinfo is a user name in a PostgreSQL URL, and a password anywhere else (redis-cli).
+		{"redis://secret@h:6379", "redis://xxxxx@h:6379"},
+		{"rediss://secret@h:6380/0", "rediss://xxxxx@h:6380/0"},
+		{"redis-sentinel://secret@h1,h2?master=m", "redis-sentinel://xxxxx@h1,h2?master=m"},
+		{"rediss-cluster://secret@h1:7000,h2:7001", "rediss-cluster://xxxxx@h1:7000,h2:7001"},
+		{"redis-socket://secret@/run/redis.sock", "redis-socket://xxxxx@/run/redis.sock"},
+		{"secret@h:6379", "xxxxx@h:6379"},
+		{"PostgreSQL://u@h/db", "PostgreSQL://u@h/db"},
+		{"redis://@h:6379", "redis://@h:6379"},
+		// White space around the string is kept and hides nothing.
+		{" postgres://u:hunter2@h/db?sslmode=verify-full\n", " postgres://u:xxxxx@h/db?sslmode=verify-full\n"},
+		{"\t redis://:pw@h:6379 ", "\t redis://:xxxxx@h:6379 "},
+		{"\nredis://secret@h:6379", "\nredis://xxxxx@h:6379"},
 		{"127.0.0.1:6379", "127.0.0.1:6379"},
 		{"", ""},
 	}
@@ -66,6 +79,10 @@ func secretForms(secret string) []string {
 		"host=127.0.0.1 port=1 user=u password=Pa " + secret + " sslmode=disable",
 		"postgres://u:" + secret + "@127.0.0.1:1/db?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem",
 		"host=127.0.0.1 port=1 user=u password='" + secret + "' sslmode=require sslrootcert=/nonexistent/ca.pem",
+		// White space around a URL once made it a key=value list, shown unmasked.
+		" postgres://u:" + secret + "@127.0.0.1:1/db?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem",
+		"postgres://u:" + secret + "@127.0.0.1:1/db?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem\n",
+		"\tpostgres://u@127.0.0.1:1/db?password=" + secret + "&sslmode=bogus ",
 	}
 }
 
@@ -109,6 +126,14 @@ func TestRedisErrorsHideThePassword(t *testing.T) {
 		"redis-cluster://:" + secret + "@h1:1,,h2:2",
 		"memcached://:" + secret + "@h",
 		":" + secret + "@h:6379",
+		secret + "@h:6379",
+		"redis://" + secret + "@h:6379",
+		"rediss://" + secret + "@h:6379/0",
+		"redis-sentinel://" + secret + "@h1,h2?master=m",
+		"redis-cluster://" + secret + "@h1:1,h2:2",
+		" redis://:" + secret + "@h:6379/notanumber\n",
+		"rediss://:" + secret + "@h:6379?tls_ca_file=/nonexistent/ca.pem",
+		"memcached://" + secret + "@h",
 	} {
 		_, err := connect.Redis(u)
 		require.Error(t, err, u)
@@ -125,12 +150,15 @@ func FuzzRedact(f *testing.F) {
 		"with&amp", "pass=word", "xxxxx", "://", "@", ":", "'", "é日本"} {
 		f.Add(s, uint8(0))
 	}
+	for form := range uint8(13) {
+		f.Add("hunter2", form)
+	}
 	f.Fuzz(func(t *testing.T, pw string, form uint8) {
 		if pw == "" || !utf8Valid(pw) {
 			return
 		}
 		build := func(p string) string {
-			switch form % 10 {
+			switch form % 13 {
 			case 0:
 				return "postgres://user:" + url.UserPassword("user", p).String()[len("user:"):] + "@db.example.com:5432/app?sslmode=verify-full"
 			case 1:
@@ -152,8 +180,16 @@ func FuzzRedact(f *testing.F) {
 				return "rediss://app:" + p + "@cache.example.com:6380"
 			case 8:
 				return "redis-sentinel://:" + p + "@s1.example.com:26379,s2.example.com:26379?master=mymaster"
-			default:
+			case 9:
 				return "redis-cluster://app:" + p + "@n1.example.com:7000,n2.example.com:7001"
+			case 10:
+				// A lone userinfo, which redis-cli reads as the password.
+				return "redis://" + url.PathEscape(p) + "@cache.example.com:6379/0"
+			case 11:
+				return "rediss-sentinel://" + url.PathEscape(p) + "@s1.example.com,s2.example.com?master=m"
+			default:
+				// White space around the string, as a variable written with a trailing newline has it.
+				return "  postgres://user:" + url.UserPassword("user", p).String()[len("user:"):] + "@db.example.com/app?sslmode=verify-full\n"
 			}
 		}
 		in := build(pw)

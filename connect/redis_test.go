@@ -33,7 +33,16 @@ func TestRedis(t *testing.T) {
 		{"EscapedPassword", "redis://:p%40ss%2Fw@cache", asynq.RedisClientOpt{Addr: "cache:6379", Password: "p@ss/w"}},
 		{"TLS", "rediss://app:pw@cache.example.com:6380/1", asynq.RedisClientOpt{
 			Addr: "cache.example.com:6380", Username: "app", Password: "pw", DB: 1,
-			TLSConfig: &tls.Config{ServerName: "cache.example.com"},
+			TLSConfig: &tls.Config{ServerName: "cache.example.com", MinVersion: tls.VersionTLS12},
+		}},
+		// White space around the URL (a variable written with a trailing newline) is not part of it.
+		{"SurroundingWhiteSpace", " \trediss://:pw@cache.example.com:6380/2\n", asynq.RedisClientOpt{
+			Addr: "cache.example.com:6380", Password: "pw", DB: 2,
+			TLSConfig: &tls.Config{ServerName: "cache.example.com", MinVersion: tls.VersionTLS12},
+		}},
+		{"SentinelTLS", "rediss-sentinel://:spw@s1,s2:26380?master=m&password=mpw", asynq.RedisFailoverClientOpt{
+			MasterName: "m", SentinelAddrs: []string{"s1:26379", "s2:26380"}, SentinelPassword: "spw", Password: "mpw",
+			TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12},
 		}},
 		{"Socket", "redis-socket://:pw@/run/redis.sock?db=2", asynq.RedisClientOpt{Network: "unix", Addr: "/run/redis.sock", Password: "pw", DB: 2}},
 		{"Sentinel", "redis-sentinel://:spw@s1:26379,s2?master=mymaster", asynq.RedisFailoverClientOpt{
@@ -75,6 +84,20 @@ func TestRedisInvalid(t *testing.T) {
 		{"redis-cluster://n1:7000/1", "only database 0"},
 		{"redis-cluster://n1:7000,,n2", "a node address is empty"},
 		{"redis://:Pa%ZZpw@cache", "invalid %-escape"},
+		// A lone userinfo: Redis's own client reads it as the password, go-redis never sends it.
+		{"redis://secretpw@cache", "it has a user name and no password"},
+		{"rediss://secretpw@cache", "it has a user name and no password"},
+		{"redis-sentinel://secretpw@s1?master=m", "it has a user name and no password"},
+		{"redis-cluster://secretpw@n1:7000,n2:7001", "it has a user name and no password"},
+		{"redis-socket://secretpw@/run/redis.sock", "it has a user name and no password"},
+		// TLS parameters on a form without TLS, and what a TLS form cannot read.
+		{"redis://cache?tls_ca_file=/ca.pem", `parameter "tls_ca_file" is for TLS: use rediss://`},
+		{"redis-sentinel://s1?master=m&tls_ca_file=/ca.pem", `parameter "tls_ca_file" is for TLS`},
+		{"rediss://cache?tls_ca_file=/nonexistent/ca.pem", "tls_ca_file: open /nonexistent/ca.pem: no such file"},
+		{"rediss://cache?tls_cert_file=/c.pem", "tls_cert_file and tls_key_file go together"},
+		{"rediss://cache?skip_verify=true", `parameter "skip_verify" is not supported`},
+		{"rediss-sentinel://s1", "a rediss-sentinel URL needs ?master=NAME"},
+		{" \n ", "it is empty"},
 	}
 	for _, tt := range tests {
 		_, err := connect.Redis(tt.url)
@@ -82,6 +105,7 @@ func TestRedisInvalid(t *testing.T) {
 		var cerr *connect.Error
 		require.ErrorAs(t, err, &cerr, tt.url)
 		require.Equal(t, "Redis", cerr.Kind)
+		require.NotContains(t, err.Error(), "secretpw", tt.url)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -20,17 +22,30 @@ type tlsPolicy struct {
 	config   *tls.Config // nil when try is false
 }
 
-// newTLSPolicy turns libpq's parameters into a policy:
+// newTLSPolicy turns libpq's parameters into a policy, as libpq does:
 //
 //	disable       no TLS
-//	allow/prefer  TLS if the server has it, certificate not checked; plain text otherwise
-//	require       TLS, certificate not checked; with sslrootcert, the chain is checked (verify-ca), as libpq
-//	verify-ca     TLS, the chain checked against sslrootcert (or the system's roots), not the host name
+//	allow/prefer  TLS if the server has it, plain text otherwise (also after a failed handshake)
+//	require       TLS
+//	verify-ca     TLS, the chain checked against the root certificate, not the host name
 //	verify-full   TLS, the chain and the host name checked
 //
-// sslrootcert=system means the system's roots, as in libpq 16 and later.
+// The root certificate is sslrootcert, or else ~/.postgresql/root.crt when that file exists; with one,
+// every mode checks the chain (require then works as verify-ca, and prefer falls back to plain text
+// when the check fails), and without one verify-ca and verify-full are refused. The system's roots are
+// used only with sslrootcert=system (libpq 16), which makes verify-full the default and refuses any
+// other sslmode: anyone can get a certificate from a public CA for a host name of their own, so a
+// check of the chain alone against the system's roots proves nothing.
 func newTLSPolicy(s *pgSettings) (tlsPolicy, error) {
 	mode := s.ssl.mode
+	if s.ssl.rootCert == "system" {
+		if mode == "" {
+			mode = "verify-full"
+		}
+		if mode != "verify-full" {
+			return tlsPolicy{}, weakSystemRootsError(mode)
+		}
+	}
 	if mode == "" {
 		mode = "prefer" // libpq's default
 	}
@@ -48,39 +63,79 @@ func newTLSPolicy(s *pgSettings) (tlsPolicy, error) {
 		}
 		cfg.Certificates = []tls.Certificate{pair}
 	}
-	var roots *x509.CertPool // nil: the system's roots
-	if s.ssl.rootCert != "" && s.ssl.rootCert != "system" {
-		pem, err := os.ReadFile(s.ssl.rootCert)
-		if err != nil {
-			return tlsPolicy{}, fmt.Errorf("sslrootcert: %w", err)
-		}
-		roots = x509.NewCertPool()
-		if !roots.AppendCertsFromPEM(pem) {
-			return tlsPolicy{}, fmt.Errorf("sslrootcert %s holds no PEM certificate", s.ssl.rootCert)
-		}
+	roots, verify, err := rootCertificates(s.ssl.rootCert, mode)
+	if err != nil {
+		return tlsPolicy{}, err
 	}
-	p := tlsPolicy{try: true, config: cfg}
-	switch mode {
-	case "allow", "prefer":
-		p.fallback = true
-		cfg.InsecureSkipVerify = true
-	case "require":
-		if s.ssl.rootCert == "" {
-			cfg.InsecureSkipVerify = true
-			break
-		}
-		verifyChain(cfg, roots, "") // libpq: require with a root certificate verifies like verify-ca
-	case "verify-ca":
-		verifyChain(cfg, roots, "")
-	case "verify-full":
-		if !s.ssl.sniEnabled {
-			verifyChain(cfg, roots, s.host) // the name is checked, but not sent (sslsni=0)
-			break
-		}
+	p := tlsPolicy{try: true, config: cfg, fallback: mode == "allow" || mode == "prefer"}
+	switch {
+	case !verify:
+		cfg.InsecureSkipVerify = true // allow, prefer or require without a root certificate
+	case mode != "verify-full":
+		verifyChain(cfg, roots, "") // libpq checks the chain whenever it has a root certificate
+	case !s.ssl.sniEnabled:
+		verifyChain(cfg, roots, s.host) // the name is checked, but not sent (sslsni=0)
+	default:
 		cfg.RootCAs = roots
 		cfg.ServerName = s.host // also an IP address: Go then checks the certificate's IP SANs
 	}
 	return p, nil
+}
+
+// rootCertificates reads the root certificate as libpq finds it: sslrootcert (a file; "system" is the
+// system's roots, returned as a nil pool), or else ~/.postgresql/root.crt if it exists. verify is false
+// when there is none, which only modes below verify-ca accept.
+func rootCertificates(rootCert, mode string) (roots *x509.CertPool, verify bool, err error) {
+	if rootCert == "system" {
+		return nil, true, nil
+	}
+	from := "sslrootcert"
+	if rootCert == "" {
+		rootCert = defaultRootCert()
+		if _, statErr := os.Stat(rootCert); rootCert == "" || statErr != nil {
+			if strings.HasPrefix(mode, "verify-") {
+				return nil, false, noRootCertError(rootCert, mode)
+			}
+			return nil, false, nil
+		}
+		from = "the default root certificate"
+	}
+	pem, err := os.ReadFile(rootCert)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", from, err)
+	}
+	roots = x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, false, fmt.Errorf("%s %s holds no PEM certificate", from, rootCert)
+	}
+	return roots, true, nil
+}
+
+// defaultRootCert is libpq's default sslrootcert, ~/.postgresql/root.crt, or "" without a home directory.
+func defaultRootCert() string {
+	home, err := os.UserHomeDir()
+	if err != nil || home == "" {
+		return ""
+	}
+	return filepath.Join(home, ".postgresql", "root.crt")
+}
+
+// noRootCertError is verify-ca or verify-full without a root certificate, which libpq refuses too.
+func noRootCertError(path, mode string) error {
+	where := "there is no home directory for the default ~/.postgresql/root.crt"
+	if path != "" {
+		where = fmt.Sprintf("the default root certificate file %s does not exist", path)
+	}
+	return fmt.Errorf("sslmode=%s checks the server's certificate against a root certificate, and %s: "+
+		"give sslrootcert=FILE (the CA that signed the server's certificate), use the system's roots with sslrootcert=system and sslmode=verify-full, "+
+		"or choose an sslmode that does not check the certificate", mode, where)
+}
+
+// weakSystemRootsError is an sslmode other than verify-full with sslrootcert=system, which libpq refuses:
+// any host can get a certificate that the system's roots trust.
+func weakSystemRootsError(mode string) error {
+	return fmt.Errorf("sslmode=%s may not be used with sslrootcert=system (use verify-full, the default with it): "+
+		"the system's roots trust certificates anyone can get for a host of their own, so only the host name check makes them safe", mode)
 }
 
 // verifyChain makes cfg check the server's certificate chain against roots, and its name against host

@@ -9,7 +9,8 @@ import (
 )
 
 // An InboxCleaner keeps inbox_events from growing forever. Run it next to the asynq worker; its Window
-// must outlast the time asynq may deliver a task again (about 21 days with asynq's defaults).
+// must outlast the time asynq may deliver a task again (about 21 days with asynq's defaults) and the time
+// the relay's reconciler may enqueue it again (25h with the relay's defaults).
 func ExampleInboxCleaner() {
 	ctx, cancel := context.WithCancel(context.Background())
 	db := exampleDB(ctx) // the worker's database
@@ -30,6 +31,6 @@ func ExampleInboxCleaner() {
 	cancel() // the worker shuts down
 	fmt.Println(<-stopped)
 	// Output:
-	// shortest Window: 24h0m0s
+	// shortest Window: 25h0m0s
 	// <nil>
 }

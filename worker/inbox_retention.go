@@ -18,12 +18,21 @@ const (
 	InboxTaskTimeoutDefault     = 30 * time.Minute // asynq's default Timeout
 	InboxCleanupBatchDefault    = 1000
 	InboxCleanupIntervalDefault = time.Hour
+	// InboxTaskRetentionDefault is the relay's default Config.TaskRetention (relay.TaskRetentionDefault).
+	InboxTaskRetentionDefault = 24 * time.Hour
+	// InboxReconcileWindowDefault is the reconciler's default ReconcilerConfig.Window
+	// (relay.ReconcileWindowDefault).
+	InboxReconcileWindowDefault = time.Hour
+	// InboxReconcileMarginDefault covers what lies between a row leaving the reconciler's window and the
+	// last copy it enqueued reaching a handler: the reconciler's Interval (1m by default), one pass, and
+	// the queue's latency.
+	InboxReconcileMarginDefault = time.Hour
 )
 
-// InboxMinWindow is the shortest Window NewInboxCleaner accepts, whatever the asynq settings. Besides asynq's
-// own retries, the relay's Reconciler may enqueue a handled event again when Redis lost its completed task:
-// for rows published within its Window (1h by default), which it keeps below the relay's TaskRetention
-// (24h by default). A record must outlive that too.
+// InboxMinWindow is the shortest Window NewInboxCleaner accepts, whatever the other settings. Besides
+// asynq's own retries, the relay's Reconciler may enqueue a handled event again when Redis lost its
+// completed task: for rows published within its Window (1h by default), which it keeps below the relay's
+// TaskRetention (24h by default). A record must outlive that too: see InboxCleanerConfig.MinWindow.
 const InboxMinWindow = 24 * time.Hour
 
 // asynqRecoverySpan is the longest asynq takes to notice that a worker died holding a task: the lease
@@ -51,12 +60,15 @@ func AsynqRedeliverySpan(maxRetry int, timeout time.Duration) time.Duration {
 }
 
 // InboxCleanerConfig tunes an InboxCleaner. The zero value is ready to use with asynq's default retry
-// settings.
+// settings and the relay's default TaskRetention and reconciler Window; a worker whose relay changes
+// those gives the same values here.
 type InboxCleanerConfig struct {
 	// Window is how long the record of a handled event is kept: a repeated delivery within Window is
 	// recognised and skipped, one after it runs the handler again. It must be at least MinWindow: the
 	// longest time asynq may deliver a task again (see AsynqRedeliverySpan for MaxRetry and TaskTimeout,
-	// or RedeliverySpan), and never below InboxMinWindow. Defaults to 720h (30 days).
+	// or RedeliverySpan), the time the relay's reconciler may enqueue it again (the larger of
+	// TaskRetention and ReconcileWindow, plus ReconcileMargin), and never below InboxMinWindow. Defaults
+	// to 720h (30 days).
 	Window time.Duration
 	// MaxRetry is the largest MaxRetry of the tasks the Inbox's handlers process (model.WithMaxRetry of
 	// their events; asynq's default for the others), 0 to 100. 0 means the default: for tasks that never
@@ -74,6 +86,18 @@ type InboxCleanerConfig struct {
 	BatchSize int
 	// Interval is the pause between two passes of Run. Defaults to 1h.
 	Interval time.Duration
+	// TaskRetention must be the relay's Config.TaskRetention (and the reconciler's), at least 1s: how
+	// long asynq keeps a completed task, which bounds how far back the reconciler looks for tasks Redis
+	// lost. Defaults to 24h, the relay's default.
+	TaskRetention time.Duration
+	// ReconcileWindow must be the reconciler's ReconcilerConfig.Window (the relay's reconciler, on by
+	// default): it enqueues again, after a Redis data loss, the events published within that window,
+	// handled or not. Defaults to 1h, the reconciler's default.
+	ReconcileWindow time.Duration
+	// ReconcileMargin is added to the larger of TaskRetention and ReconcileWindow for the time between a
+	// row leaving the reconciler's window and the copy it enqueued last reaching a handler: make it at
+	// least the reconciler's Interval plus the queue's longest wait. Defaults to 1h.
+	ReconcileMargin time.Duration
 }
 
 // withDefaults fills the zero fields.
@@ -85,17 +109,39 @@ func (c InboxCleanerConfig) withDefaults() InboxCleanerConfig {
 	c.TaskTimeout = cmp.Or(c.TaskTimeout, InboxTaskTimeoutDefault)
 	c.BatchSize = cmp.Or(c.BatchSize, InboxCleanupBatchDefault)
 	c.Interval = cmp.Or(c.Interval, InboxCleanupIntervalDefault)
+	c.TaskRetention = cmp.Or(c.TaskRetention, InboxTaskRetentionDefault)
+	c.ReconcileWindow = cmp.Or(c.ReconcileWindow, InboxReconcileWindowDefault)
+	c.ReconcileMargin = cmp.Or(c.ReconcileMargin, InboxReconcileMarginDefault)
 	return c
 }
 
-// MinWindow is the shortest Window the configuration accepts: the longest redelivery span, and at least
-// InboxMinWindow. Call it on a configuration with its defaults applied (InboxCleaner.Config).
+// MinWindow is the shortest Window the configuration accepts: the longest of the redelivery span (asynq
+// delivering the task again), the reconcile span (the larger of TaskRetention and ReconcileWindow, plus
+// ReconcileMargin: the reconciler enqueueing it again after Redis lost it), and InboxMinWindow. A record
+// deleted sooner lets either run the handler a second time. Call it on a configuration with its
+// defaults applied (InboxCleaner.Config).
 func (c InboxCleanerConfig) MinWindow() time.Duration {
-	span := c.RedeliverySpan
-	if span == 0 {
-		span = AsynqRedeliverySpan(c.MaxRetry, c.TaskTimeout)
+	return max(c.redeliverySpan(), c.reconcileSpan(), InboxMinWindow)
+}
+
+func (c InboxCleanerConfig) redeliverySpan() time.Duration {
+	if c.RedeliverySpan != 0 {
+		return c.RedeliverySpan
 	}
-	return max(span, InboxMinWindow)
+	return AsynqRedeliverySpan(c.MaxRetry, c.TaskTimeout)
+}
+
+// reconcileSpan is how long after an event's first delivery the reconciler may still enqueue it again.
+func (c InboxCleanerConfig) reconcileSpan() time.Duration {
+	return satAdd(max(c.TaskRetention, c.ReconcileWindow), c.ReconcileMargin)
+}
+
+// satAdd adds two non-negative durations, saturating at the largest time.Duration.
+func satAdd(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 func (c InboxCleanerConfig) validate() error {
@@ -115,14 +161,29 @@ func (c InboxCleanerConfig) validate() error {
 	if c.Interval < 0 {
 		errs = append(errs, fmt.Errorf("Interval must not be negative, got %s", c.Interval))
 	}
+	if c.TaskRetention < time.Second {
+		errs = append(errs, fmt.Errorf("TaskRetention must be at least 1s (the relay's Config.TaskRetention), got %s", c.TaskRetention))
+	}
+	if c.ReconcileWindow < 0 {
+		errs = append(errs, fmt.Errorf("ReconcileWindow must not be negative, got %s", c.ReconcileWindow))
+	}
+	if c.ReconcileMargin < 0 {
+		errs = append(errs, fmt.Errorf("ReconcileMargin must not be negative, got %s", c.ReconcileMargin))
+	}
 	if len(errs) == 0 {
 		if minW := c.MinWindow(); c.Window < minW {
-			why := fmt.Sprintf("asynq may deliver a task again up to %s after its first delivery (MaxRetry %d, TaskTimeout %s)",
-				minW, c.MaxRetry, c.TaskTimeout)
-			if c.RedeliverySpan != 0 {
-				why = fmt.Sprintf("RedeliverySpan is %s", c.RedeliverySpan)
-			}
-			if minW == InboxMinWindow {
+			var why string
+			switch minW {
+			case c.redeliverySpan():
+				why = fmt.Sprintf("asynq may deliver a task again up to %s after its first delivery (MaxRetry %d, TaskTimeout %s)",
+					minW, c.MaxRetry, c.TaskTimeout)
+				if c.RedeliverySpan != 0 {
+					why = fmt.Sprintf("RedeliverySpan is %s", c.RedeliverySpan)
+				}
+			case c.reconcileSpan():
+				why = fmt.Sprintf("the relay's reconciler may enqueue a handled event again up to max(TaskRetention %s, ReconcileWindow %s) + ReconcileMargin %s after it was published",
+					c.TaskRetention, c.ReconcileWindow, c.ReconcileMargin)
+			default:
 				why = fmt.Sprintf("a reconciler may enqueue a handled event again within the relay's TaskRetention (InboxMinWindow, %s)", InboxMinWindow)
 			}
 			errs = append(errs, fmt.Errorf("Window %s is too short: %s; a record deleted sooner lets a redelivered task run its handler twice: make Window at least %s",

@@ -15,6 +15,7 @@ import (
 	"github.com/uptrace/bun/driver/pgdriver"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/relay"
 	"github.com/bunbox/bunbox/worker"
 )
 
@@ -56,7 +57,13 @@ func TestInboxCleanerConfig(t *testing.T) {
 	require.Equal(t, 30*time.Minute, cfg.TaskTimeout)
 	require.Equal(t, 1000, cfg.BatchSize)
 	require.Equal(t, time.Hour, cfg.Interval)
+	require.Equal(t, 24*time.Hour, cfg.TaskRetention)
+	require.Equal(t, time.Hour, cfg.ReconcileWindow)
+	require.Equal(t, time.Hour, cfg.ReconcileMargin)
 	require.Equal(t, worker.AsynqRedeliverySpan(25, 30*time.Minute), cfg.MinWindow())
+	// The defaults are the relay's: the cleaner cannot import relay, so this test keeps them together.
+	require.Equal(t, relay.TaskRetentionDefault, worker.InboxTaskRetentionDefault)
+	require.Equal(t, relay.ReconcileWindowDefault, worker.InboxReconcileWindowDefault)
 
 	for _, tc := range []struct {
 		name string
@@ -66,8 +73,18 @@ func TestInboxCleanerConfig(t *testing.T) {
 		{"ShorterThanAsynqDefaults", worker.InboxCleanerConfig{Window: 7 * 24 * time.Hour},
 			"Window 168h0m0s is too short: asynq may deliver a task again up to 506h"},
 		{"ShortWithFewRetries", worker.InboxCleanerConfig{Window: 48 * time.Hour, MaxRetry: 3, TaskTimeout: time.Minute}, ""},
-		{"ShorterThanFloor", worker.InboxCleanerConfig{Window: time.Hour, MaxRetry: 1, TaskTimeout: time.Minute},
-			"Window 1h0m0s is too short: a reconciler may enqueue a handled event again"},
+		// Few retries: the reconciler's span, max(TaskRetention 24h, ReconcileWindow 1h) + 1h, is the longest.
+		{"ShorterThanReconcileSpan", worker.InboxCleanerConfig{Window: 24 * time.Hour, MaxRetry: 1, TaskTimeout: time.Minute},
+			"Window 24h0m0s is too short: the relay's reconciler may enqueue a handled event again up to max(TaskRetention 24h0m0s, ReconcileWindow 1h0m0s) + ReconcileMargin 1h0m0s"},
+		{"ReconcileSpan", worker.InboxCleanerConfig{Window: 25 * time.Hour, MaxRetry: 1, TaskTimeout: time.Minute}, ""},
+		// A relay that keeps completed tasks for a week: the reconciler may look back that far.
+		{"LongTaskRetention", worker.InboxCleanerConfig{Window: 48 * time.Hour, MaxRetry: 3, TaskTimeout: time.Minute, TaskRetention: 7 * 24 * time.Hour},
+			"make Window at least 169h0m0s"},
+		// A reconciler window longer than TaskRetention (the relay refuses it; the cleaner takes the larger).
+		{"LongReconcileWindow", worker.InboxCleanerConfig{Window: 48 * time.Hour, MaxRetry: 3, TaskTimeout: time.Minute, ReconcileWindow: 60 * time.Hour, ReconcileMargin: 30 * time.Minute},
+			"make Window at least 60h30m0s"},
+		{"ShorterThanFloor", worker.InboxCleanerConfig{Window: time.Hour, MaxRetry: 1, TaskTimeout: time.Minute, TaskRetention: time.Hour, ReconcileMargin: time.Minute},
+			"Window 1h0m0s is too short: a reconciler may enqueue a handled event again within the relay's TaskRetention (InboxMinWindow, 24h0m0s)"},
 		{"ShorterThanGivenSpan", worker.InboxCleanerConfig{Window: 48 * time.Hour, RedeliverySpan: 72 * time.Hour},
 			"Window 48h0m0s is too short: RedeliverySpan is 72h0m0s"},
 		{"GivenSpan", worker.InboxCleanerConfig{Window: 4 * 24 * time.Hour, RedeliverySpan: 72 * time.Hour}, ""},
@@ -77,6 +94,9 @@ func TestInboxCleanerConfig(t *testing.T) {
 		{"RedeliverySpan", worker.InboxCleanerConfig{RedeliverySpan: -1}, "RedeliverySpan must not be negative"},
 		{"BatchSize", worker.InboxCleanerConfig{BatchSize: 10001}, "BatchSize must be between 1 and 10000, got 10001"},
 		{"Interval", worker.InboxCleanerConfig{Interval: -time.Second}, "Interval must not be negative"},
+		{"TaskRetention", worker.InboxCleanerConfig{TaskRetention: time.Millisecond}, "TaskRetention must be at least 1s"},
+		{"ReconcileWindow", worker.InboxCleanerConfig{ReconcileWindow: -time.Hour}, "ReconcileWindow must not be negative"},
+		{"ReconcileMargin", worker.InboxCleanerConfig{ReconcileMargin: -time.Hour}, "ReconcileMargin must not be negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := worker.NewInboxCleaner(in, tc.cfg)
@@ -190,4 +210,33 @@ func TestInboxCleanerMissingTable(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.Cleanup(context.Background())
 	require.ErrorContains(t, err, "the inbox table is missing: apply the migrations")
+}
+
+// TestInboxCleanerKeepsWhatTheReconcilerMayRedeliver: with few retries, asynq's own redelivery span is
+// minutes, but the relay's reconciler may enqueue an event again until max(TaskRetention, its Window) +
+// a margin after it was published (25h with the relay's defaults): a record younger than that stays, so
+// the copy is skipped instead of running the handler twice.
+func TestInboxCleanerKeepsWhatTheReconcilerMayRedeliver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, _ := outboxtest.Schema(t)
+	seedInbox(t, db, "ship", 3, 24*time.Hour+30*time.Minute) // within the reconciler's reach
+	seedInbox(t, db, "ship", 2, 26*time.Hour)                // past it
+
+	in := worker.NewInbox(db, worker.WithInboxLogger(outboxtest.Logger(t)))
+	cfg := worker.InboxCleanerConfig{MaxRetry: 1, TaskTimeout: time.Minute}
+	_, err := worker.NewInboxCleaner(in, worker.InboxCleanerConfig{MaxRetry: 1, TaskTimeout: time.Minute, Window: 24 * time.Hour})
+	require.ErrorContains(t, err, "Window 24h0m0s is too short: the relay's reconciler may enqueue")
+
+	c, err := worker.NewInboxCleaner(in, cfg)
+	require.NoError(t, err)
+	minWindow := c.Config().MinWindow()
+	require.Equal(t, 25*time.Hour, minWindow)
+	cfg.Window = minWindow
+	c, err = worker.NewInboxCleaner(in, cfg)
+	require.NoError(t, err)
+	n, err := c.Cleanup(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+	require.EqualValues(t, 3, outboxtest.Count(t, db, "inbox_events", ""))
 }

@@ -27,6 +27,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/uptrace/bun"
@@ -69,6 +70,9 @@ environment:
   REDIS_URL     Redis URL for the relay: redis://:pass@host:6379/0, rediss://... (TLS),
                 redis-sentinel://host:26379?master=NAME, redis-cluster://host:7000,host:7001
                 (OUTBOX_REDIS_URL is read when REDIS_URL is not set)
+  REDIS_TLS_CA_FILE
+                the CA (PEM) a rediss URL trusts instead of the system's roots, when the URL
+                has no ?tls_ca_file=
   REDIS_ADDR    Redis host:port, when REDIS_URL is not set (default 127.0.0.1:6379)
   OUTBOX_*      relay settings: OUTBOX_BATCH_SIZE, OUTBOX_POLL_INTERVAL, OUTBOX_TASK_RETENTION, ...
 
@@ -104,6 +108,10 @@ type cli struct {
 
 // run runs the command line args and returns the exit code.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	// A variable written with a trailing newline or a leading space: the white space is not part of the
+	// value (a blank REDIS_URL does not hide OUTBOX_REDIS_URL).
+	rawGetenv := getenv
+	getenv = func(k string) string { return strings.TrimSpace(rawGetenv(k)) }
 	c := &cli{stdout: stdout, stderr: stderr, uiToken: getenv(uiTokenEnv)}
 	fs := flag.NewFlagSet("bunbox", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -117,6 +125,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return 0
 		}
 		return 2
+	}
+	for _, v := range []*string{&c.databaseURL, &c.dbDriver, &c.redisURL, &c.redisAddr} {
+		*v = strings.TrimSpace(*v) // the flags too
 	}
 	if d := connect.Driver(c.dbDriver); d != connect.DriverPgdriver && d != connect.DriverPgx {
 		_ = usageError(stderr, "-database-driver (DATABASE_DRIVER) is %q: want %q or %q", c.dbDriver, connect.DriverPgdriver, connect.DriverPgx)

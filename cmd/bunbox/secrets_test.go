@@ -32,6 +32,8 @@ func databaseURLsWithSecret(secret string) []string {
 		"host=127.0.0.1 port=1 user=u password='" + secret + " x' sslmode=disable",
 		"host=127.0.0.1 port=1 user=u password='" + secret,
 		"mysql://u:" + secret + "@127.0.0.1:1/db",
+		// White space around the URL once made it a key=value list, printed unmasked.
+		" postgres://u:" + secret + "@127.0.0.1:1/db?sslmode=disable\n",
 	}
 }
 
@@ -48,7 +50,34 @@ func redisURLsWithSecret(secret string) []string {
 		"redis-cluster://u:" + secret + "@127.0.0.1:1,127.0.0.1:2",
 		"redis-cluster://u:" + secret + "@127.0.0.1:1,,127.0.0.1:2",
 		":" + secret + "@127.0.0.1:1",
+		"redis://" + secret + "@127.0.0.1:1", // redis-cli reads a lone userinfo as the password
+		"\trediss://:" + secret + "@127.0.0.1:1\n",
 	}
+}
+
+// TestEnvWhiteSpace: white space around DATABASE_URL and REDIS_URL (a variable written with a trailing
+// newline) is not part of them: the URL's host is used, with its sslmode, and a blank REDIS_URL does not
+// hide OUTBOX_REDIS_URL.
+func TestEnvWhiteSpace(t *testing.T) {
+	t.Parallel()
+	outboxtest.SkipShort(t)
+	schema := outboxtest.NewSchema(t)
+	databaseURL := withParam(outboxtest.DatabaseURL(), "search_path="+schema)
+	code, _, stderr := runCLI(t, map[string]string{"DATABASE_URL": " " + databaseURL + "\n"}, "migrate", "up")
+	require.Equal(t, 0, code, stderr)
+	code, _, stderr = runCLI(t, nil, "-database-url", "\t"+databaseURL+" ", "status")
+	require.Equal(t, 0, code, stderr)
+
+	// The URL's host and sslmode, not libpq's defaults (localhost, prefer): this server has no TLS.
+	code, _, stderr = runCLI(t, map[string]string{"DATABASE_URL": " postgres://u:Wh1teSecret@127.0.0.1:1/db?sslmode=verify-full\n"}, "status")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "postgres://u:xxxxx@127.0.0.1:1/db?sslmode=verify-full")
+	require.NotContains(t, stderr, "Wh1teSecret")
+
+	code, _, stderr = runCLI(t, map[string]string{"DATABASE_URL": databaseURL, "REDIS_URL": "  \n", "OUTBOX_REDIS_URL": "redis://:Wh1teSecret@127.0.0.1:1\n"}, "reconcile")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "127.0.0.1:1", "OUTBOX_REDIS_URL is used")
+	require.NotContains(t, stderr, "Wh1teSecret")
 }
 
 // TestNoSecretInOutput runs the CLI with passwords in every form in DATABASE_URL, -database-url and
