@@ -46,35 +46,12 @@ func execSQL(t *testing.T, db *bun.DB, what, sql string) {
 	require.NoError(t, err, what)
 }
 
-// fingerprint describes the schema db works in: every column, index, constraint, function and trigger,
-// leaving out the migration tools' own tables. Two schemas with one fingerprint are the same to bunbox.
+// fingerprint is the schema db works in, as outboxtest.SchemaFingerprint describes it; never empty.
 func fingerprint(t *testing.T, db *bun.DB) string {
 	t.Helper()
-	ctx := context.Background()
-	var schema string
-	require.NoError(t, db.NewRaw("SELECT current_schema()").Scan(ctx, &schema))
-	bookkeeping := "('bunbox_migrations', 'bunbox_migration_locks', 'bun_migrations', 'bun_migration_locks', 'goose_db_version', 'schema_migrations')"
-	queries := []string{
-		`SELECT table_name || '.' || column_name || ' ' || data_type || ' null=' || is_nullable || ' default=' || coalesce(column_default, '-')
-		   || ' identity=' || is_identity
-		 FROM information_schema.columns WHERE table_schema = current_schema() AND table_name NOT IN ` + bookkeeping,
-		`SELECT tablename || ': ' || replace(indexdef, current_schema() || '.', '')
-		 FROM pg_indexes WHERE schemaname = current_schema() AND tablename NOT IN ` + bookkeeping,
-		`SELECT conrelid::regclass::text || '.' || conname || ': ' || pg_get_constraintdef(oid) || ' validated=' || convalidated
-		 FROM pg_constraint WHERE connamespace = current_schema()::regnamespace AND conrelid::regclass::text NOT IN ` + bookkeeping,
-		`SELECT proname || ': ' || md5(prosrc) FROM pg_proc WHERE pronamespace = current_schema()::regnamespace`,
-		`SELECT tgrelid::regclass::text || '.' || tgname FROM pg_trigger WHERE NOT tgisinternal
-		 AND tgrelid IN (SELECT oid FROM pg_class WHERE relnamespace = current_schema()::regnamespace)`,
-	}
-	var lines []string
-	for _, q := range queries {
-		var rows []string
-		require.NoError(t, db.NewRaw(q).Scan(ctx, &rows))
-		lines = append(lines, rows...)
-	}
-	sort.Strings(lines)
-	require.NotEmpty(t, lines, "schema %s is empty", schema)
-	return strings.Join(lines, "\n")
+	fp := outboxtest.SchemaFingerprint(t, db)
+	require.NotEmpty(t, fp)
+	return fp
 }
 
 // upSchema is a fresh schema migrated with Up: the reference the other paths must reach.

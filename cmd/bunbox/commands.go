@@ -83,18 +83,6 @@ func (c *cli) migrate(ctx context.Context, args []string) error {
 	return nil
 }
 
-func (c *cli) schema(args []string) error {
-	rest, err := c.flags(flag.NewFlagSet("bunbox schema", flag.ContinueOnError), args)
-	if err != nil {
-		return err
-	}
-	if err := c.noArgs("schema", rest); err != nil {
-		return err
-	}
-	_, err = fmt.Fprint(c.stdout, bunboxmigrate.SchemaSQL())
-	return err
-}
-
 // statusReport is what `bunbox status` prints.
 type statusReport struct {
 	Pending          int64   `json:"pending"`
