@@ -309,4 +309,3 @@ func TestRelayServesMetricsAndProbes(t *testing.T) {
 	cancel()
 	require.Equal(t, 0, <-done, stderr.String())
 }
-
