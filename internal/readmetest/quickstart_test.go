@@ -99,7 +99,7 @@ func TestQuickStartRuns(t *testing.T) {
 
 	count := func(table string) int {
 		var n int
-		if err := db.NewRaw("SELECT count(*) FROM " + table).Scan(context.Background(), &n); err != nil {
+		if err := db.NewRaw("SELECT count(*) FROM "+table).Scan(context.Background(), &n); err != nil {
 			return -1 // not made yet
 		}
 		return n
