@@ -13,8 +13,13 @@
 //		return err
 //	}
 //
-// Teams that migrate with goose, Atlas or plain psql take the same schema from [SchemaSQL].
+// Teams that migrate with goose, golang-migrate, Atlas or plain psql take the same schema from [SchemaSQL], or
+// from `bunbox schema` (-format goose, -format golang-migrate, -since for an upgrade).
 //
 // Every migration is transactional (.tx.up.sql) and has a .tx.down.sql; a migration is marked applied only
-// after it succeeded, so a failed Up leaves nothing half-applied and can simply be run again.
+// after it succeeded, so a failed Up leaves nothing half-applied and can simply be run again. Every
+// migration is also re-runnable (IF NOT EXISTS, constraints in guarded DO blocks, DROP ... IF EXISTS): the
+// schema applies over any older bunbox schema whichever tool applied it, and switching between Up and
+// Register runs them again harmlessly. A new migration must keep that; the package's tests run every file
+// twice and over every older schema.
 package migrate

@@ -183,7 +183,8 @@ func acquireLock(ctx context.Context, db *bun.DB) (bun.Tx, error) {
 }
 
 // SchemaSQL returns the whole schema as plain SQL, the up migrations in order, for teams that migrate with
-// goose, Atlas or psql. `bunbox schema` prints it.
+// goose, Atlas or psql. `bunbox schema` prints it. Every statement is re-runnable, so it applies twice and
+// over the schema of any older bunbox.
 func SchemaSQL() string {
 	names, err := fs.Glob(files, "sql/*.up.sql")
 	if err != nil {

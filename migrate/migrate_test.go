@@ -2,7 +2,6 @@ package migrate_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -98,13 +97,8 @@ func TestSchemaSQL(t *testing.T) {
 	ctx := context.Background()
 	name := outboxtest.NewSchema(t)
 	db := outboxtest.Open(t, map[string]any{"search_path": name})
-	for _, stmt := range strings.Split(sql, ";") {
-		if strings.TrimSpace(stmt) == "" {
-			continue
-		}
-		_, err := db.ExecContext(ctx, stmt)
-		require.NoError(t, err)
-	}
+	_, err := db.DB.ExecContext(ctx, sql) // one multi-statement query, as psql -f or a migration tool sends it
+	require.NoError(t, err)
 	ev, err := model.NewEvent("x", nil)
 	require.NoError(t, err)
 	_, err = db.NewInsert().Model(ev).Exec(ctx)

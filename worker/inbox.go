@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
@@ -35,8 +36,10 @@ type Inbox struct {
 // InboxOption configures an Inbox.
 type InboxOption func(*Inbox)
 
-// WithInboxLogger sets the logger for skipped duplicates and rejected tasks; nil keeps the default.
-// Defaults to a logger that discards everything.
+// WithInboxLogger sets the logger for failed handlers (Warn; Error for a task asynq archives), rejected
+// tasks (Error) and skipped duplicates (Info); nil keeps the default. Defaults to a logger that writes
+// Warn and above to stderr, so that a handler that keeps failing is never silent (asynq logs no handler
+// error).
 func WithInboxLogger(l *slog.Logger) InboxOption {
 	return func(in *Inbox) {
 		if l != nil {
@@ -56,7 +59,7 @@ func NewInbox(db *bun.DB, opts ...InboxOption) *Inbox {
 	if db == nil {
 		panic("worker.NewInbox: db must not be nil")
 	}
-	in := &Inbox{db: db, logger: slog.New(slog.DiscardHandler), tracing: newTracing(nil)}
+	in := &Inbox{db: db, logger: defaultInboxLogger(), tracing: newTracing(nil)}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(in)
@@ -114,7 +117,35 @@ func (in *Inbox) handle(ctx context.Context, name string, t *asynq.Task, fn func
 		in.logger.LogAttrs(ctx, slog.LevelInfo, "bunbox inbox: duplicate delivery acknowledged",
 			slog.String("handler", name), slog.String("event_id", id.String()))
 	}
+	if err != nil {
+		in.logFailure(ctx, name, t, id, err)
+	}
 	return err
+}
+
+// defaultInboxLogger writes Warn and above to stderr.
+func defaultInboxLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// logFailure logs a handler's error: at Error when asynq archives the task (asynq.SkipRetry), at Warn
+// when asynq retries it. A worker shutting down (ctx cancelled) is not a failure.
+func (in *Inbox) logFailure(ctx context.Context, name string, t *asynq.Task, id uuid.UUID, err error) {
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return
+	}
+	level, msg := slog.LevelWarn, "bunbox inbox: handler failed, asynq retries the task"
+	if errors.Is(err, asynq.SkipRetry) {
+		level, msg = slog.LevelError, "bunbox inbox: handler failed, asynq archives the task"
+	}
+	attrs := []slog.Attr{slog.String("handler", name), slog.String("task_type", t.Type()), slog.String("event_id", id.String())}
+	if n, ok := asynq.GetRetryCount(ctx); ok {
+		attrs = append(attrs, slog.Int("retried", n))
+	}
+	if n, ok := asynq.GetMaxRetry(ctx); ok {
+		attrs = append(attrs, slog.Int("max_retry", n))
+	}
+	in.logger.LogAttrs(ctx, level, msg, append(attrs, slog.Any("err", err))...)
 }
 
 // HandleJSON wraps fn like Inbox.Handler, decoding the task's JSON payload into a T first. A payload that

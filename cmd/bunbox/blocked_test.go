@@ -18,7 +18,7 @@ func TestStatusShowsBlockedKeys(t *testing.T) {
 	t.Parallel()
 	outboxtest.SkipShort(t)
 	schema := outboxtest.NewSchema(t)
-	env := map[string]string{"DATABASE_URL": outboxtest.DatabaseURL() + "&search_path=" + schema}
+	env := map[string]string{"DATABASE_URL": outboxtest.DatabaseURL() + "&search_path=" + schema, "REDIS_ADDR": outboxtest.RedisAddr()}
 	if !strings.Contains(outboxtest.DatabaseURL(), "?") {
 		env["DATABASE_URL"] = outboxtest.DatabaseURL() + "?search_path=" + schema
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"text/tabwriter"
@@ -83,18 +84,6 @@ func (c *cli) migrate(ctx context.Context, args []string) error {
 	return nil
 }
 
-func (c *cli) schema(args []string) error {
-	rest, err := c.flags(flag.NewFlagSet("bunbox schema", flag.ContinueOnError), args)
-	if err != nil {
-		return err
-	}
-	if err := c.noArgs("schema", rest); err != nil {
-		return err
-	}
-	_, err = fmt.Fprint(c.stdout, bunboxmigrate.SchemaSQL())
-	return err
-}
-
 // statusReport is what `bunbox status` prints.
 type statusReport struct {
 	Pending          int64   `json:"pending"`
@@ -107,11 +96,16 @@ type statusReport struct {
 	// BlockedKeys counts the ordering keys held by a dead event; Blocked lists the first of them.
 	BlockedKeys int64              `json:"blocked_keys"`
 	Blocked     []admin.BlockedKey `json:"blocked,omitempty"`
+	// Queues is what asynq holds in each of its queues (handlers retrying or archived included), read from
+	// Redis; QueuesError says why it could not be read.
+	Queues      []queueStatus `json:"queues"`
+	QueuesError string        `json:"queues_error,omitempty"`
 }
 
 func (c *cli) status(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bunbox status", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
+	withAsynq := fs.Bool("asynq", true, "also read asynq's queues from Redis: pending, active, scheduled, retry, archived, completed tasks (-asynq=false: PostgreSQL only)")
 	rest, err := c.flags(fs, args)
 	if err != nil {
 		return err
@@ -142,8 +136,12 @@ func (c *cli) status(ctx context.Context, args []string) error {
 			return fmt.Errorf("list blocked keys: %w", err)
 		}
 	}
+	var queuesErr error
+	if *withAsynq {
+		queuesErr = c.readQueues(ctx, &rep)
+	}
 	if *asJSON {
-		return c.printJSON(rep)
+		return errors.Join(c.printJSON(rep), queuesErr)
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "pending\t%d\n", rep.Pending)
@@ -159,7 +157,17 @@ func (c *cli) status(ctx context.Context, args []string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	return c.printEventStatus(rep.Events)
+	if err := c.printEventStatus(rep.Events); err != nil {
+		return err
+	}
+	switch {
+	case !*withAsynq:
+		return nil
+	case queuesErr != nil:
+		fmt.Fprintln(c.stdout, "\nasynq's queues: unreadable (see the error)")
+		return queuesErr
+	}
+	return c.printQueues(rep.Queues)
 }
 
 // statusBlockedKeys is how many blocked keys `bunbox status` lists.

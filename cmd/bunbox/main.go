@@ -2,8 +2,9 @@
 // lists and revives dead events, and runs a standalone relay with Prometheus metrics.
 //
 //	bunbox migrate up|down -yes|status   apply, roll back or list bunbox's migrations
-//	bunbox schema                         print the schema as plain SQL (for goose, Atlas, psql)
-//	bunbox status [-json]                 pending rows, age of the oldest, published, dead and scheduled counts, per queue and event
+//	bunbox schema [-format F] [-since M]  print the schema as plain SQL (psql, Atlas), or as a goose or golang-migrate migration
+//	bunbox status [-json] [-asynq=false]  pending rows, age of the oldest, published, dead and scheduled counts, per queue and event;
+//	                                      asynq's tasks per queue (pending, active, scheduled, retry, archived, completed)
 //	bunbox dead list [-limit 100] [-json] the events the relay gave up on
 //	bunbox dead retry <event-id>...       put dead events back in line (or -name NAME, or -all)
 //	bunbox dead purge -older-than D -yes  delete dead events for good (and/or -name NAME, or -all)
@@ -42,9 +43,16 @@ commands:
   migrate up              apply bunbox's migrations (creates outbox_events)
   migrate down -yes       roll them back: drops outbox_events and every event in it
   migrate status [-json]  list the migrations and whether each is applied
-  schema                  print the schema as plain SQL
-  status [-json]          pending rows, age of the oldest pending row, published, dead and scheduled counts,
-                          and pending and dead per queue and event name
+  schema [-format sql|goose|golang-migrate] [-since M] [-dir D] [-version V]
+                          print the schema as plain SQL, or as one goose migration; -dir writes the
+                          file(s) (golang-migrate: V_bunbox.up.sql and .down.sql); -since M: only the
+                          migrations after M, the upgrade of a schema that has M. Every statement is
+                          re-runnable, so the output also applies over any older bunbox schema
+  status [-json] [-asynq=false]
+                          pending rows, age of the oldest pending row, published, dead and scheduled counts,
+                          and pending and dead per queue and event name; then asynq's tasks per queue from
+                          Redis (pending, active, scheduled, retry, archived, completed: the handlers'
+                          failures); -asynq=false reads PostgreSQL only
   dead list [-limit N] [-json]
                           list dead events, oldest first
   dead retry <event-id>…  put dead events back in line for the relay

@@ -19,6 +19,7 @@ import (
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/model"
+	"github.com/bunbox/bunbox/relay"
 )
 
 func TestOpsUsage(t *testing.T) {
@@ -288,9 +289,9 @@ func TestRelayServesMetricsAndProbes(t *testing.T) {
 	require.Equal(t, "ok\n", text)
 	code, text = get(t, "http://"+addr+"/readyz")
 	require.Equal(t, http.StatusOK, code, text)
-	var rep readyReport
+	var rep relay.Readiness
 	require.NoError(t, json.Unmarshal([]byte(text), &rep))
-	require.Equal(t, readyReport{Ready: true, Postgres: "ok", Schema: "ok", Redis: "ok", RedisEviction: "ok"}, rep)
+	require.Equal(t, relay.Readiness{Ready: true, Postgres: "ok", Schema: "ok", Redis: "ok", RedisEviction: "ok"}, rep)
 
 	rd.Stop(t)
 	code, text = get(t, "http://"+addr+"/readyz")
@@ -309,19 +310,4 @@ func TestRelayServesMetricsAndProbes(t *testing.T) {
 	})
 	cancel()
 	require.Equal(t, 0, <-done, stderr.String())
-}
-
-func TestReadyzWithoutSchema(t *testing.T) {
-	outboxtest.SkipShort(t)
-	t.Parallel()
-	db := outboxtest.Open(t, map[string]any{"search_path": outboxtest.NewSchema(t)})
-	h, err := newHealth(db, asynq.RedisClientOpt{Addr: outboxtest.RedisAddr()})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = h.close() })
-	rep := h.check(context.Background())
-	require.False(t, rep.Ready)
-	require.Equal(t, "ok", rep.Postgres)
-	require.Equal(t, "ok", rep.Redis)
-	require.Contains(t, rep.Schema, "outbox_events")
-	require.Contains(t, rep.Schema, "bunbox migrate up")
 }

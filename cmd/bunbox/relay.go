@@ -79,16 +79,11 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("metrics: listen on %s: %w", *metricsAddr, err)
 		}
-		probes, err := newHealth(db, redisOpt)
-		if err != nil {
-			_ = ln.Close()
-			return err
-		}
-		defer probes.close()
+		probes := r.HealthHandler()
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", metricsHandler(r, db, metrics))
-		mux.HandleFunc("GET /healthz", probes.healthz)
-		mux.HandleFunc("GET /readyz", probes.readyz)
+		mux.Handle("GET /healthz", probes)
+		mux.Handle("GET /readyz", probes)
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		cfg.Logger.Info("metrics listening", slog.String("addr", "http://"+ln.Addr().String()+"/metrics"))
 		go func() {

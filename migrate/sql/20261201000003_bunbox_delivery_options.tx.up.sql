@@ -12,11 +12,28 @@ ALTER TABLE outbox_events
 
 --bun:split
 
-ALTER TABLE outbox_events
-    ADD CONSTRAINT outbox_events_max_retry_check CHECK (max_retry >= 0) NOT VALID,
-    ADD CONSTRAINT outbox_events_timeout_ns_check CHECK (timeout_ns >= 1000000000) NOT VALID,
-    ADD CONSTRAINT outbox_events_retention_ns_check CHECK (retention_ns >= 1000000000) NOT VALID,
-    ADD CONSTRAINT outbox_events_task_group_check CHECK (btrim(task_group) <> '') NOT VALID;
+-- Guarded, so that the migration can run again over a schema that has them (PostgreSQL has no
+-- ADD CONSTRAINT IF NOT EXISTS): `bunbox schema` applied twice, or after a switch of migration tool.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint
+                   WHERE conrelid = 'outbox_events'::regclass AND conname = 'outbox_events_max_retry_check') THEN
+        ALTER TABLE outbox_events ADD CONSTRAINT outbox_events_max_retry_check CHECK (max_retry >= 0) NOT VALID;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint
+                   WHERE conrelid = 'outbox_events'::regclass AND conname = 'outbox_events_timeout_ns_check') THEN
+        ALTER TABLE outbox_events ADD CONSTRAINT outbox_events_timeout_ns_check CHECK (timeout_ns >= 1000000000) NOT VALID;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint
+                   WHERE conrelid = 'outbox_events'::regclass AND conname = 'outbox_events_retention_ns_check') THEN
+        ALTER TABLE outbox_events ADD CONSTRAINT outbox_events_retention_ns_check CHECK (retention_ns >= 1000000000) NOT VALID;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint
+                   WHERE conrelid = 'outbox_events'::regclass AND conname = 'outbox_events_task_group_check') THEN
+        ALTER TABLE outbox_events ADD CONSTRAINT outbox_events_task_group_check CHECK (btrim(task_group) <> '') NOT VALID;
+    END IF;
+END
+$$;
 
 --bun:split
 

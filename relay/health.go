@@ -1,0 +1,116 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// readyTimeout bounds each check of one readiness probe.
+const readyTimeout = 2 * time.Second
+
+// redisNotChecked is Readiness.Redis for a relay whose Config.Enqueuer has no Ping method.
+const redisNotChecked = "not checked: Config.Enqueuer has no Ping method"
+
+// Readiness is what Relay.Ready found: "ok" or the error of each check. It is the JSON body of the
+// readiness probe that HealthHandler serves, e.g.
+// {"ready":false,"postgres":"ok","schema":"ok","redis":"dial tcp 127.0.0.1:6379: connect: connection refused"}.
+type Readiness struct {
+	Ready    bool   `json:"ready"`
+	Postgres string `json:"postgres"`
+	Schema   string `json:"schema"`
+	Redis    string `json:"redis"`
+	// RedisEviction is "ok" when Redis's maxmemory-policy cannot evict asynq's keys, else what it may evict
+	// or why it could not be read (CheckEvictionPolicy). It is a warning: it does not make the relay unready.
+	RedisEviction string `json:"redis_eviction"`
+}
+
+// Ready checks, at once and each within 2 s, that PostgreSQL answers, that the outbox table has every
+// column the relay's claim reads (CheckSchema), and that Redis answers PING on the relay's own
+// connections (through Config.Enqueuer's Ping method when it was given one).
+func (r *Relay) Ready(ctx context.Context) Readiness {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	rep := Readiness{Postgres: "ok", Schema: "ok", Redis: "ok"}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if _, err := r.db.ExecContext(ctx, "SELECT 1"); err != nil {
+			rep.Postgres, rep.Schema = err.Error(), "unknown: PostgreSQL does not answer"
+			return
+		}
+		switch err := CheckSchema(ctx, r.db); {
+		case errors.Is(err, ErrNoSchema), errors.Is(err, ErrReadOnly):
+			rep.Schema = err.Error() // it says what to run, or why the relay cannot write
+		case err != nil:
+			rep.Schema = fmt.Sprintf("%v (run `bunbox migrate up` or migrate.Up)", err)
+		}
+	})
+	wg.Go(func() {
+		if err := r.pingRedis(ctx); err != nil {
+			rep.Redis = err.Error()
+			rep.RedisEviction = "unknown: Redis does not answer"
+			return
+		}
+		rep.RedisEviction = "ok"
+		if r.rdb == nil {
+			rep.RedisEviction = "not checked: Config.Enqueuer was given"
+			return
+		}
+		if err := CheckEvictionPolicy(ctx, r.rdb); err != nil {
+			rep.RedisEviction = err.Error()
+		}
+	})
+	wg.Wait()
+	rep.Ready = rep.Postgres == "ok" && rep.Schema == "ok" && (rep.Redis == "ok" || rep.Redis == redisNotChecked)
+	return rep
+}
+
+// pingRedis pings Redis within ctx.
+func (r *Relay) pingRedis(ctx context.Context) error {
+	switch {
+	case r.rdb != nil:
+		return r.rdb.Ping(ctx).Err()
+	case r.pinger == nil:
+		return errors.New(redisNotChecked)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.pinger.Ping() }() // Pinger takes no context: do not wait past ctx
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("Redis PING: %w", ctx.Err())
+	}
+}
+
+// HealthHandler serves the probes of a relay that runs inside a service (the standalone `bunbox relay`
+// serves the same):
+//
+//   - GET /healthz: 200 "ok" while the process serves HTTP (liveness).
+//   - GET /readyz: 200 when Ready finds everything ok, else 503; the body is the Readiness as JSON.
+//
+// Mount it on both paths of the service's mux, or on "/" of a probe port:
+//
+//	h := r.HealthHandler()
+//	mux.Handle("GET /healthz", h)
+//	mux.Handle("GET /readyz", h)
+func (r *Relay) HealthHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) {
+		rep := r.Ready(req.Context())
+		w.Header().Set("Content-Type", "application/json")
+		if !rep.Ready {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_ = json.NewEncoder(w).Encode(rep)
+	})
+	return mux
+}
