@@ -98,7 +98,7 @@ func PurgeDead(ctx context.Context, db bun.IDB, f DeadFilter) (int64, error) {
 type EventBacklog struct {
 	Queue     string
 	EventName string
-	// Pending counts the rows not yet published and not dead.
+	// Pending counts the rows not yet published, not dead and not cancelled.
 	Pending int64
 	// Dead counts the rows the relay gave up on.
 	Dead int64
@@ -120,7 +120,7 @@ func ReadBacklogByEvent(ctx context.Context, db bun.IDB) ([]EventBacklog, error)
 	err := db.NewRaw(`SELECT queue, event_name, sum(pending)::bigint AS pending, sum(dead)::bigint AS dead, max(lag) AS lag FROM (
   SELECT queue, event_name, count(*) AS pending, 0 AS dead,
     extract(epoch FROM clock_timestamp() - min(created_at))::float8 AS lag
-  FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL GROUP BY queue, event_name
+  FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL AND cancelled_at IS NULL GROUP BY queue, event_name
   UNION ALL
   SELECT queue, event_name, 0, count(*), 0 FROM outbox_events WHERE dead_at IS NOT NULL GROUP BY queue, event_name
 ) AS b GROUP BY queue, event_name ORDER BY queue, event_name`).Scan(ctx, &rows)

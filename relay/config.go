@@ -34,6 +34,8 @@ const (
 	CleanupIntervalDefault    = time.Minute
 	CleanupBatchSizeDefault   = 1000
 	KeyCheckIntervalDefault   = 10 * time.Millisecond
+	// CancelCheckIntervalDefault is Config.CancelCheckInterval's default.
+	CancelCheckIntervalDefault = 100 * time.Millisecond
 	// NotifyChannel is the PostgreSQL channel the relay listens on and the trigger of EnableNotify notifies.
 	NotifyChannel = "bunbox_outbox"
 )
@@ -130,6 +132,21 @@ type Config struct {
 	// Inspector looks up the tasks of keyed events. Defaults to an asynq.Inspector on the Redis options
 	// given to New; with neither, keyed events are not relayed (they wait, and the relay says so in its log).
 	Inspector KeyInspector
+	// Queues, when set, claims the rows of each named queue apart, so that a backlog in one queue does not
+	// delay another: each round splits its rows between the named queues by weight (as asynq's
+	// Config.Queues), a queue with fewer rows than its part leaving the rest to the others, and the queues
+	// not named share one part of weight 1, first come first served. Names must not be empty; weights are
+	// 1 to 1000000. Keyed events (model.WithOrderingKey) are claimed before the queues' parts, as without
+	// Queues. Defaults to none: one first-come-first-served claim over all queues.
+	Queues map[string]int
+	// StrictPriority, with Queues, claims the queues in order of weight, highest first, each taking all it
+	// has before a lower one gets any of the round (the queues not named come last). Defaults to false:
+	// the rows are split by weight.
+	StrictPriority bool
+	// CancelCheckInterval is how often the relay looks for cancelled events (bunx.Outbox.Cancel) whose
+	// tasks are still to be taken out of asynq; the look is one index probe when there are none.
+	// Defaults to 100ms.
+	CancelCheckInterval time.Duration
 
 	now    func() time.Time
 	tracer trace.Tracer
@@ -154,6 +171,7 @@ func (c Config) withDefaults() Config {
 	c.CleanupBatchSize = cmp.Or(c.CleanupBatchSize, CleanupBatchSizeDefault)
 	c.Logger = cmp.Or(c.Logger, defaultLogger())
 	c.KeyCheckInterval = cmp.Or(c.KeyCheckInterval, KeyCheckIntervalDefault)
+	c.CancelCheckInterval = cmp.Or(c.CancelCheckInterval, CancelCheckIntervalDefault)
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -189,6 +207,10 @@ func (c Config) validate() error {
 	check(c.CleanupBatchSize >= 1 && c.CleanupBatchSize <= 100000, "CleanupBatchSize must be between 1 and 100000, got %d", c.CleanupBatchSize)
 	check(c.KeyCheckInterval > 0, "KeyCheckInterval must be positive, got %s", c.KeyCheckInterval)
 	if err := c.Routes.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	check(c.CancelCheckInterval > 0, "CancelCheckInterval must be positive, got %s", c.CancelCheckInterval)
+	if err := validateQueues(c.Queues); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -38,6 +38,8 @@ type Relay struct {
 
 	stmts *statements // the hottest statements, prepared (prepared.go)
 
+	queues *fairQueues // Config.Queues as the claim uses it (queues.go); nil without
+
 	counters counters
 }
 
@@ -53,6 +55,7 @@ func New(db *bun.DB, redis asynq.RedisConnOpt, cfg Config) (*Relay, error) {
 		return nil, err
 	}
 	r := &Relay{db: db, cfg: cfg, log: cfg.Logger, enq: cfg.Enqueuer, sem: make(chan struct{}, cfg.Concurrency)}
+	r.queues = newFairQueues(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if err := checkSchema(ctx, db); err != nil {
@@ -141,6 +144,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	if r.keys != nil {
 		wg.Go(func() { r.trackKeys(ctx, wake) })
 	}
+	wg.Go(func() { r.cancelLoop(ctx, wake) })
 	r.warnKeyedWithoutInspector(ctx, r.db)
 	r.log.LogAttrs(ctx, slog.LevelInfo, "bunbox relay started",
 		slog.Int("batch_size", r.cfg.BatchSize), slog.Int("concurrency", r.cfg.Concurrency), slog.Int("workers", r.cfg.Workers),
