@@ -66,7 +66,8 @@ func CountDead(ctx context.Context, db bun.IDB, f DeadFilter) (int64, error) {
 	return int64(n), nil
 }
 
-// RetryDeadWhere puts the dead events f selects back in line, like RetryDead, and returns how many.
+// RetryDeadWhere puts the dead events f selects back in line, like RetryDead, and returns how many; a
+// cancelled one (bunx.Outbox.Cancel) is left alone.
 func RetryDeadWhere(ctx context.Context, db bun.IDB, f DeadFilter) (int64, error) {
 	sub, err := selectDead(db, f)
 	if err != nil {
@@ -74,7 +75,7 @@ func RetryDeadWhere(ctx context.Context, db bun.IDB, f DeadFilter) (int64, error
 	}
 	res, err := db.NewUpdate().Table("outbox_events").
 		Set("dead_at = NULL, attempts = 0, next_attempt_at = NULL, published_at = NULL"). // see RetryDead
-		Where("id IN (?) AND dead_at IS NOT NULL", sub).Exec(ctx)
+		Where("id IN (?) AND dead_at IS NOT NULL AND cancelled_at IS NULL", sub).Exec(ctx) // a cancelled one stays cancelled
 	if err != nil {
 		return 0, fmt.Errorf("bunbox: retry dead events: %w", err)
 	}
