@@ -42,4 +42,5 @@ func ExampleRegister() {
 	// 20261129000003 bunbox_inbox
 	// 20261201000003 bunbox_delivery_options
 	// 20261201000004 bunbox_ordering
+	// 20261202000002 bunbox_cancel
 }

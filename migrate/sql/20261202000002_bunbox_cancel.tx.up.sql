@@ -1,6 +1,6 @@
 -- Cancel in a transaction (bunx.Outbox.Cancel) and fair queues (relay.Config.Queues).
 --
--- cancelled_at: the transaction that cancelled the event committed; the relay never claims the row again.
+-- cancelled_at: the transaction that cancelled the event committed, and the relay never claims the row again.
 -- cancel_settled_at: nothing is left to take back: the event was never published, or the relay took its
 -- tasks back out of asynq (or found they had run, or were gone). cancel_result says which.
 ALTER TABLE outbox_events
