@@ -215,18 +215,21 @@ func TestQueuesCriticalOvertakesBulkBacklog(t *testing.T) {
 		}
 		return nil
 	})
-	r := b.newRelay(t, Config{Queues: map[string]int{critical: 6, "default": 3, bulk: 1}, DisableNotify: true})
-	run(t, r)
-
-	runs := 3
+	runs, batch := 3, 0
 	if s := os.Getenv("QUEUES_LATENCY_RUNS"); s != "" {
 		runs, err = strconv.Atoi(s)
 		require.NoError(t, err)
 	}
+	if s := os.Getenv("QUEUES_LATENCY_BATCH"); s != "" {
+		batch, err = strconv.Atoi(s)
+		require.NoError(t, err)
+	}
+	r := b.newRelay(t, Config{Queues: map[string]int{critical: 6, "default": 3, bulk: 1}, DisableNotify: true, BatchSize: batch})
+	run(t, r)
 	var worst time.Duration
 	for i := range runs {
 		outboxtest.WaitFor(t, 2*time.Minute, "the bulk drain under way", func() bool {
-			return published(t, b.db) >= int64(5000*(i+1))
+			return published(t, b.db) >= int64(2000*(i+1))
 		})
 		ev, err := model.NewEvent("payment.failed", map[string]int{"n": i}, model.WithQueue(critical))
 		require.NoError(t, err)
