@@ -75,7 +75,7 @@ func RetryDeadWhere(ctx context.Context, db bun.IDB, f DeadFilter) (int64, error
 	}
 	res, err := db.NewUpdate().Table("outbox_events").
 		Set("dead_at = NULL, attempts = 0, next_attempt_at = NULL, published_at = NULL"). // see RetryDead
-		Where("id IN (?) AND dead_at IS NOT NULL AND cancelled_at IS NULL", sub).Exec(ctx) // a cancelled one stays cancelled
+		Where("id IN (?) AND dead_at IS NOT NULL AND cancelled_at IS NULL", sub).Exec(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("bunbox: retry dead events: %w", err)
 	}
