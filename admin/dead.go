@@ -31,7 +31,7 @@ func ListDead(ctx context.Context, db bun.IDB, limit int) ([]model.Event, error)
 
 // RetryDead puts the dead events with the given event ids back in line: their attempts are reset and the
 // relay picks them up on its next round (the last error is kept for reference). It returns how many rows
-// it revived; ids that are unknown or not dead are ignored. A keyed event whose task asynq archived is
+// it revived; ids that are unknown, not dead or cancelled (bunx.Outbox.Cancel) are ignored. A keyed event whose task asynq archived is
 // enqueued again: the relay deletes the archived task and enqueues a fresh one, and its key is unblocked
 // once that task completes.
 func RetryDead(ctx context.Context, db bun.IDB, eventIDs ...uuid.UUID) (int64, error) {
@@ -39,7 +39,7 @@ func RetryDead(ctx context.Context, db bun.IDB, eventIDs ...uuid.UUID) (int64, e
 		return 0, nil
 	}
 	res, err := db.NewRaw(`UPDATE outbox_events SET dead_at = NULL, attempts = 0, next_attempt_at = NULL, published_at = NULL
-WHERE event_id = ANY(?::uuid[]) AND dead_at IS NOT NULL`, pgdialect.Array(uuidStrings(eventIDs))).Exec(ctx)
+WHERE event_id = ANY(?::uuid[]) AND dead_at IS NOT NULL AND cancelled_at IS NULL`, pgdialect.Array(uuidStrings(eventIDs))).Exec(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("bunbox: retry dead events: %w", err)
 	}
@@ -56,9 +56,9 @@ func uuidStrings(ids []uuid.UUID) []string {
 
 // Backlog is the state of the outbox table.
 type Backlog struct {
-	// Pending counts the rows not yet published and not dead.
+	// Pending counts the rows not yet published, not dead and not cancelled.
 	Pending int64
-	// Dead counts the rows the relay gave up on.
+	// Dead counts the rows the relay gave up on (cancelled ones included).
 	Dead int64
 	// Lag is the age of the oldest pending row; 0 when none is pending.
 	Lag time.Duration
@@ -77,11 +77,11 @@ func ReadBacklog(ctx context.Context, db bun.IDB) (Backlog, error) {
 	var b Backlog
 	var lagSeconds float64
 	err := db.NewRaw(`SELECT
-  (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL),
+  (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL AND cancelled_at IS NULL),
   (SELECT count(*) FROM outbox_events WHERE dead_at IS NOT NULL),
   coalesce((SELECT extract(epoch FROM clock_timestamp() - created_at)::float8 FROM outbox_events
-    WHERE published_at IS NULL AND dead_at IS NULL ORDER BY id LIMIT 1), 0),
-  (SELECT count(*) FROM outbox_events WHERE process_at > now() AND published_at IS NOT NULL),
+    WHERE published_at IS NULL AND dead_at IS NULL AND cancelled_at IS NULL ORDER BY id LIMIT 1), 0),
+  (SELECT count(*) FROM outbox_events WHERE process_at > now() AND published_at IS NOT NULL AND cancelled_at IS NULL),
   (SELECT count(DISTINCT ordering_key) FROM outbox_events
     WHERE dead_at IS NOT NULL AND ordering_key IS NOT NULL AND completed_at IS NULL)`).
 		Scan(ctx, &b.Pending, &b.Dead, &lagSeconds, &b.Scheduled, &b.BlockedKeys)

@@ -66,7 +66,8 @@ func CountDead(ctx context.Context, db bun.IDB, f DeadFilter) (int64, error) {
 	return int64(n), nil
 }
 
-// RetryDeadWhere puts the dead events f selects back in line, like RetryDead, and returns how many.
+// RetryDeadWhere puts the dead events f selects back in line, like RetryDead, and returns how many; a
+// cancelled one (bunx.Outbox.Cancel) is left alone.
 func RetryDeadWhere(ctx context.Context, db bun.IDB, f DeadFilter) (int64, error) {
 	sub, err := selectDead(db, f)
 	if err != nil {
@@ -74,7 +75,7 @@ func RetryDeadWhere(ctx context.Context, db bun.IDB, f DeadFilter) (int64, error
 	}
 	res, err := db.NewUpdate().Table("outbox_events").
 		Set("dead_at = NULL, attempts = 0, next_attempt_at = NULL, published_at = NULL"). // see RetryDead
-		Where("id IN (?) AND dead_at IS NOT NULL", sub).Exec(ctx)
+		Where("id IN (?) AND dead_at IS NOT NULL AND cancelled_at IS NULL", sub).Exec(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("bunbox: retry dead events: %w", err)
 	}
@@ -98,7 +99,7 @@ func PurgeDead(ctx context.Context, db bun.IDB, f DeadFilter) (int64, error) {
 type EventBacklog struct {
 	Queue     string
 	EventName string
-	// Pending counts the rows not yet published and not dead.
+	// Pending counts the rows not yet published, not dead and not cancelled.
 	Pending int64
 	// Dead counts the rows the relay gave up on.
 	Dead int64
@@ -120,7 +121,7 @@ func ReadBacklogByEvent(ctx context.Context, db bun.IDB) ([]EventBacklog, error)
 	err := db.NewRaw(`SELECT queue, event_name, sum(pending)::bigint AS pending, sum(dead)::bigint AS dead, max(lag) AS lag FROM (
   SELECT queue, event_name, count(*) AS pending, 0 AS dead,
     extract(epoch FROM clock_timestamp() - min(created_at))::float8 AS lag
-  FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL GROUP BY queue, event_name
+  FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL AND cancelled_at IS NULL GROUP BY queue, event_name
   UNION ALL
   SELECT queue, event_name, 0, count(*), 0 FROM outbox_events WHERE dead_at IS NOT NULL GROUP BY queue, event_name
 ) AS b GROUP BY queue, event_name ORDER BY queue, event_name`).Scan(ctx, &rows)

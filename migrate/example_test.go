@@ -43,4 +43,5 @@ func ExampleRegister() {
 	// 20261201000003 bunbox_delivery_options
 	// 20261201000004 bunbox_ordering
 	// 20261202000001 bunbox_leases
+	// 20261202000002 bunbox_cancel
 }

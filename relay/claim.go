@@ -18,13 +18,15 @@ const claimColumns = `id, event_id, event_name, queue, payload, metadata, create
 
 // claimSQL locks the next batch of due unkeyed rows (keyed ones are claimed by keyedClaimSQL). It walks
 // the partial index outbox_events_unkeyed_pending_idx in id order (so the cost does not grow with the
-// published history, nor with keyed rows held back behind their key) and skips rows other relays hold.
+// published history, nor with keyed rows held back behind their key, nor with cancelled rows) and skips
+// rows other relays hold. A cancelled row (bunx.Outbox.Cancel) is never claimed: a cancel that commits
+// while a round holds the row waits for the round, and then finds the row published.
 const claimSQL = `SELECT ` + claimColumns + claimFrom
 
 // claimFrom is claimSQL after its columns.
 const claimFrom = `
 FROM outbox_events
-WHERE published_at IS NULL AND dead_at IS NULL AND ordering_key IS NULL
+WHERE published_at IS NULL AND dead_at IS NULL AND ordering_key IS NULL AND cancelled_at IS NULL
   AND (next_attempt_at IS NULL OR next_attempt_at <= now())
 ORDER BY id
 LIMIT ?
@@ -35,7 +37,8 @@ FOR UPDATE SKIP LOCKED`
 func (r *Relay) due(ctx context.Context) bool {
 	var due bool
 	err := r.db.NewRaw(`SELECT EXISTS (SELECT 1 FROM outbox_events
-WHERE published_at IS NULL AND dead_at IS NULL AND ordering_key IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= now()))`).Scan(ctx, &due)
+WHERE published_at IS NULL AND dead_at IS NULL AND ordering_key IS NULL AND cancelled_at IS NULL
+  AND (next_attempt_at IS NULL OR next_attempt_at <= now()))`).Scan(ctx, &due)
 	return err != nil || due || r.dueKeyed(ctx)
 }
 
@@ -47,19 +50,19 @@ var errMalformedRow = errors.New("bunbox: malformed outbox row")
 // task (see readRow) comes back in bad (index into events → error), to be marked dead rather than block
 // the rows behind it. windowed picks the claim that cuts at the budget in PostgreSQL (see claimQuery).
 func claim(ctx context.Context, tx bun.Tx, n int, budget int64, windowed bool) (events []model.Event, bad map[int]error, err error) {
-	return claimBy(ctx, tx, make([]model.Event, 0, n), nil, claimQuery(false, windowed), n, budget)
+	return claimBy(ctx, tx, make([]model.Event, 0, n), nil, claimQuery(false, windowed), windowed, budget, n)
 }
 
-// claimBy runs query (one of claimQuery's), which selects claimColumns and row_size and locks up to n
-// rows, and appends the rows it locked to events (and the errors of the rows that cannot become tasks to
-// bad, by index into events), stopping before the first row that would take the rows it appended over
-// budget bytes, unless it is the first (see budgeted). The scan is by hand rather than through bun's
-// model scan: it is the relay's hottest read.
-func claimBy(ctx context.Context, tx bun.Tx, events []model.Event, bad map[int]error, query string, n int, budget int64) (
-	_ []model.Event, _ map[int]error, err error,
-) {
-	args := []any{n}
-	if query == claimBudgetSQL || query == keyedClaimBudgetSQL {
+// claimBy runs query (one of claimQuery's or queueClaimQuery's), which selects claimColumns and row_size
+// and locks rows, with the query's own args (the last being how many rows), followed by budget when the
+// query is windowed (budgeted). It appends the rows it locked to events (and the errors of the rows that
+// cannot become tasks to bad, by index into events), stopping before the first row that would take the
+// rows it appended over budget bytes, unless it is the first (see budgeted). The scan is by hand rather
+// than through bun's model scan: it is the relay's hottest read.
+func claimBy(ctx context.Context, tx bun.Tx, events []model.Event, bad map[int]error, query string, windowed bool,
+	budget int64, args ...any,
+) (_ []model.Event, _ map[int]error, err error) {
+	if windowed {
 		args = append(args, budget)
 	}
 	rows, err := tx.QueryContext(ctx, query, args...)

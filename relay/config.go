@@ -35,6 +35,8 @@ const (
 	CleanupIntervalDefault    = time.Minute
 	CleanupBatchSizeDefault   = 1000
 	KeyCheckIntervalDefault   = 10 * time.Millisecond
+	// CancelCheckIntervalDefault is Config.CancelCheckInterval's default.
+	CancelCheckIntervalDefault = 100 * time.Millisecond
 	// NotifyChannel is the PostgreSQL channel the relay listens on and the trigger of EnableNotify notifies.
 	NotifyChannel = "bunbox_outbox"
 )
@@ -173,6 +175,21 @@ type Config struct {
 	// migration's on the table: the round fails and is retried instead of queueing behind it. At least 1ms;
 	// negative leaves the server's setting. Defaults to 10s.
 	LockTimeout time.Duration
+	// Queues, when set, claims the rows of each named queue apart, so that a backlog in one queue does not
+	// delay another: each round splits its rows between the named queues by weight (as asynq's
+	// Config.Queues), a queue with fewer rows than its part leaving the rest to the others, and the queues
+	// not named share one part of weight 1, first come first served. Names must not be empty; weights are
+	// 1 to 1000000. Keyed events (model.WithOrderingKey) are claimed before the queues' parts, as without
+	// Queues. Defaults to none: one first-come-first-served claim over all queues.
+	Queues map[string]int
+	// StrictPriority, with Queues, claims the queues in order of weight, highest first, each taking all it
+	// has before a lower one gets any of the round (the queues not named come last). Defaults to false:
+	// the rows are split by weight.
+	StrictPriority bool
+	// CancelCheckInterval is how often the relay looks for cancelled events (bunx.Outbox.Cancel) whose
+	// tasks are still to be taken out of asynq; the look is one index probe when there are none.
+	// Defaults to 100ms.
+	CancelCheckInterval time.Duration
 
 	now    func() time.Time
 	tracer trace.Tracer
@@ -200,6 +217,7 @@ func (c Config) withDefaults() Config {
 	c.IdleInTransactionTimeout = cmp.Or(c.IdleInTransactionTimeout, IdleInTransactionTimeoutDefault)
 	c.StatementTimeout = cmp.Or(c.StatementTimeout, StatementTimeoutDefault)
 	c.LockTimeout = cmp.Or(c.LockTimeout, LockTimeoutDefault)
+	c.CancelCheckInterval = cmp.Or(c.CancelCheckInterval, CancelCheckIntervalDefault)
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -254,6 +272,10 @@ func (c Config) validate() error {
 		if b != nil {
 			errs = append(errs, b)
 		}
+	}
+	check(c.CancelCheckInterval > 0, "CancelCheckInterval must be positive, got %s", c.CancelCheckInterval)
+	if err := validateQueues(c.Queues); err != nil {
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)

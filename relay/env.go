@@ -22,7 +22,9 @@ import (
 //	OUTBOX_IDLE_IN_TRANSACTION_TIMEOUT, OUTBOX_STATEMENT_TIMEOUT, OUTBOX_LOCK_TIMEOUT
 //
 // and OUTBOX_ROUTES for Config.Routes, as "event=listener,listener;event=listener"
-// (e.g. "order.placed=send-confirmation,reserve-stock"). The Redis to relay to is not in Config:
+// (e.g. "order.placed=send-confirmation,reserve-stock"); OUTBOX_QUEUES for Config.Queues, as
+// "queue:weight,queue:weight" (e.g. "critical:6,default:3,bulk:1"), OUTBOX_STRICT_PRIORITY and
+// OUTBOX_CANCEL_CHECK_INTERVAL. The Redis to relay to is not in Config:
 // RedisFromEnv reads it from OUTBOX_REDIS_URL.
 func ConfigFromEnv() (Config, error) { return configFromLookup(os.LookupEnv) }
 
@@ -99,6 +101,9 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 			return Config{}, fmt.Errorf("%w: OUTBOX_ROUTES=%q: %w", ErrInvalidConfig, s, err)
 		}
 		c.Routes = routes
+	}
+	if err := queuesFromLookup(lookup, &c); err != nil {
+		return Config{}, err
 	}
 	return c, nil
 }

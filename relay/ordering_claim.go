@@ -30,7 +30,9 @@ const keyedHeadsSQL = `WITH RECURSIVE heads AS (
 
 // keyedClaimSQL locks the heads that are pending and due, oldest first. A head another relay holds is
 // skipped, and the rows behind it are not heads: two relays never hold two rows of one key. A head that
-// is published, dead or not yet due holds its key.
+// is published, dead or not yet due holds its key. A cancelled head is never claimed, and holds its key
+// only until it is completed: at once by the cancel when it was never published, or by the relay's
+// cancel pass once its task is out of asynq (see cancel.go).
 //
 // The heads are found without locks, and the rows are then locked: a head that another relay published
 // in between fails the re-check of published_at that PostgreSQL makes on the locked row. A row stops
@@ -46,7 +48,7 @@ const keyedClaimSQL = keyedHeadsSQL + `SELECT ` + claimColumns + keyedClaimFrom
 const keyedClaimFrom = `
 FROM outbox_events
 WHERE id IN (SELECT id FROM heads WHERE heads.ordering_key NOT IN (` + keyInFlightSQL + `))
-  AND published_at IS NULL AND dead_at IS NULL
+  AND published_at IS NULL AND dead_at IS NULL AND cancelled_at IS NULL
   AND (next_attempt_at IS NULL OR next_attempt_at <= now())
 ORDER BY id
 LIMIT ?
@@ -128,7 +130,8 @@ func holdKeys(ctx context.Context, tx bun.Tx, events []model.Event, bad map[int]
 // claimRound locks the batch of a round, at most n rows within Config.BatchBytes (fewer on the first claim
 // of a relay when its rows are large, see claimSizer.sample): the keyed heads first,
 // at most half the rows so that unkeyed rows always have room, then unkeyed rows to fill it with what is
-// left of the rows and the bytes. Without an inspector (see Config.Inspector) keyed rows are left alone.
+// left of the rows and the bytes (by queue with Config.Queues, see claimUnkeyed). Without an inspector
+// (see Config.Inspector) keyed rows are left alone.
 func (r *Relay) claimRound(ctx context.Context, tx bun.Tx, n int) ([]model.Event, map[int]error, error) {
 	budget := r.cfg.BatchBytes
 	if r.sizer.meanRow.Load() <= 0 {
@@ -140,13 +143,13 @@ func (r *Relay) claimRound(ctx context.Context, tx bun.Tx, n int) ([]model.Event
 	}
 	windowed := r.sizer.windowed(n, budget)
 	if r.keys == nil {
-		return claim(ctx, tx, n, budget, windowed)
+		return r.claimUnkeyed(ctx, tx, make([]model.Event, 0, n), nil, n, budget, windowed)
 	}
 	var events []model.Event
 	var bad map[int]error
 	var err error
 	if windowed {
-		events, bad, err = claimBy(ctx, tx, make([]model.Event, 0, n), nil, keyedClaimBudgetSQL, max(1, n/2), budget)
+		events, bad, err = claimBy(ctx, tx, make([]model.Event, 0, n), nil, keyedClaimBudgetSQL, true, budget, max(1, n/2))
 	} else {
 		var rows *sql.Rows
 		if rows, err = r.queryKeyedClaim(ctx, tx, max(1, n/2)); err == nil {
@@ -163,7 +166,7 @@ func (r *Relay) claimRound(ctx context.Context, tx bun.Tx, n int) ([]model.Event
 	if len(events) > 0 && left <= 0 {
 		return events, bad, nil
 	}
-	return claimBy(ctx, tx, events, bad, claimQuery(false, windowed), n-len(events), max(left, 1))
+	return r.claimUnkeyed(ctx, tx, events, bad, n-len(events), max(left, 1), windowed)
 }
 
 // dueKeyed reports whether a keyed row may be waiting to be claimed; an error says yes.
@@ -174,6 +177,7 @@ func (r *Relay) dueKeyed(ctx context.Context) bool {
 	var due bool
 	err := r.db.NewRaw(keyedHeadsSQL+`SELECT EXISTS (SELECT 1 FROM outbox_events
 WHERE id IN (SELECT id FROM heads WHERE heads.ordering_key NOT IN (`+keyInFlightSQL+`))
-  AND published_at IS NULL AND dead_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= now()))`).Scan(ctx, &due)
+  AND published_at IS NULL AND dead_at IS NULL AND cancelled_at IS NULL
+  AND (next_attempt_at IS NULL OR next_attempt_at <= now()))`).Scan(ctx, &due)
 	return err != nil || due
 }

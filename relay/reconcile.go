@@ -331,17 +331,20 @@ type scanRange struct {
 // scheduled on (process_at, id). A row whose process_at is within Window or ahead is swept however long ago
 // it was published: its task cannot have run before process_at, nor left Redis before TaskRetention after
 // that. Grouped events (model.WithGroup) are left out: asynq deletes a group's tasks once it has
-// aggregated them, so a missing task of theirs proves nothing.
+// aggregated them, so a missing task of theirs proves nothing. Cancelled events are left out: their
+// tasks are meant to be gone.
 const (
 	reconcilePageSQL = `SELECT id, event_id, event_name, queue, published_at, process_at, published_at AS page_key
 FROM outbox_events
 WHERE published_at >= ?0 AND published_at <= ?1 AND (published_at, id) > (?2, ?3) AND task_group IS NULL
+  AND cancelled_at IS NULL
   AND (cardinality(?4::text[]) = 0 OR queue = ANY(?4::text[])) AND NOT (queue = ANY(?5::text[]))
 ORDER BY published_at, id
 LIMIT ?6`
 	reconcileScheduledPageSQL = `SELECT id, event_id, event_name, queue, published_at, process_at, process_at AS page_key
 FROM outbox_events
 WHERE process_at >= ?0 AND published_at < ?0 AND (process_at, id) > (?2, ?3) AND task_group IS NULL
+  AND cancelled_at IS NULL
   AND (cardinality(?4::text[]) = 0 OR queue = ANY(?4::text[])) AND NOT (queue = ANY(?5::text[]))
 ORDER BY process_at, id
 LIMIT ?6`
@@ -423,7 +426,7 @@ func requeue(ctx context.Context, db bun.IDB, rows []reconcileRow) (int, error) 
 	res, err := db.NewRaw(`UPDATE outbox_events AS o
 SET published_at = NULL, next_attempt_at = NULL, last_error = ?
 FROM unnest(?::bigint[], ?::timestamptz[]) AS m(id, published_at)
-WHERE o.id = m.id AND o.published_at = m.published_at AND o.completed_at IS NULL`,
+WHERE o.id = m.id AND o.published_at = m.published_at AND o.completed_at IS NULL AND o.cancelled_at IS NULL`,
 		reconcileLastError, pgdialect.Array(ids), pgdialect.Array(at)).Exec(ctx)
 	if err != nil {
 		return 0, err

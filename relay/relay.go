@@ -39,6 +39,7 @@ type Relay struct {
 	stmts *statements // the hottest statements, prepared (prepared.go)
 
 	redisOpt asynq.RedisConnOpt // the Redis options given to New, for the reconciler Run runs (reconcile_relay.go)
+	queues   *fairQueues        // Config.Queues as the claim uses it (queues.go); nil without
 
 	counters counters
 }
@@ -56,6 +57,7 @@ func New(db *bun.DB, redis asynq.RedisConnOpt, cfg Config) (*Relay, error) {
 	}
 	r := &Relay{db: db, cfg: cfg, log: cfg.Logger, enq: cfg.Enqueuer, sem: make(chan struct{}, cfg.Concurrency)}
 	r.redisOpt = redis
+	r.queues = newFairQueues(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if err := checkSchema(ctx, db); err != nil {
@@ -152,6 +154,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	if !r.cfg.DisableReconciler {
 		wg.Go(func() { r.reconcileLoop(ctx) })
 	}
+	wg.Go(func() { r.cancelLoop(ctx, wake) })
 	r.warnKeyedWithoutInspector(ctx, r.db)
 	r.warnEviction(ctx)
 	r.log.LogAttrs(ctx, slog.LevelInfo, "bunbox relay started",

@@ -8,6 +8,7 @@
 //	bunbox dead list [-limit 100] [-json] the events the relay gave up on
 //	bunbox dead retry <event-id>...       put dead events back in line (or -name NAME, or -all)
 //	bunbox dead purge -older-than D -yes  delete dead events for good (and/or -name NAME, or -all)
+//	bunbox cancel [-wait D] <event-id>... cancel events: never delivered, or taken out of asynq by the relay
 //	bunbox reconcile [-window 1h] [-json] one reconciler pass: re-deliver the events whose task Redis lost
 //	bunbox relay [-metrics-addr ...]      run a relay until SIGINT/SIGTERM, with /metrics, /healthz, /readyz
 //	bunbox ui [-addr 127.0.0.1:8080]      the operator page (read-only unless BUNBOX_UI_TOKEN is set)
@@ -60,6 +61,10 @@ commands:
   dead purge -older-than D [-name NAME…] -yes
                           delete dead events for good: dead longer than D and/or of a name, or -all;
                           without -yes it says how many it would delete
+  cancel [-wait D] [-json] <event-id>…
+                          cancel events in one transaction: one not yet published is never delivered,
+                          the relay takes a published one's task out of asynq if it has not run;
+                          -wait D waits up to D for the relay's outcome
   reconcile [-window W] [-json]
                           one reconciler pass over the events published within W (default 1h):
                           re-deliver those whose task Redis lost, and list them
@@ -182,6 +187,8 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 		return c.reconcile(ctx, args)
 	case "ui":
 		return c.ui(ctx, args)
+	case "cancel":
+		return c.cancel(ctx, args)
 	case "help":
 		fmt.Fprint(c.stdout, usage)
 		return nil

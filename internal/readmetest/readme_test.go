@@ -112,24 +112,24 @@ func marker(lines []string, fence int) (fragment bool, hidden string, hiddenLine
 func TestParseBlocks(t *testing.T) {
 	t.Parallel()
 	readme := strings.Join([]string{
-		"# x",                // 1
-		"```sh",              // 2
-		"```go",              // 3: inside a sh block, not a go block
-		"```",                // 4
-		"<!-- fragment -->",  // 5
-		"```go",              // 6
-		"a := 1",             // 7
-		"```",                // 8
-		"<!-- fragment",      // 9
+		"# x",                  // 1
+		"```sh",                // 2
+		"```go",                // 3: inside a sh block, not a go block
+		"```",                  // 4
+		"<!-- fragment -->",    // 5
+		"```go",                // 6
+		"a := 1",               // 7
+		"```",                  // 8
+		"<!-- fragment",        // 9
 		"var in *worker.Inbox", // 10
-		"-->",                // 11
-		"```go",              // 12
-		"in.Handler()",       // 13
-		"```",                // 14
-		"<!-- a comment -->", // 15
-		"```go",              // 16
-		"package main",       // 17
-		"```",                // 18
+		"-->",                  // 11
+		"```go",                // 12
+		"in.Handler()",         // 13
+		"```",                  // 14
+		"<!-- a comment -->",   // 15
+		"```go",                // 16
+		"package main",         // 17
+		"```",                  // 18
 	}, "\n")
 	got := parseBlocks(t, readme)
 	require.Equal(t, []block{
@@ -305,7 +305,7 @@ func TestTypeCheckFindsErrors(t *testing.T) {
 		"```",                                                                            // 13
 		"<!-- fragment -->",                                                              // 14
 		"```go",                                                                          // 15
-		"in := worker.NewInbox(db, 42)",                                                    // 16
+		"in := worker.NewInbox(db, 42)",                                                  // 16
 		"```",                                                                            // 17
 	}, "\n")
 	errs := typeCheck(t, moduleRoot(t), parseBlocks(t, readme))
