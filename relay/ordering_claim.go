@@ -134,14 +134,16 @@ func holdKeys(ctx context.Context, tx bun.Tx, events []model.Event, bad map[int]
 // (see Config.Inspector) keyed rows are left alone.
 func (r *Relay) claimRound(ctx context.Context, tx bun.Tx, n int) ([]model.Event, map[int]error, error) {
 	budget := r.cfg.BatchBytes
-	if r.sizer.meanRow.Load() <= 0 {
-		// The first claim: sized from the rows at the head of the line, not BatchSize of them.
+	first := r.sizer.meanRow.Load() <= 0
+	if first {
+		// The first claim: sized from the rows at the head of the line, not BatchSize of them, and cut
+		// at the budget in PostgreSQL, as before the sample.
 		if err := r.sizer.sample(ctx, tx); err != nil {
 			return nil, nil, err
 		}
 		n = r.sizer.limit(n, budget)
 	}
-	windowed := r.sizer.windowed(n, budget)
+	windowed := first || r.sizer.windowed(n, budget)
 	if r.keys == nil {
 		return r.claimUnkeyed(ctx, tx, make([]model.Event, 0, n), nil, n, budget, windowed)
 	}
