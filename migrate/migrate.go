@@ -155,6 +155,9 @@ func acquireLock(ctx context.Context, db *bun.DB) (bun.Tx, error) {
 	for {
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
+			if ctx.Err() != nil {
+				return bun.Tx{}, fmt.Errorf("bunbox migrate: lock: waiting for another migration to finish: %w", ctx.Err())
+			}
 			return bun.Tx{}, fmt.Errorf("bunbox migrate: lock: %w", err)
 		}
 		// The lock's transaction idles while the migrations run on other connections: a database-wide
@@ -169,6 +172,9 @@ func acquireLock(ctx context.Context, db *bun.DB) (bun.Tx, error) {
 		}
 		_ = tx.Rollback()
 		if err != nil {
+			if ctx.Err() != nil { // the driver may report the end of ctx as a network timeout
+				return bun.Tx{}, fmt.Errorf("bunbox migrate: lock: waiting for another migration to finish: %w", ctx.Err())
+			}
 			return bun.Tx{}, fmt.Errorf("bunbox migrate: lock: %w", err)
 		}
 		t := time.NewTimer(delay/2 + rand.N(delay/2+1)) // jitter: waiting replicas do not retry in step
