@@ -155,6 +155,9 @@ func acquireLock(ctx context.Context, db *bun.DB) (bun.Tx, error) {
 	for {
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
+			if cause := ended(ctx); cause != nil { // the driver may report the end of ctx as a network timeout
+				return bun.Tx{}, fmt.Errorf("bunbox migrate: lock: waiting for another migration to finish: %w", cause)
+			}
 			return bun.Tx{}, fmt.Errorf("bunbox migrate: lock: %w", err)
 		}
 		// The lock's transaction idles while the migrations run on other connections: a database-wide
@@ -169,6 +172,9 @@ func acquireLock(ctx context.Context, db *bun.DB) (bun.Tx, error) {
 		}
 		_ = tx.Rollback()
 		if err != nil {
+			if cause := ended(ctx); cause != nil { // the driver may report the end of ctx as a network timeout
+				return bun.Tx{}, fmt.Errorf("bunbox migrate: lock: waiting for another migration to finish: %w", cause)
+			}
 			return bun.Tx{}, fmt.Errorf("bunbox migrate: lock: %w", err)
 		}
 		t := time.NewTimer(delay/2 + rand.N(delay/2+1)) // jitter: waiting replicas do not retry in step
@@ -180,6 +186,18 @@ func acquireLock(ctx context.Context, db *bun.DB) (bun.Tx, error) {
 		}
 		delay = min(2*delay, lockPollMax)
 	}
+}
+
+// ended returns why ctx is done, or context.DeadlineExceeded once its deadline has passed (a driver that
+// reads with ctx's deadline, as pgdriver does, can time out a moment before ctx reports it), or nil.
+func ended(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // SchemaSQL returns the whole schema as plain SQL, the up migrations in order, for teams that migrate with

@@ -44,7 +44,9 @@
 // [NotifyChannel] for every insert into the outbox: a relay then wakes within a millisecond or two of
 // the commit however long it was idle. The relay listens with pgdriver's Listener or, when the *bun.DB
 // runs on pgx (github.com/jackc/pgx/v5/stdlib), on a pgx connection of its own dialed with the
-// configuration of one of the pool's connections; under another driver it only polls. A notification is
+// configuration of one of the pool's connections; under another driver it only polls. It listens only on a
+// connection it can tell is direct, never through a pooler in transaction mode (whose notifications reach
+// other clients); behind one, give [Config.ListenURL] a direct connection. A notification is
 // only a hint (one sent while the listener reconnects is lost); polling remains the safety net. The trigger is opt-in because a NOTIFY takes a
 // database-wide lock at commit that serializes committing writers: BenchmarkNotifyCommitCost measured
 // 8 concurrent writers at 0.59 to 0.71 of their plain commit rate, and 0.09 on a heavily loaded machine.

@@ -16,6 +16,7 @@ import (
 // driver) and the next NOTIFY wakes it, with a poll interval far beyond the wait.
 func TestListenerReconnects(t *testing.T) {
 	t.Parallel()
+	outboxtest.SkipPooled(t, "the relay does not LISTEN through a transaction pooler (TestListenOnlyWhenDirect covers it)")
 	ctx := context.Background()
 	// An application_name of its own finds this relay's listener among the other tests' ones.
 	app := "bunbox_listen_" + randHex(6)

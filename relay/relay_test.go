@@ -295,6 +295,7 @@ func TestNewChecksItsDependencies(t *testing.T) {
 
 func TestIdleRelayWakesOnNotify(t *testing.T) {
 	t.Parallel()
+	outboxtest.SkipPooled(t, "the relay does not LISTEN through a transaction pooler (TestListenOnlyWhenDirect covers it)")
 	b := setup(t)
 	require.NoError(t, EnableNotifyTrigger(context.Background(), b.db))
 	// A poll interval far beyond the wait below: only the notification can explain a quick delivery.

@@ -31,6 +31,7 @@ type RedisCluster struct {
 func StartRedisCluster(tb testing.TB, opts *RedisOptions) *RedisCluster {
 	tb.Helper()
 	SkipShort(tb)
+	SkipPooled(tb, "the Redis Cluster scenarios do not depend on how PostgreSQL is reached: the direct pass runs them")
 	if opts != nil && opts.Password != "" {
 		tb.Fatal("outboxtest.StartRedisCluster: RedisOptions.Password is not supported for a cluster")
 	}

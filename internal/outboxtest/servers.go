@@ -228,6 +228,7 @@ func StartPostgres(tb testing.TB) *Postgres {
 // StartPostgresWith is StartPostgres with files in the data directory and extra server settings.
 func StartPostgresWith(tb testing.TB, opts PostgresOptions) *Postgres {
 	tb.Helper()
+	SkipPooled(tb, "a private PostgreSQL server is reached directly, not through the pooler: the direct pass runs this test")
 	SkipShort(tb)
 	bin, err := pgBin()
 	if err != nil {
