@@ -59,7 +59,7 @@ func TestBeginBounded(t *testing.T) {
 	t.Parallel()
 	outboxtest.SkipShort(t)
 	db, _ := outboxtest.Schema(t)
-	db.DB.SetMaxOpenConns(1) // the SHOW after the commit runs on the connection of the transaction
+	db.SetMaxOpenConns(1) // the SHOW after the commit runs on the connection of the transaction
 	ctx := context.Background()
 	cfg := Config{IdleInTransactionTimeout: 7 * time.Second, StatementTimeout: 8 * time.Second, LockTimeout: 9 * time.Second}.withDefaults()
 	tx, err := beginBounded(ctx, db, cfg.bounds())

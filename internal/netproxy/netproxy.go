@@ -69,8 +69,8 @@ func (p *Proxy) Partitioned() bool {
 // SetLatency delays every chunk by d, one way (a round trip takes 2d more); 0 ends the spike.
 func (p *Proxy) SetLatency(d time.Duration) { p.set(func() { p.latency = max(d, 0) }) }
 
-// DropReplies, while on, forwards what clients send and discards what the target answers: a request that
-// arrived whose reply was lost.
+// DropReplies turns the dropping of replies on or off: while on, the proxy forwards what clients send and
+// discards what the target answers, as for a request that arrived whose reply was lost.
 func (p *Proxy) DropReplies(on bool) { p.set(func() { p.dropReply = on }) }
 
 // Reset closes every open connection with a TCP RST on both sides, as a middlebox that lost its state does.
@@ -223,7 +223,7 @@ func (l *link) read(src net.Conn, q *[]chunk, reply bool) {
 		buf := make([]byte, 32<<10)
 		n, err := src.Read(buf)
 		p.mu.Lock()
-		if n > 0 && !(reply && p.dropReply) {
+		if n > 0 && (!reply || !p.dropReply) {
 			*q = append(*q, chunk{b: buf[:n], at: time.Now()})
 		}
 		if err != nil && !l.dead {
