@@ -13,6 +13,10 @@ import (
 // readyTimeout bounds each check of one readiness probe.
 const readyTimeout = 2 * time.Second
 
+// evictionNotChecked is Readiness.RedisEviction for a relay given Config.Enqueuer: its Redis connections
+// are not the relay's, so the policy is not read.
+const evictionNotChecked = "not checked: Config.Enqueuer was given"
+
 // redisNotChecked is Readiness.Redis for a relay whose Config.Enqueuer has no Ping method.
 const redisNotChecked = "not checked: Config.Enqueuer has no Ping method"
 
@@ -50,16 +54,20 @@ func (r *Relay) Ready(ctx context.Context) Readiness {
 		}
 	})
 	wg.Go(func() {
+		if r.rdb == nil {
+			rep.RedisEviction = evictionNotChecked // the Enqueuer's Redis is not the relay's to read
+		}
 		if err := r.pingRedis(ctx); err != nil {
 			rep.Redis = err.Error()
-			rep.RedisEviction = "unknown: Redis does not answer"
+			if r.rdb != nil {
+				rep.RedisEviction = "unknown: Redis does not answer"
+			}
+			return
+		}
+		if r.rdb == nil {
 			return
 		}
 		rep.RedisEviction = "ok"
-		if r.rdb == nil {
-			rep.RedisEviction = "not checked: Config.Enqueuer was given"
-			return
-		}
 		if err := CheckEvictionPolicy(ctx, r.rdb); err != nil {
 			rep.RedisEviction = err.Error()
 		}

@@ -65,7 +65,7 @@ func TestEnvWhiteSpace(t *testing.T) {
 	databaseURL := withParam(outboxtest.DatabaseURL(), "search_path="+schema)
 	code, _, stderr := runCLI(t, map[string]string{"DATABASE_URL": " " + databaseURL + "\n"}, "migrate", "up")
 	require.Equal(t, 0, code, stderr)
-	code, _, stderr = runCLI(t, nil, "-database-url", "\t"+databaseURL+" ", "status")
+	code, _, stderr = runCLI(t, map[string]string{"REDIS_ADDR": " " + outboxtest.RedisAddr() + "\n"}, "-database-url", "\t"+databaseURL+" ", "status")
 	require.Equal(t, 0, code, stderr)
 
 	// The URL's host and sslmode, not libpq's defaults (localhost, prefer): this server has no TLS.
