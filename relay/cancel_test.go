@@ -143,6 +143,9 @@ func TestCancelTakesTasksBackOutOfAsynq(t *testing.T) {
 		cancelInTx(t, b.db, ob, ev.EventID)
 		require.Equal(t, CancelRemoved, waitCancelSettled(t, b.db, ev.EventID))
 		b.requireTaskGone(t, ev.EventID.String())
+		outboxtest.WaitFor(t, 10*time.Second, "the log line", func() bool { // logged after the outcome commits
+			return len(b.logs.matching("cancelled event: "+CancelRemoved)) >= 1
+		})
 		require.Len(t, b.logs.matching("cancelled event: "+CancelRemoved), 1)
 	})
 
@@ -235,6 +238,10 @@ func TestCancelCannotTakeBackWhatRan(t *testing.T) {
 	close(release)
 	require.Equal(t, CancelRan, waitCancelSettled(t, b.db, running.EventID))
 
+	// The line is logged after the row's outcome commits: wait for it rather than race it.
+	outboxtest.WaitFor(t, 10*time.Second, "a log line per event", func() bool {
+		return len(b.logs.matching("cancelled event: "+CancelRan)) >= 2
+	})
 	ran := b.logs.matching("cancelled event: " + CancelRan)
 	require.Len(t, ran, 2, "one line per event")
 	for _, r := range ran {
