@@ -54,6 +54,7 @@ func restrictedRole(t *testing.T, admin *bun.DB, schema string) *bun.DB {
 // with a published_at older than the pass: the reconciler must still check that row at the next pass
 // (here the task is lost while the markers stay, as in a failover to a replica that had the markers).
 func TestReconcilerUnderRoleWithoutReadAllStats(t *testing.T) {
+	outboxtest.SkipPooled(t, "it creates a login role, which the test PgBouncer has no auth entry for, and grants on a schema the pooler pass does not make; the direct pass runs it")
 	t.Parallel()
 	ctx := context.Background()
 	db, schema := outboxtest.Schema(t)
