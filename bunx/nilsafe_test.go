@@ -2,28 +2,17 @@ package bunx_test
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/dialect/pgdialect"
-	"github.com/uptrace/bun/driver/pgdriver"
 
 	"github.com/bunbox/bunbox/bunx"
+	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/model"
 )
-
-// unconnected is a *bun.DB that never connects: enough for what these tests reach.
-func unconnected(t *testing.T) *bun.DB {
-	t.Helper()
-	db := bun.NewDB(sql.OpenDB(pgdriver.NewConnector(pgdriver.WithAddr("127.0.0.1:1"))), pgdialect.New())
-	t.Cleanup(func() { _ = db.Close() })
-	return db
-}
 
 // Nil loggers and nil options are defaults, not panics; nil receivers give errors.
 func TestNilOptions(t *testing.T) {
@@ -32,7 +21,7 @@ func TestNilOptions(t *testing.T) {
 
 	t.Run("OutboxNilOption", func(t *testing.T) {
 		t.Parallel()
-		ob := bunx.New(unconnected(t), nil)
+		ob := bunx.New(outboxtest.Unconnected(t), nil)
 		require.NoError(t, ob.Record(ctx, ob.DB()), "no events: nothing to write")
 	})
 
@@ -41,13 +30,13 @@ func TestNilOptions(t *testing.T) {
 		var ob *bunx.Outbox
 		ev, err := model.NewEvent("x", nil)
 		require.NoError(t, err)
-		require.ErrorContains(t, ob.Record(ctx, unconnected(t), ev), "nil Outbox")
+		require.ErrorContains(t, ob.Record(ctx, outboxtest.Unconnected(t), ev), "nil Outbox")
 		require.ErrorContains(t, ob.Dispatch(ctx, ev), "nil Outbox")
 	})
 
 	t.Run("TransactorNilOption", func(t *testing.T) {
 		t.Parallel()
-		require.NotNil(t, bunx.NewTransactor(unconnected(t), nil))
+		require.NotNil(t, bunx.NewTransactor(outboxtest.Unconnected(t), nil))
 	})
 
 	t.Run("NewEventNilOption", func(t *testing.T) {
@@ -75,7 +64,7 @@ func TestOnePayloadLimit(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			ob := bunx.New(unconnected(t), tt.opts...)
+			ob := bunx.New(outboxtest.Unconnected(t), tt.opts...)
 			ev := &model.Event{EventID: big.EventID, Name: "big", Payload: make(json.RawMessage, tt.limit+1)}
 			err := ob.Record(context.Background(), ob.DB(), ev)
 			require.ErrorIs(t, err, model.ErrInvalidEvent)

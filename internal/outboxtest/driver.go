@@ -4,7 +4,10 @@ import (
 	"cmp"
 	"database/sql"
 	"fmt"
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 	"os"
+	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -57,4 +60,13 @@ func OpenSQL(url string, params map[string]any) (*sql.DB, error) {
 		opts = append(opts, pgdriver.WithConnParams(params))
 	}
 	return sql.OpenDB(pgdriver.NewConnector(opts...)), nil
+}
+
+// Unconnected returns a *bun.DB on a port nothing listens on: enough for code that must not reach the
+// database (option handling, nil checks, registration). It is closed when the test ends.
+func Unconnected(tb testing.TB) *bun.DB {
+	tb.Helper()
+	db := bun.NewDB(sql.OpenDB(pgdriver.NewConnector(pgdriver.WithAddr("127.0.0.1:1"))), pgdialect.New())
+	tb.Cleanup(func() { _ = db.Close() })
+	return db
 }
