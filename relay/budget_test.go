@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
@@ -258,10 +259,17 @@ func TestFirstClaimRespectsTheByteBudget(t *testing.T) {
 	require.LessOrEqual(t, 30-unlocked, 4, "rows the first claim locked")
 	require.NoError(t, tx.Rollback())
 
-	// The rounds that follow drain it all, a budget's worth each.
+	// The rounds that follow drain it all, a budget's worth each. A round that meets an outage (a Redis
+	// read that times out on a loaded machine: these tasks are 512 KiB each) releases its rows uncharged,
+	// and the next round takes them again.
+	deadline := time.Now().Add(2 * time.Minute)
 	for published(t, b.db) < 30 {
+		require.True(t, time.Now().Before(deadline), "the rounds did not drain the rows in 2 minutes")
 		res := r.runOnce(ctx)
-		require.NoError(t, res.Err)
+		if res.Err != nil {
+			require.False(t, taskOwn(res.Err), "a round failed for the task's own fault: %v", res.Err)
+			t.Logf("a round met an outage and released its rows: %v", res.Err)
+		}
 		require.LessOrEqual(t, res.Claimed, 4)
 	}
 }
