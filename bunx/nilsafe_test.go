@@ -50,8 +50,8 @@ func TestNilOptions(t *testing.T) {
 // The payload limit is one setting, the Outbox's: NewEvent accepts what the Outbox decides about.
 func TestOnePayloadLimit(t *testing.T) {
 	t.Parallel()
-	big, err := model.NewEvent("big", json.RawMessage(`"`+strings.Repeat("x", 2<<20)+`"`), model.WithMaxPayloadSize(10)) //nolint:staticcheck // the deprecated option, on purpose
-	require.NoError(t, err, "NewEvent checks the ceiling only; the deprecated option does nothing")
+	big, err := model.NewEvent("big", json.RawMessage(`"`+strings.Repeat("x", 2<<20)+`"`))
+	require.NoError(t, err, "NewEvent checks the ceiling only")
 	for _, tt := range []struct {
 		name  string
 		opts  []bunx.Option
