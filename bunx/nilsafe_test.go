@@ -21,8 +21,9 @@ func TestNilOptions(t *testing.T) {
 
 	t.Run("OutboxNilOption", func(t *testing.T) {
 		t.Parallel()
-		ob := bunx.New(outboxtest.Unconnected(t), nil)
-		require.NoError(t, ob.Record(ctx, ob.DB()), "no events: nothing to write")
+		db := outboxtest.Unconnected(t)
+		ob := bunx.New(db, nil)
+		require.NoError(t, ob.Record(ctx, db), "no events: nothing to write")
 	})
 
 	t.Run("NilOutbox", func(t *testing.T) {
@@ -64,9 +65,10 @@ func TestOnePayloadLimit(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			ob := bunx.New(outboxtest.Unconnected(t), tt.opts...)
+			db := outboxtest.Unconnected(t)
+			ob := bunx.New(db, tt.opts...)
 			ev := &model.Event{EventID: big.EventID, Name: "big", Payload: make(json.RawMessage, tt.limit+1)}
-			err := ob.Record(context.Background(), ob.DB(), ev)
+			err := ob.Record(context.Background(), db, ev)
 			require.ErrorIs(t, err, model.ErrInvalidEvent)
 			require.ErrorContains(t, err, fmt.Sprintf("%d bytes, over the limit of %d (the payload limit: bunx.WithMaxPayloadSize)", tt.limit+1, tt.limit))
 		})

@@ -73,14 +73,6 @@ func WithPreparedStatements() Option {
 	return func(o *Outbox) { o.reg.prepared = true }
 }
 
-// WithoutPreparedStatements makes the Outbox write every event with a literal INSERT run through bun, which
-// is the default; it undoes an earlier WithPreparedStatements in the same New.
-//
-// Deprecated: the literal INSERT is the default; drop the option.
-func WithoutPreparedStatements() Option {
-	return func(o *Outbox) { o.reg.prepared = false }
-}
-
 // WithLogger sets the logger of the Outbox's warnings: trace context it left out of an event's metadata
 // because the event would have gone over model's metadata limits with it (see Outbox.Record). A nil logger
 // keeps the default. Defaults to slog.Default().
@@ -112,9 +104,6 @@ func New(db *bun.DB, opts ...Option) *Outbox {
 	o.stmts = bind(db, o.reg)
 	return o
 }
-
-// DB returns the database the Outbox is bound to.
-func (o *Outbox) DB() *bun.DB { return o.db }
 
 // Record writes events into the outbox with db, in one statement. Pass the bun.Tx of the business change:
 // the events then commit and roll back with it. With a *bun.DB or bun.Conn outside a transaction, the
