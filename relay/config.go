@@ -9,8 +9,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/bunbox/bunbox/connect"
 	"github.com/bunbox/bunbox/fanout"
+	"github.com/bunbox/bunbox/internal/dsncheck"
 	"github.com/hibiken/asynq"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
@@ -254,7 +254,7 @@ func (c Config) validate() error {
 	check(c.CleanupBatchSize >= 1 && c.CleanupBatchSize <= 100000, "CleanupBatchSize must be between 1 and 100000, got %d", c.CleanupBatchSize)
 	check(c.KeyCheckInterval > 0, "KeyCheckInterval must be positive, got %s", c.KeyCheckInterval)
 	if c.ListenURL != "" {
-		if _, err := connect.PostgresConnector(c.ListenURL, nil); err != nil {
+		if err := dsncheck.Check(c.ListenURL); err != nil {
 			errs = append(errs, fmt.Errorf("ListenURL: %w", err)) // the connect error masks the password
 		}
 	}
