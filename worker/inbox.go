@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,7 +12,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/uptrace/bun"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/internal/pgerr"
@@ -33,39 +33,13 @@ type Inbox struct {
 	tracing *tracing
 }
 
-// InboxOption configures an Inbox.
-type InboxOption func(*Inbox)
-
-// WithInboxLogger sets the logger for failed handlers (Warn; Error for a task asynq archives), rejected
-// tasks (Error) and skipped duplicates (Info); nil keeps the default. Defaults to a logger that writes
-// Warn and above to stderr, so that a handler that keeps failing is never silent (asynq logs no handler
-// error).
-func WithInboxLogger(l *slog.Logger) InboxOption {
-	return func(in *Inbox) {
-		if l != nil {
-			in.logger = l
-		}
-	}
-}
-
-// WithInboxTracerProvider sets the TracerProvider of the handlers' consumer spans (see Inbox.Handler).
-// Defaults to the global one (otel.GetTracerProvider), read by NewInbox.
-func WithInboxTracerProvider(tp trace.TracerProvider) InboxOption {
-	return func(in *Inbox) { in.tracing = newTracing([]TraceOption{WithTracerProvider(tp)}) }
-}
-
 // NewInbox returns an Inbox that records handled events in db's inbox_events table (see the migrate package).
-func NewInbox(db *bun.DB, opts ...InboxOption) *Inbox {
+func NewInbox(db *bun.DB, opts ...Option) *Inbox {
 	if db == nil {
 		panic("worker.NewInbox: db must not be nil")
 	}
-	in := &Inbox{db: db, logger: defaultInboxLogger(), tracing: newTracing(nil)}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(in)
-		}
-	}
-	return in
+	o := applyOptions(opts)
+	return &Inbox{db: db, logger: cmp.Or(o.logger, defaultInboxLogger()), tracing: newTracing(o.tp)}
 }
 
 // ErrMalformedTask is wrapped (with asynq.SkipRetry, so asynq archives the task instead of retrying it

@@ -29,24 +29,24 @@ const (
 	InboxReconcileMarginDefault = time.Hour
 )
 
-// InboxMinWindow is the shortest Window NewInboxCleaner accepts, whatever the other settings. Besides
+// inboxMinWindow is the shortest Window NewInboxCleaner accepts, whatever the other settings. Besides
 // asynq's own retries, the relay's Reconciler may enqueue a handled event again when Redis lost its
 // completed task: for rows published within its Window (1h by default), which it keeps below the relay's
 // TaskRetention (24h by default). A record must outlive that too: see InboxCleanerConfig.MinWindow.
-const InboxMinWindow = 24 * time.Hour
+const inboxMinWindow = 24 * time.Hour
 
 // asynqRecoverySpan is the longest asynq takes to notice that a worker died holding a task: the lease
 // (30s, asynq's internal rdb.LeaseDuration), the recoverer's allowance for clock skew (30s) and its
 // interval (1m), all fixed in asynq v0.26.
 const asynqRecoverySpan = 2 * time.Minute
 
-// AsynqRedeliverySpan is the longest time over which asynq v0.26 may deliver one task again after its
+// asynqRedeliverySpan is the longest time over which asynq v0.26 may deliver one task again after its
 // first delivery, for a task of maxRetry retries whose attempts each run at most timeout, with the
 // server's default RetryDelayFunc (asynq.DefaultRetryDelayFunc, taken at its largest: n⁴+15+29(n+1)
 // seconds before retry n+1): the sum of every retry delay, plus, for every attempt, the timeout and the
 // time asynq takes to recover a task whose worker died (2m). With asynq's defaults (25 retries, 30m) it
 // is about 21 days. It saturates at the largest time.Duration.
-func AsynqRedeliverySpan(maxRetry int, timeout time.Duration) time.Duration {
+func asynqRedeliverySpan(maxRetry int, timeout time.Duration) time.Duration {
 	var secs float64
 	for n := range max(maxRetry, 0) {
 		f := float64(n)
@@ -65,9 +65,9 @@ func AsynqRedeliverySpan(maxRetry int, timeout time.Duration) time.Duration {
 type InboxCleanerConfig struct {
 	// Window is how long the record of a handled event is kept: a repeated delivery within Window is
 	// recognised and skipped, one after it runs the handler again. It must be at least MinWindow: the
-	// longest time asynq may deliver a task again (see AsynqRedeliverySpan for MaxRetry and TaskTimeout,
+	// longest time asynq may deliver a task again (computed from MaxRetry and TaskTimeout,
 	// or RedeliverySpan), the time the relay's reconciler may enqueue it again (the larger of
-	// TaskRetention and ReconcileWindow, plus ReconcileMargin), and never below InboxMinWindow. Defaults
+	// TaskRetention and ReconcileWindow, plus ReconcileMargin), and never below 24h. Defaults
 	// to 720h (30 days).
 	Window time.Duration
 	// MaxRetry is the largest MaxRetry of the tasks the Inbox's handlers process (model.WithMaxRetry of
@@ -77,7 +77,7 @@ type InboxCleanerConfig struct {
 	// TaskTimeout is the longest one attempt of those tasks may run: the largest Timeout among them
 	// (model.WithTimeout; asynq's default for the others). Defaults to 30m, asynq's default.
 	TaskTimeout time.Duration
-	// RedeliverySpan replaces AsynqRedeliverySpan(MaxRetry, TaskTimeout) as the longest redelivery span,
+	// RedeliverySpan replaces the span computed from MaxRetry and TaskTimeout as the longest redelivery span,
 	// for workers with a RetryDelayFunc of their own: the sum of its largest delays plus, per attempt, the
 	// timeout and 2m. Defaults to 0: computed from MaxRetry and TaskTimeout with asynq's default delays.
 	RedeliverySpan time.Duration
@@ -117,18 +117,22 @@ func (c InboxCleanerConfig) withDefaults() InboxCleanerConfig {
 
 // MinWindow is the shortest Window the configuration accepts: the longest of the redelivery span (asynq
 // delivering the task again), the reconcile span (the larger of TaskRetention and ReconcileWindow, plus
-// ReconcileMargin: the reconciler enqueueing it again after Redis lost it), and InboxMinWindow. A record
-// deleted sooner lets either run the handler a second time. Call it on a configuration with its
-// defaults applied (InboxCleaner.Config).
+// ReconcileMargin: the reconciler enqueueing it again after Redis lost it), and 24h. A record
+// deleted sooner lets either run the handler a second time. The zero fields count as their defaults.
 func (c InboxCleanerConfig) MinWindow() time.Duration {
-	return max(c.redeliverySpan(), c.reconcileSpan(), InboxMinWindow)
+	return c.withDefaults().minWindow()
+}
+
+// minWindow is MinWindow of a configuration with its defaults applied.
+func (c InboxCleanerConfig) minWindow() time.Duration {
+	return max(c.redeliverySpan(), c.reconcileSpan(), inboxMinWindow)
 }
 
 func (c InboxCleanerConfig) redeliverySpan() time.Duration {
 	if c.RedeliverySpan != 0 {
 		return c.RedeliverySpan
 	}
-	return AsynqRedeliverySpan(c.MaxRetry, c.TaskTimeout)
+	return asynqRedeliverySpan(c.MaxRetry, c.TaskTimeout)
 }
 
 // reconcileSpan is how long after an event's first delivery the reconciler may still enqueue it again.
@@ -171,7 +175,7 @@ func (c InboxCleanerConfig) validate() error {
 		errs = append(errs, fmt.Errorf("ReconcileMargin must not be negative, got %s", c.ReconcileMargin))
 	}
 	if len(errs) == 0 {
-		if minW := c.MinWindow(); c.Window < minW {
+		if minW := c.minWindow(); c.Window < minW {
 			var why string
 			switch minW {
 			case c.redeliverySpan():
@@ -184,7 +188,7 @@ func (c InboxCleanerConfig) validate() error {
 				why = fmt.Sprintf("the relay's reconciler may enqueue a handled event again up to max(TaskRetention %s, ReconcileWindow %s) + ReconcileMargin %s after it was published",
 					c.TaskRetention, c.ReconcileWindow, c.ReconcileMargin)
 			default:
-				why = fmt.Sprintf("a reconciler may enqueue a handled event again within the relay's TaskRetention (InboxMinWindow, %s)", InboxMinWindow)
+				why = fmt.Sprintf("a reconciler may enqueue a handled event again within the relay's TaskRetention (at least %s in any case)", inboxMinWindow)
 			}
 			errs = append(errs, fmt.Errorf("Window %s is too short: %s; a record deleted sooner lets a redelivered task run its handler twice: make Window at least %s",
 				c.Window, why, minW))
@@ -219,9 +223,6 @@ func NewInboxCleaner(in *Inbox, cfg InboxCleanerConfig) (*InboxCleaner, error) {
 	}
 	return &InboxCleaner{in: in, cfg: cfg}, nil
 }
-
-// Config returns the configuration in effect, defaults applied.
-func (c *InboxCleaner) Config() InboxCleanerConfig { return c.cfg }
 
 // Run cleans now and then every Interval until ctx ends, and returns nil then. A failed pass is logged
 // (with the Inbox's logger) and retried at the next interval.
