@@ -51,10 +51,10 @@ type Enqueuer interface {
 
 var _ Enqueuer = (*asynq.Client)(nil)
 
-// Pinger is the optional health check of an Enqueuer.
-type Pinger interface{ Ping() error }
+// pinger is the optional health check of an Enqueuer, detected by a type assertion.
+type pinger interface{ Ping() error }
 
-var _ Pinger = (*asynq.Client)(nil)
+var _ pinger = (*asynq.Client)(nil)
 
 // Config tunes a Relay. The zero value is ready to use.
 type Config struct {
@@ -150,7 +150,7 @@ type Config struct {
 	KeyCheckInterval time.Duration
 	// Inspector looks up the tasks of keyed events. Defaults to an asynq.Inspector on the Redis options
 	// given to New; with neither, keyed events are not relayed (they wait, and the relay says so in its log).
-	Inspector KeyInspector
+	Inspector Inspector
 	// DisableReconciler turns off the reconciler that Run runs next to the relay: for teams that run
 	// relay.NewReconciler apart. Defaults to false: Run also reconciles (see Reconciler), one relay per
 	// database at a time by the lease "bunbox.reconciler" in the table bunbox_leases, so that the tasks

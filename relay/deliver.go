@@ -19,12 +19,12 @@ import (
 // errReleased marks a claimed row that was not tried because the relay is stopping.
 var errReleased = errors.New("bunbox: relay stopping, row released")
 
-// Task builds the asynq task the relay enqueues for ev, with its options: type = event name,
+// newTask builds the asynq task the relay enqueues for ev, with its options: type = event name,
 // payload = the JSON payload, headers = the event's metadata plus the bunbox headers, TaskID = the event
 // id, queue = the event's queue, retention (the dedupe window) = taskRetention or the event's longer
 // Retention, and the event's delivery options (model.WithProcessAt and the options after it), each as
 // asynq's option of the same name.
-func Task(ev *model.Event, taskRetention time.Duration) (*asynq.Task, []asynq.Option) {
+func newTask(ev *model.Event, taskRetention time.Duration) (*asynq.Task, []asynq.Option) {
 	headers := make(map[string]string, len(ev.Metadata)+3)
 	for k, v := range ev.Metadata {
 		headers[k] = v
@@ -92,7 +92,7 @@ func (r *Relay) deliver(ctx context.Context, events []model.Event, bad map[int]e
 func (r *Relay) enqueue(ctx context.Context, ev *model.Event) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.EnqueueTimeout)
 	defer cancel()
-	task, opts := Task(ev, r.cfg.TaskRetention)
+	task, opts := newTask(ev, r.cfg.TaskRetention)
 	listeners := r.cfg.Routes[ev.Name]
 	if len(listeners) == 0 {
 		return r.enqueueTask(ctx, ev, task, opts)

@@ -17,15 +17,16 @@ import (
 	"github.com/bunbox/bunbox/model"
 )
 
-// KeyInspector is what the relay needs from asynq to relay keyed events (model.WithOrderingKey):
-// *asynq.Inspector implements it. GetTaskInfo must return an error wrapping asynq.ErrTaskNotFound or
-// asynq.ErrQueueNotFound for a task Redis does not have.
-type KeyInspector interface {
+// Inspector is what the relay (for keyed events, model.WithOrderingKey, and cancels) and the Reconciler
+// need from asynq: *asynq.Inspector implements it. GetTaskInfo must return an error wrapping
+// asynq.ErrTaskNotFound or asynq.ErrQueueNotFound for a task Redis does not have. The Reconciler only
+// looks tasks up.
+type Inspector interface {
 	GetTaskInfo(queue, id string) (*asynq.TaskInfo, error)
 	DeleteTask(queue, id string) error
 }
 
-var _ KeyInspector = (*asynq.Inspector)(nil)
+var _ Inspector = (*asynq.Inspector)(nil)
 
 // keyTracker is the relay's part of per-key ordering: it looks up the tasks of the keyed rows in flight
 // (published, not completed, not dead) and records what asynq did with them.
@@ -44,7 +45,7 @@ var _ KeyInspector = (*asynq.Inspector)(nil)
 //
 // Every relay runs one; they share the rows with FOR UPDATE SKIP LOCKED.
 type keyTracker struct {
-	ins   KeyInspector
+	ins   Inspector
 	rdb   redis.UniversalClient // reads the tasks' states in one pipeline; nil with Config.Inspector
 	ownDB bool                  // rdb was made for the tracker, closed by Close
 	owned *asynq.Inspector      // the inspector the relay made, closed by Close

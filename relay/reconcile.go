@@ -104,7 +104,7 @@ type Reconciler struct {
 	db      *bun.DB
 	cfg     ReconcilerConfig
 	log     *slog.Logger
-	ins     TaskInspector         // with ReconcilerConfig.Inspector: look-ups one at a time, every pass a sweep
+	ins     Inspector             // with ReconcilerConfig.Inspector: look-ups one at a time, every pass a sweep
 	rdb     redis.UniversalClient // otherwise: the client NewReconciler made, closed by Close
 	running atomic.Bool
 

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/bunbox/bunbox/fanout"
-	"github.com/hibiken/asynq"
 )
 
 // Defaults applied by NewReconciler to the zero fields of a ReconcilerConfig.
@@ -26,14 +25,6 @@ const reconcileLeaseName = "bunbox.reconciler"
 // reconcileLastError is what a requeued row's last_error says, for the operator who wonders why a
 // published event was enqueued again.
 const reconcileLastError = "bunbox reconciler: the task was missing from Redis (data loss?); requeued"
-
-// TaskInspector is what the Reconciler needs from asynq: *asynq.Inspector implements it. GetTaskInfo must
-// return an error wrapping asynq.ErrTaskNotFound or asynq.ErrQueueNotFound for a task Redis does not have.
-type TaskInspector interface {
-	GetTaskInfo(queue, id string) (*asynq.TaskInfo, error)
-}
-
-var _ TaskInspector = (*asynq.Inspector)(nil)
 
 // ReconcilerConfig tunes a Reconciler. The zero value is ready to use.
 type ReconcilerConfig struct {
@@ -73,7 +64,7 @@ type ReconcilerConfig struct {
 	// does not close it. It looks tasks up one at a time, and without Redis of its own the reconciler
 	// cannot keep markers there (see Reconciler): every pass then sweeps the whole window, and a task whose
 	// queue asynq does not know counts as lost. Defaults to nil.
-	Inspector TaskInspector
+	Inspector Inspector
 	// LeaseTTL is how long the reconciler that Relay.Run runs holds the lease "bunbox.reconciler" in the
 	// table bunbox_leases after it took or renewed it; it renews it every LeaseTTL/3 and stops reconciling
 	// when a renewal has not succeeded within LeaseTTL. When the holder stops (ctx done) it gives the lease

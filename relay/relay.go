@@ -29,7 +29,7 @@ type Relay struct {
 	cfg     Config
 	log     *slog.Logger
 	enq     Enqueuer
-	pinger  Pinger
+	pinger  pinger
 	rdb     redis.UniversalClient // the connections of the client New made, closed by Close; nil with Config.Enqueuer
 	running atomic.Bool
 	sem     chan struct{} // bounds the enqueues in flight, over all workers
@@ -81,7 +81,7 @@ func New(db *bun.DB, redis asynq.RedisConnOpt, cfg Config) (*Relay, error) {
 		_ = r.Close()
 		return nil, err
 	}
-	r.pinger, _ = r.enq.(Pinger)
+	r.pinger, _ = r.enq.(pinger)
 	if r.pinger != nil {
 		if err := r.pinger.Ping(); err != nil {
 			_ = r.Close()
