@@ -114,32 +114,31 @@ type Reconciler struct {
 
 // NewReconciler checks that the outbox table exists and that Redis answers, and returns a Reconciler.
 // redisOpt may be nil when cfg.Inspector is set. Invalid settings give an error wrapping ErrInvalidConfig
-// that names the field; a missing table gives ErrNoSchema.
+// that names the field; a missing table gives ErrNoSchema. Its checks take at most 15s;
+// NewReconcilerContext bounds them by a context of the caller's.
 func NewReconciler(db *bun.DB, redisOpt asynq.RedisConnOpt, cfg ReconcilerConfig) (*Reconciler, error) {
-	if db == nil {
-		return nil, errors.New("bunbox: relay.NewReconciler: db is nil")
-	}
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
 	defer cancel()
-	if err := checkSchema(ctx, db); err != nil {
+	return NewReconcilerContext(ctx, db, redisOpt, cfg)
+}
+
+// NewReconcilerContext is NewReconciler with the checks (the outbox table, Redis) run within ctx: give it
+// a deadline. ctx is not kept: Run takes its own.
+func NewReconcilerContext(ctx context.Context, db *bun.DB, redisOpt asynq.RedisConnOpt, cfg ReconcilerConfig) (*Reconciler, error) {
+	cfg, err := open(ctx, "NewReconciler", db, cfg)
+	if err != nil {
 		return nil, err
 	}
 	if cfg.Inspector == nil && redisOpt == nil {
-		return nil, errors.New("bunbox: relay.NewReconciler: give the Redis options or ReconcilerConfig.Inspector")
+		return nil, errors.New("relay: NewReconciler: give the Redis options or ReconcilerConfig.Inspector")
 	}
 	r, err := newReconciler(db, redisOpt, cfg)
 	if err != nil {
 		return nil, err
 	}
-	if r.rdb != nil {
-		if err := r.rdb.Ping(ctx).Err(); err != nil {
-			_ = r.rdb.Close()
-			return nil, fmt.Errorf("bunbox: reconciler: Redis does not answer: %w", err)
-		}
+	if err := pingOpened(ctx, r.rdb, nil); err != nil {
+		_ = r.Close()
+		return nil, err
 	}
 	return r, nil
 }

@@ -46,29 +46,30 @@ type Relay struct {
 
 // New checks that the outbox table exists and that Redis answers, and returns a Relay ready to Run.
 // redis may be nil when cfg.Enqueuer is set. Invalid settings give an error wrapping ErrInvalidConfig that
-// names the field; a missing table gives ErrNoSchema, a read-only database ErrReadOnly.
+// names the field; a missing table gives ErrNoSchema, a read-only database ErrReadOnly. Its checks take at
+// most 15s; NewContext bounds them by a context of the caller's.
 func New(db *bun.DB, redis asynq.RedisConnOpt, cfg Config) (*Relay, error) {
-	if db == nil {
-		return nil, errors.New("bunbox: relay.New: db is nil")
-	}
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	r := &Relay{db: db, cfg: cfg, log: cfg.Logger, enq: cfg.Enqueuer, sem: make(chan struct{}, cfg.Concurrency)}
-	r.redisOpt = redis
-	r.queues = newFairQueues(cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
 	defer cancel()
-	if err := checkSchema(ctx, db); err != nil {
+	return NewContext(ctx, db, redis, cfg)
+}
+
+// NewContext is New with the checks (the outbox table, a writable database, Redis, the prepared
+// statements) run within ctx: give it a deadline. ctx is not kept: Run takes its own.
+func NewContext(ctx context.Context, db *bun.DB, redis asynq.RedisConnOpt, cfg Config) (*Relay, error) {
+	cfg, err := open(ctx, "New", db, cfg)
+	if err != nil {
 		return nil, err
 	}
 	if err := checkWritable(ctx, db); err != nil {
 		return nil, err // a standby, or default_transaction_read_only: every round would fail
 	}
+	r := &Relay{db: db, cfg: cfg, log: cfg.Logger, enq: cfg.Enqueuer, sem: make(chan struct{}, cfg.Concurrency)}
+	r.redisOpt = redis
+	r.queues = newFairQueues(cfg)
 	if r.enq == nil {
 		if redis == nil {
-			return nil, errors.New("bunbox: relay.New: give the Redis options or Config.Enqueuer")
+			return nil, errors.New("relay: New: give the Redis options or Config.Enqueuer")
 		}
 		client, rdb, err := newClient(redis)
 		if err != nil {
@@ -82,11 +83,9 @@ func New(db *bun.DB, redis asynq.RedisConnOpt, cfg Config) (*Relay, error) {
 		return nil, err
 	}
 	r.pinger, _ = r.enq.(pinger)
-	if r.pinger != nil {
-		if err := r.pinger.Ping(); err != nil {
-			_ = r.Close()
-			return nil, fmt.Errorf("bunbox: relay: Redis does not answer: %w", err)
-		}
+	if err := pingOpened(ctx, r.rdb, r.pinger); err != nil {
+		_ = r.Close()
+		return nil, err
 	}
 	return r, nil
 }
