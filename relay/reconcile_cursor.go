@@ -181,6 +181,3 @@ func (r *Reconciler) writeMarkers(ctx context.Context, queues []string) (lost []
 	}
 	return lost, errors.Join(errs...)
 }
-
-// asynqQueuesKey is asynq's set of queue names (base.AllQueues).
-const asynqQueuesKey = "asynq:queues"

@@ -11,25 +11,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// taskLookup is one task of a row to look up.
-type taskLookup struct {
-	row    int
-	taskID string
-}
-
 // taskLookups lists the tasks of rows: one per row, or one per listener of its event with Routes.
 func (r *Reconciler) taskLookups(rows []reconcileRow) []taskLookup {
 	lookups := make([]taskLookup, 0, len(rows))
 	for i, row := range rows {
-		id := row.EventID.String()
-		listeners := r.cfg.Routes[row.Name]
-		if len(listeners) == 0 {
-			lookups = append(lookups, taskLookup{i, id})
-			continue
-		}
-		for _, l := range listeners {
-			lookups = append(lookups, taskLookup{i, id + ":" + l})
-		}
+		lookups = appendTaskLookups(lookups, r.cfg.Routes, i, row.EventID, row.Name)
 	}
 	return lookups
 }
