@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/bunbox/bunbox/internal/pgerr"
 	"log/slog"
 	"math"
 	"time"
+
+	"github.com/bunbox/bunbox/internal/configcheck"
+	"github.com/bunbox/bunbox/internal/pgerr"
 )
 
 // Defaults applied by NewInboxCleaner to the zero fields of an InboxCleanerConfig.
@@ -28,6 +30,10 @@ const (
 	// the queue's latency.
 	InboxReconcileMarginDefault = time.Hour
 )
+
+// ErrInvalidConfig is wrapped by the error of an InboxCleanerConfig that cannot work; the message names the
+// field.
+var ErrInvalidConfig = errors.New("bunx: invalid InboxCleanerConfig")
 
 // inboxMinWindow is the shortest Window NewInboxCleaner accepts, whatever the other settings. Besides
 // asynq's own retries, the relay's Reconciler may enqueue a handled event again when Redis lost its
@@ -149,32 +155,17 @@ func satAdd(a, b time.Duration) time.Duration {
 }
 
 func (c InboxCleanerConfig) validate() error {
-	var errs []error
-	if c.MaxRetry < 0 || c.MaxRetry > 100 {
-		errs = append(errs, fmt.Errorf("MaxRetry must be between 0 and 100, got %d", c.MaxRetry))
-	}
-	if c.TaskTimeout < 0 {
-		errs = append(errs, fmt.Errorf("TaskTimeout must not be negative, got %s", c.TaskTimeout))
-	}
-	if c.RedeliverySpan < 0 {
-		errs = append(errs, fmt.Errorf("RedeliverySpan must not be negative, got %s", c.RedeliverySpan))
-	}
-	if c.BatchSize < 1 || c.BatchSize > 10000 {
-		errs = append(errs, fmt.Errorf("BatchSize must be between 1 and 10000, got %d", c.BatchSize))
-	}
-	if c.Interval < 0 {
-		errs = append(errs, fmt.Errorf("Interval must not be negative, got %s", c.Interval))
-	}
-	if c.TaskRetention < time.Second {
-		errs = append(errs, fmt.Errorf("TaskRetention must be at least 1s (the relay's Config.TaskRetention), got %s", c.TaskRetention))
-	}
-	if c.ReconcileWindow < 0 {
-		errs = append(errs, fmt.Errorf("ReconcileWindow must not be negative, got %s", c.ReconcileWindow))
-	}
-	if c.ReconcileMargin < 0 {
-		errs = append(errs, fmt.Errorf("ReconcileMargin must not be negative, got %s", c.ReconcileMargin))
-	}
-	if len(errs) == 0 {
+	var p configcheck.Problems
+	check := p.Check
+	check(c.MaxRetry >= 0 && c.MaxRetry <= 100, "MaxRetry must be between 0 and 100, got %d", c.MaxRetry)
+	check(c.TaskTimeout >= 0, "TaskTimeout must not be negative, got %s", c.TaskTimeout)
+	check(c.RedeliverySpan >= 0, "RedeliverySpan must not be negative, got %s", c.RedeliverySpan)
+	check(c.BatchSize >= 1 && c.BatchSize <= 10000, "BatchSize must be between 1 and 10000, got %d", c.BatchSize)
+	check(c.Interval >= 0, "Interval must not be negative, got %s", c.Interval)
+	check(c.TaskRetention >= time.Second, "TaskRetention must be at least 1s (the relay's Config.TaskRetention), got %s", c.TaskRetention)
+	check(c.ReconcileWindow >= 0, "ReconcileWindow must not be negative, got %s", c.ReconcileWindow)
+	check(c.ReconcileMargin >= 0, "ReconcileMargin must not be negative, got %s", c.ReconcileMargin)
+	if len(p.List()) == 0 {
 		if minW := c.minWindow(); c.Window < minW {
 			var why string
 			switch minW {
@@ -190,14 +181,11 @@ func (c InboxCleanerConfig) validate() error {
 			default:
 				why = fmt.Sprintf("a reconciler may enqueue a handled event again within the relay's TaskRetention (at least %s in any case)", inboxMinWindow)
 			}
-			errs = append(errs, fmt.Errorf("Window %s is too short: %s; a record deleted sooner lets a redelivered task run its handler twice: make Window at least %s",
+			p.Add(fmt.Errorf("Window %s is too short: %s; a record deleted sooner lets a redelivered task run its handler twice: make Window at least %s",
 				c.Window, why, minW))
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("bunx: invalid InboxCleanerConfig: %w", err)
-	}
-	return nil
+	return p.Err(ErrInvalidConfig)
 }
 
 // InboxCleaner deletes the inbox_events records older than its Window, so that the inbox does not grow
