@@ -124,7 +124,7 @@ func TestPreparedWritesWhatLiteralWrites(t *testing.T) {
 			evs[i], err = model.NewEvent("odd.values", json.RawMessage(`{"q":"it's ? and ?name","bs":"a\\b","u":"héllo ✓"}`),
 				model.WithQueue("q?name"), model.WithMetadata("k'ey", "v?al \\"), model.WithProcessAt(at),
 				model.WithMaxRetry(3), model.WithTimeout(90*time.Second), model.WithDeadline(at.Add(time.Hour)),
-				model.WithRetention(2*time.Hour), keyOrGroup)
+				model.WithTaskRetention(2*time.Hour), keyOrGroup)
 			require.NoError(t, err)
 		}
 		evs[0].MaxRetry = nil // a column some rows of the statement set and others leave NULL

@@ -93,7 +93,7 @@ func scanClaim(rows *sql.Rows, events []model.Event, bad map[int]error, budget i
 			break
 		}
 		taken += size
-		ev.Timeout, ev.Retention = time.Duration(timeoutNs), time.Duration(retentionNs)
+		ev.Timeout, ev.TaskRetention = time.Duration(timeoutNs), time.Duration(retentionNs)
 		if err := readRow(&ev, metadata); err != nil {
 			if bad == nil {
 				bad = map[int]error{}

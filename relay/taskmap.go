@@ -36,7 +36,7 @@ func newTask(ev *model.Event, taskRetention time.Duration) (*asynq.Task, []asynq
 	opts := []asynq.Option{
 		asynq.TaskID(id),
 		asynq.Queue(ev.Queue),
-		asynq.Retention(max(taskRetention, ev.Retention)),
+		asynq.Retention(max(taskRetention, ev.TaskRetention)),
 	}
 	opts = appendDeliveryOptions(opts, ev)
 	return asynq.NewTaskWithHeaders(ev.Name, ev.Payload, headers), opts
