@@ -172,7 +172,7 @@ func (r *registry) write(ctx context.Context, d schema.Dialect, events []*model.
 					// A pooler in transaction mode, or DEALLOCATE/DISCARD on the connection: this write
 					// failed (its transaction is aborted), and the next ones write the literal INSERT.
 					stmts.off.Store(true)
-					return fmt.Errorf("bunbox: the server lost or confused bunx's prepared outbox INSERT (a pooler in "+
+					return fmt.Errorf("bunx: the server lost or confused bunx's prepared outbox INSERT (a pooler in "+
 						"transaction mode? drop bunx.WithPreparedStatements there); later writes use a literal INSERT: %w", err)
 				}
 				return err
@@ -258,9 +258,9 @@ func insertError(err error) error {
 		return fmt.Errorf("%w: %w", ErrDuplicateEvent, err)
 	}
 	if isUndefinedTable(err) {
-		return fmt.Errorf("bunbox: the outbox table is missing: apply the migrations (bunboxmigrate.Up, or `bunbox migrate up`): %w", err)
+		return fmt.Errorf("bunx: the outbox table is missing: apply the migrations (bunboxmigrate.Up, or `bunbox migrate up`): %w", err)
 	}
-	return fmt.Errorf("bunbox: write outbox events: %w", err)
+	return fmt.Errorf("bunx: write outbox events: %w", err)
 }
 
 func isUndefinedTable(err error) bool { return pgerr.Is(err, pgerr.UndefinedTable) }
