@@ -80,7 +80,7 @@ func TestDeliveryOptions(t *testing.T) {
 			ev, err := model.NewEvent("report.due", nil, tt.opts...)
 			if tt.wantErr != "" {
 				require.ErrorIs(t, err, model.ErrInvalidEvent)
-				require.ErrorContains(t, err, `bunbox: invalid event "report.due": `)
+				require.ErrorContains(t, err, `model: invalid event "report.due": `)
 				require.ErrorContains(t, err, tt.wantErr)
 				require.Nil(t, ev)
 				return
