@@ -82,7 +82,7 @@ var _ prometheus.Collector = (*Metrics)(nil)
 // NewMetrics returns Metrics with no observations yet. A negative MaxLabelValues is an error.
 func NewMetrics(cfg MetricsConfig) (*Metrics, error) {
 	if cfg.MaxLabelValues < 0 {
-		return nil, fmt.Errorf("bunbox: relaymetrics: MaxLabelValues must be at least 1, got %d", cfg.MaxLabelValues)
+		return nil, fmt.Errorf("relaymetrics: MaxLabelValues must be at least 1, got %d", cfg.MaxLabelValues)
 	}
 	maxValues := cmp.Or(cfg.MaxLabelValues, MaxLabelValuesDefault)
 	counter := func(name, help string) prometheus.Counter {
