@@ -13,7 +13,7 @@ import (
 )
 
 // errReleased marks a claimed row that was not tried because the relay is stopping.
-var errReleased = errors.New("bunbox: relay stopping, row released")
+var errReleased = errors.New("relay: stopping, row released")
 
 // deliver enqueues the events, at most Concurrency at once over all workers, and returns one error per
 // event: nil when it reached Redis (a TaskID conflict means it already had), errReleased when ctx ended

@@ -156,7 +156,7 @@ func newReconciler(db *bun.DB, redisOpt asynq.RedisConnOpt, cfg ReconcilerConfig
 	}
 	r.rdb, _ = rdb.(redis.UniversalClient)
 	if r.rdb == nil {
-		return nil, fmt.Errorf("bunbox: relay: unusable Redis options %T: they make no go-redis client", redisOpt)
+		return nil, fmt.Errorf("relay: unusable Redis options %T: they make no go-redis client", redisOpt)
 	}
 	return r, nil
 }
@@ -256,7 +256,7 @@ func (r *Reconciler) pass(ctx context.Context, sweep bool) (res ReconcileResult,
 	var now, horizon, readAt time.Time
 	var hidden []string
 	if err := r.db.NewRaw(reconcileHorizonSQL).Scan(ctx, &now, &horizon, &readAt, pgdialect.Array(&hidden)); err != nil {
-		return res, fmt.Errorf("bunbox: reconciler: PostgreSQL: %w", err)
+		return res, fmt.Errorf("relay: reconciler: PostgreSQL: %w", err)
 	}
 	from := now.Add(-r.cfg.Window)
 	c := &r.cursor
@@ -372,7 +372,7 @@ func (r *Reconciler) scan(ctx context.Context, res *ReconcileResult, rg scanRang
 		var rows []reconcileRow
 		if err := r.db.NewRaw(query, rg.from, rg.to, afterAt, afterID, queues, notQueues,
 			r.cfg.BatchSize).Scan(ctx, &rows); err != nil {
-			return fmt.Errorf("bunbox: reconciler: read published rows: %w", err)
+			return fmt.Errorf("relay: reconciler: read published rows: %w", err)
 		}
 		if len(rows) == 0 {
 			return nil
@@ -394,7 +394,7 @@ func (r *Reconciler) scan(ctx context.Context, res *ReconcileResult, rg scanRang
 					slog.String("queue", row.Queue))
 			}
 			if rerr != nil {
-				return fmt.Errorf("bunbox: reconciler: requeue: %w", rerr)
+				return fmt.Errorf("relay: reconciler: requeue: %w", rerr)
 			}
 		}
 		if err != nil {

@@ -67,7 +67,7 @@ func (r *Reconciler) exist(ctx context.Context, res *ReconcileResult, rows []rec
 		cmds[i] = pipe.Exists(ctx, asynqTaskKey(rows[lk.row].Queue, lk.taskID))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("bunbox: reconciler: look up tasks in Redis: %w", err)
+		return fmt.Errorf("relay: reconciler: look up tasks in Redis: %w", err)
 	}
 	for i, lk := range lookups {
 		if cmds[i].Val() == 0 {
@@ -112,7 +112,7 @@ func (r *Reconciler) inspect(ctx context.Context, rows []reconcileRow, gone []bo
 			case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
 				gone[lk.row] = true
 			case firstErr == nil:
-				firstErr = fmt.Errorf("bunbox: reconciler: look up task %s in queue %q: %w", lk.taskID, row.Queue, err)
+				firstErr = fmt.Errorf("relay: reconciler: look up task %s in queue %q: %w", lk.taskID, row.Queue, err)
 			}
 		})
 	}

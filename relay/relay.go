@@ -16,11 +16,11 @@ import (
 
 var (
 	// ErrInvalidConfig is wrapped by the errors of a Config that cannot work; the message names the field.
-	ErrInvalidConfig = errors.New("bunbox: invalid relay config")
+	ErrInvalidConfig = errors.New("relay: invalid config")
 	// ErrNoSchema means the outbox table does not exist: apply the schema first.
-	ErrNoSchema = errors.New("bunbox: table outbox_events does not exist: apply the schema with `bunbox migrate up` or migrate.Up")
+	ErrNoSchema = errors.New("relay: table outbox_events does not exist: apply the schema with `bunbox migrate up` or migrate.Up")
 	// ErrRunning is returned by Run when the Relay is already running.
-	ErrRunning = errors.New("bunbox: relay is already running")
+	ErrRunning = errors.New("relay: already running")
 )
 
 // Relay moves committed outbox rows into asynq. Build it with New and run it with Run.
@@ -95,7 +95,7 @@ func NewContext(ctx context.Context, db *bun.DB, redis asynq.RedisConnOpt, cfg C
 func fromRedisOpt[T any](redis asynq.RedisConnOpt, mk func(asynq.RedisConnOpt) T) (v T, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("bunbox: relay: unusable Redis options %T: %v", redis, p)
+			err = fmt.Errorf("relay: unusable Redis options %T: %v", redis, p)
 		}
 	}()
 	return mk(redis), nil
@@ -104,7 +104,7 @@ func fromRedisOpt[T any](redis asynq.RedisConnOpt, mk func(asynq.RedisConnOpt) T
 func checkSchema(ctx context.Context, db bun.IDB) error {
 	var exists bool
 	if err := db.NewRaw("SELECT to_regclass('outbox_events') IS NOT NULL").Scan(ctx, &exists); err != nil {
-		return fmt.Errorf("bunbox: relay: PostgreSQL: %w", err)
+		return fmt.Errorf("relay: PostgreSQL: %w", err)
 	}
 	if !exists {
 		return ErrNoSchema
