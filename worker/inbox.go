@@ -44,7 +44,7 @@ func NewInbox(db *bun.DB, opts ...Option) *Inbox {
 
 // ErrMalformedTask is wrapped (with asynq.SkipRetry, so asynq archives the task instead of retrying it
 // forever) by the error of a task whose bunbox headers or payload cannot be read.
-var ErrMalformedTask = errors.New("bunbox: malformed task")
+var ErrMalformedTask = errors.New("worker: malformed task")
 
 // Handler wraps fn as an asynq handler that runs at most once per event for the handler name. fn runs in a
 // transaction of the Inbox's database: return an error to roll its work back (and the inbox record with
@@ -163,7 +163,7 @@ func TaskEventID(t *asynq.Task) (uuid.UUID, error) {
 
 func inboxError(err error) error {
 	if pgerr.Is(err, pgerr.UndefinedTable) {
-		return fmt.Errorf("bunbox: the inbox table is missing: apply the migrations (bunboxmigrate.Up, or `bunbox migrate up`): %w", err)
+		return fmt.Errorf("worker: the inbox table is missing: apply the migrations (bunboxmigrate.Up, or `bunbox migrate up`): %w", err)
 	}
-	return fmt.Errorf("bunbox inbox: record event: %w", err)
+	return fmt.Errorf("worker: record event: %w", err)
 }

@@ -33,7 +33,7 @@ const (
 
 // ErrInvalidConfig is wrapped by the error of an InboxCleanerConfig that cannot work; the message names the
 // field.
-var ErrInvalidConfig = errors.New("bunx: invalid InboxCleanerConfig")
+var ErrInvalidConfig = errors.New("worker: invalid InboxCleanerConfig")
 
 // inboxMinWindow is the shortest Window NewInboxCleaner accepts, whatever the other settings. Besides
 // asynq's own retries, the relay's Reconciler may enqueue a handled event again when Redis lost its
@@ -203,7 +203,7 @@ type InboxCleaner struct {
 // whose Window is shorter than MinWindow, with an error that names the field.
 func NewInboxCleaner(in *Inbox, cfg InboxCleanerConfig) (*InboxCleaner, error) {
 	if in == nil {
-		return nil, errors.New("bunx: NewInboxCleaner: the inbox must not be nil")
+		return nil, errors.New("worker: NewInboxCleaner: the inbox must not be nil")
 	}
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -244,13 +244,13 @@ func (c *InboxCleaner) Cleanup(ctx context.Context) (int64, error) {
 		res, err := c.in.db.NewRaw(cleanupSQL, c.cfg.Window.Microseconds(), c.cfg.BatchSize).Exec(ctx)
 		if err != nil {
 			if pgerr.Is(err, pgerr.UndefinedTable) {
-				return total, fmt.Errorf("bunbox: the inbox table is missing: apply the migrations (bunboxmigrate.Up, or `bunbox migrate up`): %w", err)
+				return total, fmt.Errorf("worker: the inbox table is missing: apply the migrations (bunboxmigrate.Up, or `bunbox migrate up`): %w", err)
 			}
-			return total, fmt.Errorf("bunbox inbox: cleanup: %w", err)
+			return total, fmt.Errorf("worker: cleanup: %w", err)
 		}
 		n, err := res.RowsAffected()
 		if err != nil {
-			return total, fmt.Errorf("bunbox inbox: cleanup: %w", err)
+			return total, fmt.Errorf("worker: cleanup: %w", err)
 		}
 		total += n
 		if n < int64(c.cfg.BatchSize) {

@@ -105,7 +105,7 @@ func TestInboxCleanerConfig(t *testing.T) {
 				require.NotNil(t, c)
 				return
 			}
-			require.ErrorContains(t, err, "bunx: invalid InboxCleanerConfig: ")
+			require.ErrorContains(t, err, "worker: invalid InboxCleanerConfig: ")
 			require.ErrorContains(t, err, tc.want)
 			require.Nil(t, c)
 		})
