@@ -228,12 +228,12 @@ func TestInboxCleanerKeepsWhatTheReconcilerMayRedeliver(t *testing.T) {
 	_, err := worker.NewInboxCleaner(in, worker.InboxCleanerConfig{MaxRetry: 1, TaskTimeout: time.Minute, Window: 24 * time.Hour})
 	require.ErrorContains(t, err, "Window 24h0m0s is too short: the relay's reconciler may enqueue")
 
-	c, err := worker.NewInboxCleaner(in, cfg)
+	_, err = worker.NewInboxCleaner(in, cfg)
 	require.NoError(t, err)
 	minWindow := cfg.MinWindow()
 	require.Equal(t, 25*time.Hour, minWindow)
 	cfg.Window = minWindow
-	c, err = worker.NewInboxCleaner(in, cfg)
+	c, err := worker.NewInboxCleaner(in, cfg)
 	require.NoError(t, err)
 	n, err := c.Cleanup(ctx)
 	require.NoError(t, err)
