@@ -46,18 +46,18 @@ WHERE d.dead_at IS NOT NULL AND d.ordering_key IS NOT NULL AND d.completed_at IS
 ORDER BY d.dead_at, d.id
 LIMIT ?`, limit)
 	if err != nil {
-		return nil, fmt.Errorf("bunbox: list blocked keys: %w", err)
+		return nil, fmt.Errorf("admin: list blocked keys: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var k BlockedKey
 		if err := rows.Scan(&k.Key, &k.EventID, &k.EventName, &k.Queue, &k.DeadAt, &k.LastError, &k.Waiting); err != nil {
-			return nil, fmt.Errorf("bunbox: list blocked keys: %w", err)
+			return nil, fmt.Errorf("admin: list blocked keys: %w", err)
 		}
 		keys = append(keys, k)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("bunbox: list blocked keys: %w", err)
+		return nil, fmt.Errorf("admin: list blocked keys: %w", err)
 	}
 	return keys, nil
 }

@@ -24,7 +24,7 @@ func ListDead(ctx context.Context, db bun.IDB, limit int) ([]model.Event, error)
 	var events []model.Event
 	err := db.NewSelect().Model(&events).Where("dead_at IS NOT NULL").OrderExpr("id").Limit(int64(limit)).Scan(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("bunbox: list dead events: %w", err)
+		return nil, fmt.Errorf("admin: list dead events: %w", err)
 	}
 	return events, nil
 }
@@ -41,7 +41,7 @@ func RetryDead(ctx context.Context, db bun.IDB, eventIDs ...uuid.UUID) (int64, e
 	res, err := db.NewRaw(`UPDATE outbox_events SET dead_at = NULL, attempts = 0, next_attempt_at = NULL, published_at = NULL
 WHERE event_id = ANY(?::uuid[]) AND dead_at IS NOT NULL AND cancelled_at IS NULL`, pgdialect.Array(uuidStrings(eventIDs))).Exec(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("bunbox: retry dead events: %w", err)
+		return 0, fmt.Errorf("admin: retry dead events: %w", err)
 	}
 	return res.RowsAffected()
 }
@@ -86,7 +86,7 @@ func ReadBacklog(ctx context.Context, db bun.IDB) (Backlog, error) {
     WHERE dead_at IS NOT NULL AND ordering_key IS NOT NULL AND completed_at IS NULL)`).
 		Scan(ctx, &b.Pending, &b.Dead, &lagSeconds, &b.Scheduled, &b.BlockedKeys)
 	if err != nil {
-		return Backlog{}, fmt.Errorf("bunbox: read outbox backlog: %w", err)
+		return Backlog{}, fmt.Errorf("admin: read outbox backlog: %w", err)
 	}
 	b.Lag = time.Duration(max(lagSeconds, 0) * float64(time.Second))
 	return b, nil

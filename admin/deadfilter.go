@@ -26,14 +26,14 @@ type DeadFilter struct {
 }
 
 // ErrEmptyDeadFilter is returned for a DeadFilter that selects nothing and does not set All.
-var ErrEmptyDeadFilter = errors.New("bunbox: dead event filter is empty: give event ids, names or an age, or set All")
+var ErrEmptyDeadFilter = errors.New("admin: dead event filter is empty: give event ids, names or an age, or set All")
 
 func (f DeadFilter) where(q *bun.SelectQuery) (*bun.SelectQuery, error) {
 	if len(f.EventIDs) == 0 && len(f.Names) == 0 && f.OlderThan == 0 && !f.All {
 		return nil, ErrEmptyDeadFilter
 	}
 	if f.OlderThan < 0 {
-		return nil, fmt.Errorf("bunbox: DeadFilter.OlderThan must not be negative, got %s", f.OlderThan)
+		return nil, fmt.Errorf("admin: DeadFilter.OlderThan must not be negative, got %s", f.OlderThan)
 	}
 	q = q.Where("dead_at IS NOT NULL")
 	if len(f.EventIDs) > 0 {
@@ -61,7 +61,7 @@ func CountDead(ctx context.Context, db bun.IDB, f DeadFilter) (int64, error) {
 	}
 	n, err := q.Count(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("bunbox: count dead events: %w", err)
+		return 0, fmt.Errorf("admin: count dead events: %w", err)
 	}
 	return int64(n), nil
 }
@@ -77,7 +77,7 @@ func RetryDeadWhere(ctx context.Context, db bun.IDB, f DeadFilter) (int64, error
 		Set("dead_at = NULL, attempts = 0, next_attempt_at = NULL, published_at = NULL"). // see RetryDead
 		Where("id IN (?) AND dead_at IS NOT NULL AND cancelled_at IS NULL", sub).Exec(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("bunbox: retry dead events: %w", err)
+		return 0, fmt.Errorf("admin: retry dead events: %w", err)
 	}
 	return res.RowsAffected()
 }
@@ -90,7 +90,7 @@ func PurgeDead(ctx context.Context, db bun.IDB, f DeadFilter) (int64, error) {
 	}
 	res, err := db.NewDelete().Table("outbox_events").Where("id IN (?) AND dead_at IS NOT NULL", sub).Exec(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("bunbox: purge dead events: %w", err)
+		return 0, fmt.Errorf("admin: purge dead events: %w", err)
 	}
 	return res.RowsAffected()
 }
@@ -126,7 +126,7 @@ func ReadBacklogByEvent(ctx context.Context, db bun.IDB) ([]EventBacklog, error)
   SELECT queue, event_name, 0, count(*), 0 FROM outbox_events WHERE dead_at IS NOT NULL GROUP BY queue, event_name
 ) AS b GROUP BY queue, event_name ORDER BY queue, event_name`).Scan(ctx, &rows)
 	if err != nil {
-		return nil, fmt.Errorf("bunbox: read outbox backlog by event: %w", err)
+		return nil, fmt.Errorf("admin: read outbox backlog by event: %w", err)
 	}
 	out := make([]EventBacklog, len(rows))
 	for i, r := range rows {

@@ -12,7 +12,7 @@ import (
 )
 
 // ErrUnknownEvent is wrapped by the error of a Cancel that names an event id the outbox does not hold.
-var ErrUnknownEvent = errors.New("bunbox: unknown event id")
+var ErrUnknownEvent = errors.New("bunx: unknown event id")
 
 // UnknownEventError names the event ids of a Cancel that the outbox does not hold: never recorded, or
 // published and then deleted after the relay's PublishedRetention.
@@ -25,7 +25,7 @@ func (e *UnknownEventError) Error() string {
 	for i, id := range e.EventIDs {
 		s[i] = id.String()
 	}
-	return "bunbox: cancel: no outbox event with id " + strings.Join(s, ", ") +
+	return "bunx: cancel: no outbox event with id " + strings.Join(s, ", ") +
 		" (never recorded, or deleted after its retention); nothing was cancelled"
 }
 
@@ -77,7 +77,7 @@ func (o *Outbox) Cancel(ctx context.Context, db bun.IDB, ids ...uuid.UUID) error
 	}
 	var unknown []uuid.UUID
 	if err := db.NewRaw(cancelSQL, pgdialect.Array(s), cancelNeverPublished).Scan(ctx, &unknown); err != nil {
-		return fmt.Errorf("bunbox: cancel: %w", err)
+		return fmt.Errorf("bunx: cancel: %w", err)
 	}
 	if len(unknown) > 0 {
 		return &UnknownEventError{EventIDs: unknown}

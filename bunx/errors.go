@@ -8,7 +8,7 @@ import (
 )
 
 // ErrDuplicateEvent is wrapped by the error of a Record or hook whose event id is already in the outbox.
-var ErrDuplicateEvent = errors.New("bunbox: duplicate event id")
+var ErrDuplicateEvent = errors.New("bunx: duplicate event id")
 
 // DuplicateEventError names the event id that is already in the outbox.
 type DuplicateEventError struct {
@@ -16,7 +16,7 @@ type DuplicateEventError struct {
 }
 
 func (e *DuplicateEventError) Error() string {
-	return fmt.Sprintf("bunbox: duplicate event id %s: an event with this id is already in the outbox", e.EventID)
+	return fmt.Sprintf("bunx: duplicate event id %s: an event with this id is already in the outbox", e.EventID)
 }
 
 // Unwrap makes errors.Is(err, ErrDuplicateEvent) true.

@@ -73,10 +73,10 @@ var eventColumns = []eventColumn{
 		func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 			return d.AppendString(b, ev.Group), nil
 		}, func(ev *model.Event) (any, error) { return ev.Group, nil }, false},
-	{"retention_ns", func(ev *model.Event) bool { return ev.Retention != 0 },
+	{"retention_ns", func(ev *model.Event) bool { return ev.TaskRetention != 0 },
 		func(_ schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
-			return strconv.AppendInt(b, int64(ev.Retention), 10), nil
-		}, func(ev *model.Event) (any, error) { return int64(ev.Retention), nil }, false},
+			return strconv.AppendInt(b, int64(ev.TaskRetention), 10), nil
+		}, func(ev *model.Event) (any, error) { return int64(ev.TaskRetention), nil }, false},
 	{"ordering_key", func(ev *model.Event) bool { return ev.OrderingKey != "" },
 		func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 			return d.AppendString(b, ev.OrderingKey), nil

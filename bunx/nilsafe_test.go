@@ -21,8 +21,9 @@ func TestNilOptions(t *testing.T) {
 
 	t.Run("OutboxNilOption", func(t *testing.T) {
 		t.Parallel()
-		ob := bunx.New(outboxtest.Unconnected(t), nil)
-		require.NoError(t, ob.Record(ctx, ob.DB()), "no events: nothing to write")
+		db := outboxtest.Unconnected(t)
+		ob := bunx.New(db, nil)
+		require.NoError(t, ob.Record(ctx, db), "no events: nothing to write")
 	})
 
 	t.Run("NilOutbox", func(t *testing.T) {
@@ -50,8 +51,8 @@ func TestNilOptions(t *testing.T) {
 // The payload limit is one setting, the Outbox's: NewEvent accepts what the Outbox decides about.
 func TestOnePayloadLimit(t *testing.T) {
 	t.Parallel()
-	big, err := model.NewEvent("big", json.RawMessage(`"`+strings.Repeat("x", 2<<20)+`"`), model.WithMaxPayloadSize(10)) //nolint:staticcheck // the deprecated option, on purpose
-	require.NoError(t, err, "NewEvent checks the ceiling only; the deprecated option does nothing")
+	big, err := model.NewEvent("big", json.RawMessage(`"`+strings.Repeat("x", 2<<20)+`"`))
+	require.NoError(t, err, "NewEvent checks the ceiling only")
 	for _, tt := range []struct {
 		name  string
 		opts  []bunx.Option
@@ -64,9 +65,10 @@ func TestOnePayloadLimit(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			ob := bunx.New(outboxtest.Unconnected(t), tt.opts...)
+			db := outboxtest.Unconnected(t)
+			ob := bunx.New(db, tt.opts...)
 			ev := &model.Event{EventID: big.EventID, Name: "big", Payload: make(json.RawMessage, tt.limit+1)}
-			err := ob.Record(context.Background(), ob.DB(), ev)
+			err := ob.Record(context.Background(), db, ev)
 			require.ErrorIs(t, err, model.ErrInvalidEvent)
 			require.ErrorContains(t, err, fmt.Sprintf("%d bytes, over the limit of %d (the payload limit: bunx.WithMaxPayloadSize)", tt.limit+1, tt.limit))
 		})

@@ -19,7 +19,7 @@ func TestRecordKeepsDeliveryOptions(t *testing.T) {
 	at := time.Date(2100, 1, 2, 3, 4, 5, 0, time.UTC)
 	with, err := model.NewEvent("cart.remind", nil, model.WithProcessAt(at), model.WithMaxRetry(0),
 		model.WithTimeout(90*time.Second), model.WithDeadline(at.Add(time.Hour)), model.WithGroup("digest"),
-		model.WithRetention(48*time.Hour))
+		model.WithTaskRetention(48*time.Hour))
 	require.NoError(t, err)
 	without, err := model.NewEvent("cart.remind", nil)
 	require.NoError(t, err)
@@ -33,7 +33,7 @@ func TestRecordKeepsDeliveryOptions(t *testing.T) {
 	require.Equal(t, 90*time.Second, got.Timeout)
 	require.True(t, at.Add(time.Hour).Equal(*got.Deadline))
 	require.Equal(t, "digest", got.Group)
-	require.Equal(t, 48*time.Hour, got.Retention)
+	require.Equal(t, 48*time.Hour, got.TaskRetention)
 
 	got = evs[1]
 	require.Nil(t, got.ProcessAt)
@@ -41,7 +41,7 @@ func TestRecordKeepsDeliveryOptions(t *testing.T) {
 	require.Zero(t, got.Timeout)
 	require.Nil(t, got.Deadline)
 	require.Empty(t, got.Group)
-	require.Zero(t, got.Retention)
+	require.Zero(t, got.TaskRetention)
 	var nulls int
 	require.NoError(t, b.db.NewRaw(`SELECT count(*) FROM outbox_events WHERE id = ? AND process_at IS NULL AND max_retry IS NULL
   AND timeout_ns IS NULL AND deadline IS NULL AND task_group IS NULL AND retention_ns IS NULL`, without.ID).Scan(ctx, &nulls))

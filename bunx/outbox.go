@@ -73,14 +73,6 @@ func WithPreparedStatements() Option {
 	return func(o *Outbox) { o.reg.prepared = true }
 }
 
-// WithoutPreparedStatements makes the Outbox write every event with a literal INSERT run through bun, which
-// is the default; it undoes an earlier WithPreparedStatements in the same New.
-//
-// Deprecated: the literal INSERT is the default; drop the option.
-func WithoutPreparedStatements() Option {
-	return func(o *Outbox) { o.reg.prepared = false }
-}
-
 // WithLogger sets the logger of the Outbox's warnings: trace context it left out of an event's metadata
 // because the event would have gone over model's metadata limits with it (see Outbox.Record). A nil logger
 // keeps the default. Defaults to slog.Default().
@@ -112,9 +104,6 @@ func New(db *bun.DB, opts ...Option) *Outbox {
 	o.stmts = bind(db, o.reg)
 	return o
 }
-
-// DB returns the database the Outbox is bound to.
-func (o *Outbox) DB() *bun.DB { return o.db }
 
 // Record writes events into the outbox with db, in one statement. Pass the bun.Tx of the business change:
 // the events then commit and roll back with it. With a *bun.DB or bun.Conn outside a transaction, the
@@ -183,7 +172,7 @@ func (r *registry) write(ctx context.Context, d schema.Dialect, events []*model.
 					// A pooler in transaction mode, or DEALLOCATE/DISCARD on the connection: this write
 					// failed (its transaction is aborted), and the next ones write the literal INSERT.
 					stmts.off.Store(true)
-					return fmt.Errorf("bunbox: the server lost or confused bunx's prepared outbox INSERT (a pooler in "+
+					return fmt.Errorf("bunx: the server lost or confused bunx's prepared outbox INSERT (a pooler in "+
 						"transaction mode? drop bunx.WithPreparedStatements there); later writes use a literal INSERT: %w", err)
 				}
 				return err
@@ -269,9 +258,9 @@ func insertError(err error) error {
 		return fmt.Errorf("%w: %w", ErrDuplicateEvent, err)
 	}
 	if isUndefinedTable(err) {
-		return fmt.Errorf("bunbox: the outbox table is missing: apply the migrations (bunboxmigrate.Up, or `bunbox migrate up`): %w", err)
+		return fmt.Errorf("bunx: the outbox table is missing: apply the migrations (bunboxmigrate.Up, or `bunbox migrate up`): %w", err)
 	}
-	return fmt.Errorf("bunbox: write outbox events: %w", err)
+	return fmt.Errorf("bunx: write outbox events: %w", err)
 }
 
 func isUndefinedTable(err error) bool { return pgerr.Is(err, pgerr.UndefinedTable) }

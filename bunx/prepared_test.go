@@ -47,8 +47,8 @@ func writesPrepared(t *testing.T, db *bun.DB, write func(ctx context.Context, tx
 }
 
 // TestHookWritesPrepared checks that with WithPreparedStatements a model hook's events, and Record's, go
-// through the prepared INSERT on the transaction's own connection, and that by default (and with the
-// deprecated WithoutPreparedStatements) none is ever prepared. It fails if bunx no longer reaches the
+// through the prepared INSERT on the transaction's own connection, and that by default
+// none is ever prepared. It fails if bunx no longer reaches the
 // *sql.Tx under a hook's query (bun's layout changed).
 func TestHookWritesPrepared(t *testing.T) {
 	t.Parallel()
@@ -84,24 +84,19 @@ func TestHookWritesPrepared(t *testing.T) {
 		ev, err := model.NewEvent("order.placed", orderEvent{ID: o.ID, Ref: o.Ref})
 		return []*model.Event{ev}, err
 	})
-	deprecated := bunx.New(db, bunx.WithPreparedStatements(), bunx.WithoutPreparedStatements())
 	ctx := context.Background()
-	for i := range 40 {
+	for range 40 {
 		require.NoError(t, db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 			ev, err := model.NewEvent("order.noted", orderEvent{Ref: "lit"})
 			require.NoError(t, err)
-			if i%2 == 0 {
-				require.NoError(t, byDefault.Record(ctx, tx, ev))
-			} else {
-				require.NoError(t, deprecated.Record(ctx, tx, ev))
-			}
+			require.NoError(t, byDefault.Record(ctx, tx, ev))
 			_, err = tx.NewInsert().Model(&Order{Ref: "lit-" + uuid.NewString()}).Exec(ctx)
 			require.NoError(t, err)
 			// pgx prepares every statement it queries, the literal INSERT too: count bunx's own, with $n.
 			var prepared int64
 			require.NoError(t, tx.NewRaw(`SELECT count(*) FROM pg_prepared_statements
 				WHERE statement LIKE 'INSERT INTO outbox_events %' AND statement LIKE '%VALUES ($1,%'`).Scan(ctx, &prepared))
-			require.Zero(t, prepared, "the default (and WithoutPreparedStatements) prepares nothing")
+			require.Zero(t, prepared, "the default prepares nothing")
 			return nil
 		}))
 	}
@@ -129,7 +124,7 @@ func TestPreparedWritesWhatLiteralWrites(t *testing.T) {
 			evs[i], err = model.NewEvent("odd.values", json.RawMessage(`{"q":"it's ? and ?name","bs":"a\\b","u":"héllo ✓"}`),
 				model.WithQueue("q?name"), model.WithMetadata("k'ey", "v?al \\"), model.WithProcessAt(at),
 				model.WithMaxRetry(3), model.WithTimeout(90*time.Second), model.WithDeadline(at.Add(time.Hour)),
-				model.WithRetention(2*time.Hour), keyOrGroup)
+				model.WithTaskRetention(2*time.Hour), keyOrGroup)
 			require.NoError(t, err)
 		}
 		evs[0].MaxRetry = nil // a column some rows of the statement set and others leave NULL

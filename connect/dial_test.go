@@ -13,7 +13,7 @@ import (
 	"github.com/bunbox/bunbox/connect"
 )
 
-// TestPostgresConnectorBoundsTCP: the connections pgdriver dials through PostgresConnector carry the
+// TestPostgresConnectorBoundsTCP: the connections pgdriver dials through the connector of Postgres carry the
 // keepalive and TCP_USER_TIMEOUT bounds, so that a silent peer is given up on within about 30 s.
 func TestPostgresConnectorBoundsTCP(t *testing.T) {
 	t.Parallel()
@@ -27,7 +27,7 @@ func TestPostgresConnectorBoundsTCP(t *testing.T) {
 			_, _ = c.Read(b[:]) // until the client closes
 		}
 	}()
-	c, err := connect.PostgresConnector("postgres://app@"+ln.Addr().String()+"/app?sslmode=disable", nil)
+	c, err := connect.PostgresConnectorForTest("postgres://app@"+ln.Addr().String()+"/app?sslmode=disable", nil)
 	require.NoError(t, err)
 	conn, err := c.Config().Dialer(context.Background(), "tcp", ln.Addr().String())
 	require.NoError(t, err)

@@ -46,7 +46,7 @@
 //
 // pgdriver v1.2.18 on its own (pgdriver.WithDSN) encrypts without checking the server's certificate when
 // the DSN has no sslmode, or allow, prefer, or require without sslrootcert, and refuses a server without
-// TLS where libpq would fall back to plain text. Postgres (with either driver) and PostgresConnector do
+// TLS where libpq would fall back to plain text. Postgres (with either driver) does
 // what libpq does instead:
 //
 //	sslmode       TLS                          certificate chain              host name
@@ -75,7 +75,7 @@
 // are refused rather than ignored.
 //
 // White space around a connection string (an environment variable written with a trailing newline) is
-// not part of it: Postgres, PostgresConnector and Redis trim it, and Redact keeps it and masks the same.
+// not part of it: Postgres and Redis trim it, and Redact keeps it and masks the same.
 //
 // # Connection strings
 //

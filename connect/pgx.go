@@ -71,7 +71,7 @@ func pgxParseError(dsn string, err error) error {
 func maskSecrets(s string, kv [][2]string) string {
 	for _, p := range kv {
 		if strings.Contains(strings.ToLower(p[0]), "pass") && p[1] != "" {
-			s = strings.ReplaceAll(s, p[1], Mask)
+			s = strings.ReplaceAll(s, p[1], mask)
 		}
 	}
 	return s

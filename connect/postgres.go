@@ -14,7 +14,16 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 	"github.com/uptrace/bun/driver/pgdriver"
+
+	"github.com/bunbox/bunbox/internal/dsncheck"
 )
+
+func init() {
+	dsncheck.Check = func(dsn string) error {
+		_, err := postgresConnector(dsn, nil)
+		return err
+	}
+}
 
 // Driver names the database/sql driver under the *bun.DB that Postgres opens.
 type Driver string
@@ -61,11 +70,11 @@ const (
 //
 // Every error is an *Error that shows dsn with its password masked, or wraps one.
 func Postgres(ctx context.Context, dsn string, opts Options) (*bun.DB, error) {
-	dsn = strings.TrimSpace(dsn) // see PostgresConnector
+	dsn = strings.TrimSpace(dsn) // see postgresConnector
 	var sqldb *sql.DB
 	switch opts.Driver {
 	case "", DriverPgdriver:
-		c, err := PostgresConnector(dsn, opts.Params)
+		c, err := postgresConnector(dsn, opts.Params)
 		if err != nil {
 			return nil, err
 		}
@@ -99,10 +108,10 @@ func Postgres(ctx context.Context, dsn string, opts Options) (*bun.DB, error) {
 	return db, nil
 }
 
-// PostgresConnector is Postgres without the pool: a pgdriver connector for dsn, with TLS as its sslmode
+// postgresConnector is Postgres without the pool: a pgdriver connector for dsn, with TLS as its sslmode
 // says and params set on every connection, for sql.OpenDB. The *sql.DB it makes works with
 // pgdriver.NewListener (the relay's LISTEN/NOTIFY wake-up), since it is pgdriver's own connector.
-func PostgresConnector(dsn string, params map[string]any) (*pgdriver.Connector, error) {
+func postgresConnector(dsn string, params map[string]any) (*pgdriver.Connector, error) {
 	// White space around the string (a variable written with a trailing newline) would turn a URL into
 	// a key=value list that connects to localhost with sslmode=prefer: it is not part of the string.
 	dsn = strings.TrimSpace(dsn)

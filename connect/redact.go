@@ -6,10 +6,10 @@ import (
 	"unicode"
 )
 
-// Mask is what Redact writes in place of a password.
-const Mask = "xxxxx"
+// mask is what Redact writes in place of a password.
+const mask = "xxxxx"
 
-// Redact returns the connection string s with every password replaced by Mask, whatever its form:
+// Redact returns the connection string s with every password replaced by "xxxxx", whatever its form:
 //
 //   - URL userinfo: postgres://user:secret@host/db, redis://:secret@host, rediss://user:secret@host,
 //     redis-sentinel://:secret@h1,h2?master=m, redis-cluster://:secret@h1:7000,h2:7001
@@ -80,9 +80,9 @@ func redactUserinfo(rest string, loneIsName bool) string {
 		if loneIsName || at == 0 {
 			return rest
 		}
-		return Mask + rest[at:]
+		return mask + rest[at:]
 	}
-	return user + ":" + Mask + rest[at:]
+	return user + ":" + mask + rest[at:]
 }
 
 // redactParams masks the value of every parameter whose name contains "pass". In a URL (inURL) a value
@@ -99,7 +99,7 @@ func redactParams(s string, inURL bool) string {
 		}
 		valEnd := valueEnd(s, valStart, inURL)
 		b.WriteString(s[i:valStart])
-		b.WriteString(Mask)
+		b.WriteString(mask)
 		i = valEnd
 	}
 	return b.String()

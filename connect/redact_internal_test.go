@@ -58,7 +58,7 @@ func FuzzRedactParsed(f *testing.F) {
 			// The password as the string holds it: as is, or percent-encoded in a URL.
 			for _, written := range []string{pw, url.PathEscape(pw), url.QueryEscape(pw)} {
 				// A password that the rest of the string holds anyway, or that the mask holds, proves nothing.
-				if len(written) < 3 || strings.Count(s, written) != 1 || strings.Contains(Mask, written) {
+				if len(written) < 3 || strings.Count(s, written) != 1 || strings.Contains(mask, written) {
 					continue
 				}
 				if strings.Contains(out, written) {

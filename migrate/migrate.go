@@ -58,10 +58,10 @@ func Migrations() (*bunmigrate.Migrations, error) {
 // applies them along with its own. Their names start with the date they were written (20261129000001_bunbox_…).
 func Register(m *bunmigrate.Migrations) error {
 	if m == nil {
-		return fmt.Errorf("bunbox migrate: Register: migrations must not be nil")
+		return fmt.Errorf("migrate: Register: migrations must not be nil")
 	}
 	if err := m.Discover(FS()); err != nil {
-		return fmt.Errorf("bunbox migrate: %w", err)
+		return fmt.Errorf("migrate: %w", err)
 	}
 	return nil
 }
@@ -86,7 +86,7 @@ func NewMigrator(db *bun.DB) (*bunmigrate.Migrator, error) {
 func Up(ctx context.Context, db *bun.DB) error {
 	return withLock(ctx, db, func(m *bunmigrate.Migrator) error {
 		if _, err := m.Migrate(ctx); err != nil {
-			return fmt.Errorf("bunbox migrate: up: %w", err)
+			return fmt.Errorf("migrate: up: %w", err)
 		}
 		return nil
 	})
@@ -98,7 +98,7 @@ func Down(ctx context.Context, db *bun.DB) error {
 		for {
 			group, err := m.Rollback(ctx)
 			if err != nil {
-				return fmt.Errorf("bunbox migrate: down: %w", err)
+				return fmt.Errorf("migrate: down: %w", err)
 			}
 			if group.IsZero() {
 				return nil
@@ -114,7 +114,7 @@ func Status(ctx context.Context, db *bun.DB) (bunmigrate.MigrationSlice, error) 
 		return nil, err
 	}
 	if err := m.Init(ctx); err != nil {
-		return nil, fmt.Errorf("bunbox migrate: init: %w", err)
+		return nil, fmt.Errorf("migrate: init: %w", err)
 	}
 	return m.MigrationsWithStatus(ctx)
 }
@@ -140,11 +140,11 @@ func withLock(ctx context.Context, db *bun.DB, fn func(*bunmigrate.Migrator) err
 	}
 	defer func() {
 		if uerr := lock.Rollback(); uerr != nil && !errors.Is(uerr, sql.ErrTxDone) && err == nil {
-			err = fmt.Errorf("bunbox migrate: unlock: %w", uerr)
+			err = fmt.Errorf("migrate: unlock: %w", uerr)
 		}
 	}()
 	if err := m.Init(ctx); err != nil {
-		return fmt.Errorf("bunbox migrate: init: %w", err)
+		return fmt.Errorf("migrate: init: %w", err)
 	}
 	return fn(m)
 }
@@ -156,9 +156,9 @@ func acquireLock(ctx context.Context, db *bun.DB) (bun.Tx, error) {
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
 			if cause := ended(ctx); cause != nil { // the driver may report the end of ctx as a network timeout
-				return bun.Tx{}, fmt.Errorf("bunbox migrate: lock: waiting for another migration to finish: %w", cause)
+				return bun.Tx{}, fmt.Errorf("migrate: lock: waiting for another migration to finish: %w", cause)
 			}
-			return bun.Tx{}, fmt.Errorf("bunbox migrate: lock: %w", err)
+			return bun.Tx{}, fmt.Errorf("migrate: lock: %w", err)
 		}
 		// The lock's transaction idles while the migrations run on other connections: a database-wide
 		// idle_in_transaction_session_timeout must not end it (and release the lock) halfway.
@@ -173,15 +173,15 @@ func acquireLock(ctx context.Context, db *bun.DB) (bun.Tx, error) {
 		_ = tx.Rollback()
 		if err != nil {
 			if cause := ended(ctx); cause != nil { // the driver may report the end of ctx as a network timeout
-				return bun.Tx{}, fmt.Errorf("bunbox migrate: lock: waiting for another migration to finish: %w", cause)
+				return bun.Tx{}, fmt.Errorf("migrate: lock: waiting for another migration to finish: %w", cause)
 			}
-			return bun.Tx{}, fmt.Errorf("bunbox migrate: lock: %w", err)
+			return bun.Tx{}, fmt.Errorf("migrate: lock: %w", err)
 		}
 		t := time.NewTimer(delay/2 + rand.N(delay/2+1)) // jitter: waiting replicas do not retry in step
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return bun.Tx{}, fmt.Errorf("bunbox migrate: lock: waiting for another migration to finish: %w", ctx.Err())
+			return bun.Tx{}, fmt.Errorf("migrate: lock: waiting for another migration to finish: %w", ctx.Err())
 		case <-t.C:
 		}
 		delay = min(2*delay, lockPollMax)

@@ -120,13 +120,14 @@ func WithGroup(name string) Option {
 	}
 }
 
-// WithRetention keeps the task in Redis, once completed, for at least d: longer than the relay's
+// WithTaskRetention keeps the task in Redis, once completed, for at least d (asynq's Retention, the
+// event's dedupe window; Event.TaskRetention): longer than the relay's
 // Config.TaskRetention when d is longer (the larger of the two applies, so the relay's dedupe window and
 // the reconciler's view never shrink). asynq keeps whole seconds; a d below one second is refused.
-func WithRetention(d time.Duration) Option {
+func WithTaskRetention(d time.Duration) Option {
 	return func(o *options) {
 		if d < time.Second {
-			o.delivery.refuse("WithRetention(%s): the retention must be at least 1s (asynq keeps whole seconds)", d)
+			o.delivery.refuse("WithTaskRetention(%s): the retention must be at least 1s (asynq keeps whole seconds)", d)
 			return
 		}
 		o.delivery.retention = d
@@ -140,7 +141,7 @@ func (d *delivery) apply(ev *Event) {
 	ev.Timeout = d.timeout
 	ev.Deadline = d.deadline
 	ev.Group = d.group
-	ev.Retention = d.retention
+	ev.TaskRetention = d.retention
 }
 
 // validateDelivery checks the delivery fields of an event however it was built, naming the field.
@@ -159,8 +160,8 @@ func (e *Event) validateDelivery() error {
 		return bad("Deadline must not be the zero time (use nil for none)")
 	case e.Deadline != nil && e.ProcessAt != nil && !e.Deadline.After(*e.ProcessAt):
 		return bad("Deadline %s is not after ProcessAt %s", e.Deadline.Format(time.RFC3339), e.ProcessAt.Format(time.RFC3339))
-	case e.Retention != 0 && e.Retention < time.Second:
-		return bad("Retention must be 0 (the relay's) or at least 1s, got %s", e.Retention)
+	case e.TaskRetention != 0 && e.TaskRetention < time.Second:
+		return bad("TaskRetention must be 0 (the relay's) or at least 1s, got %s", e.TaskRetention)
 	}
 	if e.Group != "" {
 		if problem := groupProblem(e.Group); problem != "" {

@@ -26,18 +26,18 @@ func TestDeliveryOptions(t *testing.T) {
 			require.Zero(t, ev.Timeout)
 			require.Nil(t, ev.Deadline)
 			require.Empty(t, ev.Group)
-			require.Zero(t, ev.Retention)
+			require.Zero(t, ev.TaskRetention)
 		}},
 		{name: "All", opts: []model.Option{
 			model.WithProcessAt(at), model.WithMaxRetry(3), model.WithTimeout(30 * time.Second),
-			model.WithDeadline(at.Add(time.Hour)), model.WithGroup("digest"), model.WithRetention(48 * time.Hour),
+			model.WithDeadline(at.Add(time.Hour)), model.WithGroup("digest"), model.WithTaskRetention(48 * time.Hour),
 		}, check: func(t *testing.T, ev *model.Event) {
 			require.Equal(t, at, *ev.ProcessAt)
 			require.Equal(t, 3, *ev.MaxRetry)
 			require.Equal(t, 30*time.Second, ev.Timeout)
 			require.Equal(t, at.Add(time.Hour), *ev.Deadline)
 			require.Equal(t, "digest", ev.Group)
-			require.Equal(t, 48*time.Hour, ev.Retention)
+			require.Equal(t, 48*time.Hour, ev.TaskRetention)
 		}},
 		{name: "ProcessInIsAbsolute", opts: []model.Option{model.WithProcessIn(24 * time.Hour)}, check: func(t *testing.T, ev *model.Event) {
 			require.WithinDuration(t, time.Now().Add(24*time.Hour), *ev.ProcessAt, time.Minute)
@@ -71,7 +71,7 @@ func TestDeliveryOptions(t *testing.T) {
 		{name: "ControlInGroup", opts: []model.Option{model.WithGroup("d\x00")}, wantErr: "must not contain spaces or control characters"},
 		{name: "InvalidUTF8Group", opts: []model.Option{model.WithGroup("\xff")}, wantErr: "is not valid UTF-8"},
 		{name: "LongGroup", opts: []model.Option{model.WithGroup(strings.Repeat("g", 256))}, wantErr: "is 256 bytes, over the limit of 255"},
-		{name: "ZeroRetention", opts: []model.Option{model.WithRetention(0)}, wantErr: "WithRetention(0s): the retention must be at least 1s"},
+		{name: "ZeroRetention", opts: []model.Option{model.WithTaskRetention(0)}, wantErr: "WithTaskRetention(0s): the retention must be at least 1s"},
 		{name: "FirstErrorWins", opts: []model.Option{model.WithMaxRetry(-2), model.WithTimeout(-1)}, wantErr: "WithMaxRetry(-2)"},
 	}
 	for _, tt := range tests {
@@ -80,7 +80,7 @@ func TestDeliveryOptions(t *testing.T) {
 			ev, err := model.NewEvent("report.due", nil, tt.opts...)
 			if tt.wantErr != "" {
 				require.ErrorIs(t, err, model.ErrInvalidEvent)
-				require.ErrorContains(t, err, `bunbox: invalid event "report.due": `)
+				require.ErrorContains(t, err, `model: invalid event "report.due": `)
 				require.ErrorContains(t, err, tt.wantErr)
 				require.Nil(t, ev)
 				return
@@ -111,7 +111,7 @@ func TestValidateDeliveryFields(t *testing.T) {
 		{"DeadlineBeforeProcessAt", func(ev *model.Event) { ev.ProcessAt, ev.Deadline = &at, &early }, "is not after ProcessAt"},
 		{"DeadlineAtProcessAt", func(ev *model.Event) { ev.ProcessAt, ev.Deadline = &at, &at }, "is not after ProcessAt"},
 		{"BadGroup", func(ev *model.Event) { ev.Group = "a b" }, `Group "a b" must not contain spaces`},
-		{"NegativeRetention", func(ev *model.Event) { ev.Retention = -time.Second }, "Retention must be 0 (the relay's) or at least 1s"},
+		{"NegativeRetention", func(ev *model.Event) { ev.TaskRetention = -time.Second }, "Retention must be 0 (the relay's) or at least 1s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -143,7 +143,7 @@ func FuzzDeliveryOptions(f *testing.F) {
 			model.WithTimeout(time.Duration(timeoutSec)*time.Second),
 			model.WithDeadline(time.Now().Add(time.Duration(deadlineSec)*time.Second)),
 			model.WithGroup(group),
-			model.WithRetention(time.Duration(retentionSec)*time.Second),
+			model.WithTaskRetention(time.Duration(retentionSec)*time.Second),
 		)
 		if err != nil {
 			require.ErrorIs(t, err, model.ErrInvalidEvent)

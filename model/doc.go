@@ -15,7 +15,7 @@
 //	return ob.Record(ctx, tx, ev)
 //
 // Delivery options (WithProcessAt, WithProcessIn, WithMaxRetry, WithTimeout, WithDeadline, WithGroup,
-// WithRetention) are kept in the row and mapped by the relay onto asynq's options of the same name.
+// WithTaskRetention) are kept in the row and mapped by the relay onto asynq's options of the same name.
 //
 // The package depends on bun and uuid only, so it can be imported anywhere events are built.
 package model

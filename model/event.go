@@ -48,9 +48,10 @@ type Event struct {
 	Deadline *time.Time `bun:"deadline,nullzero"`
 	// Group is the asynq group the task is aggregated in (asynq's task aggregation); empty for none.
 	Group string `bun:"task_group,nullzero"`
-	// Retention keeps the completed task in Redis for this long when it is longer than the relay's
-	// TaskRetention; 0 means the relay's. asynq keeps whole seconds.
-	Retention time.Duration `bun:"retention_ns,nullzero"`
+	// TaskRetention keeps the completed task in Redis (asynq's Retention: the event's dedupe window) for
+	// this long when it is longer than the relay's Config.TaskRetention; 0 means the relay's. asynq keeps
+	// whole seconds. (Not PublishedRetention, how long the relay keeps published rows.)
+	TaskRetention time.Duration `bun:"retention_ns,nullzero"`
 
 	// PublishedAt is when the relay handed the event to asynq; nil while it is pending.
 	PublishedAt *time.Time `bun:"published_at,nullzero"`

@@ -33,7 +33,7 @@ func ExampleNewEvent_invalid() {
 	_, err := model.NewEvent("order.placed", make(chan int))
 	fmt.Println(err)
 	// Output:
-	// bunbox: invalid event "order.placed": Payload: json: unsupported type: chan int
+	// model: invalid event "order.placed": Payload: json: unsupported type: chan int
 }
 
 // Delivery options travel in the row; the relay maps each to asynq's option of the same name.
@@ -71,6 +71,6 @@ func ExampleWithMaxRetry_invalid() {
 	fmt.Println(err)
 	fmt.Println(errors.Is(err, model.ErrInvalidEvent))
 	// Output:
-	// bunbox: invalid event "cart.remind": WithMaxRetry(-1): the retry count must not be negative
+	// model: invalid event "cart.remind": WithMaxRetry(-1): the retry count must not be negative
 	// true
 }

@@ -23,7 +23,7 @@ const (
 )
 
 // ErrInvalidEvent is wrapped by every error that rejects an event: test for it with errors.Is.
-var ErrInvalidEvent = errors.New("bunbox: invalid event")
+var ErrInvalidEvent = errors.New("model: invalid event")
 
 // NewEvent builds an event named name whose payload is the JSON encoding of payload.
 //
@@ -49,7 +49,7 @@ func NewEvent(name string, payload any, opts ...Option) (*Event, error) {
 	id := o.eventID
 	if !o.eventIDSet {
 		if id, err = uuid.NewV7(); err != nil {
-			return nil, fmt.Errorf("bunbox: new event id: %w", err)
+			return nil, fmt.Errorf("model: new event id: %w", err)
 		}
 	}
 	if o.orderingKeySet && o.orderingKey == "" {

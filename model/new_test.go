@@ -54,9 +54,6 @@ func TestNewEvent(t *testing.T) {
 		{name: "NaN", event: "x", payload: math.Inf(1), wantErr: "unsupported value"},
 		{name: "BadRaw", event: "x", payload: json.RawMessage(`{`), wantErr: "not valid JSON"},
 		{name: "OverTheCeiling", event: "x", payload: json.RawMessage(`"` + strings.Repeat("x", model.MaxPayloadSizeCeiling) + `"`), wantErr: "67108866 bytes, over the limit of 67108864"},
-		{name: "DeprecatedMaxPayloadSizeDoesNothing", event: "x", payload: strings.Repeat("x", 100), opts: []model.Option{model.WithMaxPayloadSize(50)}, check: func(t *testing.T, ev *model.Event) {
-			require.Len(t, ev.Payload, 102, "the limit is the Outbox's, checked at Record")
-		}},
 		{name: "PayloadNUL", event: "x", payload: json.RawMessage(`{"a":"\u0000"}`), wantErr: `Payload contains \u0000`},
 		{name: "PayloadEscapedBackslashIsFine", event: "x", payload: json.RawMessage(`{"a":"\\u0000"}`), check: func(t *testing.T, ev *model.Event) {
 			require.Equal(t, `{"a":"\\u0000"}`, string(ev.Payload))

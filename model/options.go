@@ -36,12 +36,3 @@ func WithMetadata(key, value string) Option {
 		o.metadata[key] = value
 	}
 }
-
-// WithMaxPayloadSize does nothing.
-//
-// Deprecated: the payload limit is one setting, the Outbox's (bunx.WithMaxPayloadSize, which defaults to
-// DefaultMaxPayloadSize), checked where the event is written, so that NewEvent and the Outbox cannot
-// disagree. NewEvent checks the payload against MaxPayloadSizeCeiling only.
-func WithMaxPayloadSize(int) Option {
-	return func(*options) {}
-}

@@ -19,5 +19,5 @@ func ExampleWithOrderingKey() {
 	fmt.Println(err)
 	// Output:
 	// account:42
-	// bunbox: invalid event "account.changed": OrderingKey must not be empty (leave WithOrderingKey out for no key)
+	// model: invalid event "account.changed": OrderingKey must not be empty (leave WithOrderingKey out for no key)
 }

@@ -222,7 +222,7 @@ func (r *Relay) takeBack(row *cancelRow) (result string, removed int, err error)
 		return CancelGone, 0, nil // put back in line after the cancel, because its task was missing
 	}
 	var running, ran, gone int
-	for _, id := range r.taskIDs(row.EventID, row.Name) {
+	for _, id := range taskIDs(r.cfg.Routes, row.EventID, row.Name) {
 		info, err := r.keys.lookUp(row.Queue, id)
 		switch {
 		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):

@@ -43,7 +43,7 @@ WHERE published_at IS NULL AND dead_at IS NULL AND ordering_key IS NULL AND canc
 }
 
 // errMalformedRow marks a claimed row that cannot become a task; the round marks it dead at once.
-var errMalformedRow = errors.New("bunbox: malformed outbox row")
+var errMalformedRow = errors.New("relay: malformed outbox row")
 
 // claim locks and reads the next batch of unkeyed rows: up to n rows, and no more than budget bytes of
 // payload and metadata unless the first row alone is larger (see budgeted). A row that cannot become a
@@ -93,7 +93,7 @@ func scanClaim(rows *sql.Rows, events []model.Event, bad map[int]error, budget i
 			break
 		}
 		taken += size
-		ev.Timeout, ev.Retention = time.Duration(timeoutNs), time.Duration(retentionNs)
+		ev.Timeout, ev.TaskRetention = time.Duration(timeoutNs), time.Duration(retentionNs)
 		if err := readRow(&ev, metadata); err != nil {
 			if bad == nil {
 				bad = map[int]error{}

@@ -3,14 +3,14 @@ package relay
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"time"
 
-	"github.com/bunbox/bunbox/connect"
 	"github.com/bunbox/bunbox/fanout"
+	"github.com/bunbox/bunbox/internal/configcheck"
+	"github.com/bunbox/bunbox/internal/dsncheck"
 	"github.com/hibiken/asynq"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
@@ -51,10 +51,10 @@ type Enqueuer interface {
 
 var _ Enqueuer = (*asynq.Client)(nil)
 
-// Pinger is the optional health check of an Enqueuer.
-type Pinger interface{ Ping() error }
+// pinger is the optional health check of an Enqueuer, detected by a type assertion.
+type pinger interface{ Ping() error }
 
-var _ Pinger = (*asynq.Client)(nil)
+var _ pinger = (*asynq.Client)(nil)
 
 // Config tunes a Relay. The zero value is ready to use.
 type Config struct {
@@ -150,7 +150,7 @@ type Config struct {
 	KeyCheckInterval time.Duration
 	// Inspector looks up the tasks of keyed events. Defaults to an asynq.Inspector on the Redis options
 	// given to New; with neither, keyed events are not relayed (they wait, and the relay says so in its log).
-	Inspector KeyInspector
+	Inspector Inspector
 	// DisableReconciler turns off the reconciler that Run runs next to the relay: for teams that run
 	// relay.NewReconciler apart. Defaults to false: Run also reconciles (see Reconciler), one relay per
 	// database at a time by the lease "bunbox.reconciler" in the table bunbox_leases, so that the tasks
@@ -230,12 +230,8 @@ func (c Config) withDefaults() Config {
 }
 
 func (c Config) validate() error {
-	var errs []error
-	check := func(ok bool, format string, args ...any) {
-		if !ok {
-			errs = append(errs, fmt.Errorf(format, args...))
-		}
-	}
+	var p configcheck.Problems
+	check := p.Check
 	check(c.BatchSize >= 1 && c.BatchSize <= 10000, "BatchSize must be between 1 and 10000, got %d", c.BatchSize)
 	check(c.BatchBytes >= 1 && c.BatchBytes <= 1<<30, "BatchBytes must be between 1 and 1 GiB (1073741824), got %d", c.BatchBytes)
 	check(c.Concurrency >= 1 && c.Concurrency <= 1024, "Concurrency must be between 1 and 1024, got %d", c.Concurrency)
@@ -254,33 +250,20 @@ func (c Config) validate() error {
 	check(c.CleanupBatchSize >= 1 && c.CleanupBatchSize <= 100000, "CleanupBatchSize must be between 1 and 100000, got %d", c.CleanupBatchSize)
 	check(c.KeyCheckInterval > 0, "KeyCheckInterval must be positive, got %s", c.KeyCheckInterval)
 	if c.ListenURL != "" {
-		if _, err := connect.PostgresConnector(c.ListenURL, nil); err != nil {
-			errs = append(errs, fmt.Errorf("ListenURL: %w", err)) // the connect error masks the password
+		if err := dsncheck.Check(c.ListenURL); err != nil {
+			p.Add(fmt.Errorf("ListenURL: %w", err)) // the connect error masks the password
 		}
 	}
 	if !c.DisableReconciler {
-		for _, err := range c.Reconciler.problems() {
-			errs = append(errs, fmt.Errorf("Reconciler.%w", err))
-		}
+		p.Prefixed("Reconciler.", c.Reconciler.problems())
 	}
-	if err := c.Routes.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	for _, b := range []error{validateBound("IdleInTransactionTimeout", c.IdleInTransactionTimeout, time.Second),
-		validateBound("StatementTimeout", c.StatementTimeout, time.Second),
-		validateBound("LockTimeout", c.LockTimeout, time.Millisecond)} {
-		if b != nil {
-			errs = append(errs, b)
-		}
-	}
+	p.Add(c.Routes.Validate())
+	p.Add(validateBound("IdleInTransactionTimeout", c.IdleInTransactionTimeout, time.Second))
+	p.Add(validateBound("StatementTimeout", c.StatementTimeout, time.Second))
+	p.Add(validateBound("LockTimeout", c.LockTimeout, time.Millisecond))
 	check(c.CancelCheckInterval > 0, "CancelCheckInterval must be positive, got %s", c.CancelCheckInterval)
-	if err := validateQueues(c.Queues); err != nil {
-		errs = append(errs, err)
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	return nil
+	p.Add(validateQueues(c.Queues))
+	return p.Err(ErrInvalidConfig)
 }
 
 // defaultLogger is the logger of a Config without one: warnings and errors to stderr, nothing else.

@@ -4,46 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/hibiken/asynq"
 
-	"github.com/bunbox/bunbox/fanout"
 	"github.com/bunbox/bunbox/model"
 )
 
 // errReleased marks a claimed row that was not tried because the relay is stopping.
-var errReleased = errors.New("bunbox: relay stopping, row released")
-
-// Task builds the asynq task the relay enqueues for ev, with its options: type = event name,
-// payload = the JSON payload, headers = the event's metadata plus the bunbox headers, TaskID = the event
-// id, queue = the event's queue, retention (the dedupe window) = taskRetention or the event's longer
-// Retention, and the event's delivery options (model.WithProcessAt and the options after it), each as
-// asynq's option of the same name.
-func Task(ev *model.Event, taskRetention time.Duration) (*asynq.Task, []asynq.Option) {
-	headers := make(map[string]string, len(ev.Metadata)+3)
-	for k, v := range ev.Metadata {
-		headers[k] = v
-	}
-	id := ev.EventID.String()
-	headers[model.HeaderEventID] = id
-	headers[model.HeaderEventName] = ev.Name
-	headers[model.HeaderCreatedAt] = ev.CreatedAt.UTC().Format(time.RFC3339Nano)
-	if ev.OrderingKey != "" {
-		headers[model.HeaderOrderingKey] = ev.OrderingKey
-	}
-	opts := []asynq.Option{
-		asynq.TaskID(id),
-		asynq.Queue(ev.Queue),
-		asynq.Retention(max(taskRetention, ev.Retention)),
-	}
-	opts = appendDeliveryOptions(opts, ev)
-	return asynq.NewTaskWithHeaders(ev.Name, ev.Payload, headers), opts
-}
+var errReleased = errors.New("relay: stopping, row released")
 
 // deliver enqueues the events, at most Concurrency at once over all workers, and returns one error per
 // event: nil when it reached Redis (a TaskID conflict means it already had), errReleased when ctx ended
@@ -92,19 +62,14 @@ func (r *Relay) deliver(ctx context.Context, events []model.Event, bad map[int]e
 func (r *Relay) enqueue(ctx context.Context, ev *model.Event) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.EnqueueTimeout)
 	defer cancel()
-	task, opts := Task(ev, r.cfg.TaskRetention)
+	task, opts := newTask(ev, r.cfg.TaskRetention)
 	listeners := r.cfg.Routes[ev.Name]
 	if len(listeners) == 0 {
 		return r.enqueueTask(ctx, ev, task, opts)
 	}
 	for _, l := range listeners {
-		headers := maps.Clone(task.Headers())
-		headers[model.HeaderListener] = l
-		lopts := append(slices.Clip(opts), asynq.TaskID(ev.EventID.String()+":"+l))
-		if ev.Group != "" {
-			lopts = append(lopts, asynq.Group(listenerGroup(ev.Group, l)))
-		}
-		if err := r.enqueueTask(ctx, ev, asynq.NewTaskWithHeaders(fanout.ListenerTaskType(ev.Name, l), ev.Payload, headers), lopts); err != nil {
+		ltask, lopts := listenerTask(ev, task, opts, l)
+		if err := r.enqueueTask(ctx, ev, ltask, lopts); err != nil {
 			return fmt.Errorf("listener %s: %w", l, err)
 		}
 	}

@@ -9,7 +9,7 @@
 // others, and a crash releases the locks, so the rows are claimed again (and deduplicated by TaskID).
 //
 // An event's delivery options (model.WithProcessAt, WithMaxRetry, WithTimeout, WithDeadline, WithGroup,
-// WithRetention) become the task's asynq options (see [Task]); a scheduled event is enqueued at once and
+// WithTaskRetention) become the task's asynq options of the same name; a scheduled event is enqueued at once and
 // waits in asynq's scheduled set.
 //
 //	db, err := connect.Postgres(ctx, dsn, connect.Options{}) // dsn: postgres://...?sslmode=verify-full

@@ -14,7 +14,7 @@ import (
 // value, so New applies the default. Durations use Go's syntax ("250ms", "24h"). A value that does not
 // parse gives an error naming the variable:
 //
-//	OUTBOX_BATCH_SIZE, OUTBOX_CONCURRENCY, OUTBOX_WORKERS, OUTBOX_POLL_INTERVAL, OUTBOX_MIN_POLL_INTERVAL,
+//	OUTBOX_BATCH_SIZE, OUTBOX_BATCH_BYTES, OUTBOX_CONCURRENCY, OUTBOX_WORKERS, OUTBOX_POLL_INTERVAL, OUTBOX_MIN_POLL_INTERVAL,
 //	OUTBOX_DISABLE_NOTIFY, OUTBOX_TASK_RETENTION, OUTBOX_MAX_ATTEMPTS, OUTBOX_RETRY_BACKOFF,
 //	OUTBOX_RETRY_BACKOFF_MAX, OUTBOX_ROUND_BACKOFF, OUTBOX_ROUND_BACKOFF_MAX, OUTBOX_ENQUEUE_TIMEOUT,
 //	OUTBOX_PUBLISHED_RETENTION, OUTBOX_CLEANUP_INTERVAL, OUTBOX_CLEANUP_BATCH_SIZE, OUTBOX_KEY_CHECK_INTERVAL,
@@ -25,7 +25,9 @@ import (
 // (e.g. "order.placed=send-confirmation,reserve-stock"); OUTBOX_QUEUES for Config.Queues, as
 // "queue:weight,queue:weight" (e.g. "critical:6,default:3,bulk:1"), OUTBOX_STRICT_PRIORITY and
 // OUTBOX_CANCEL_CHECK_INTERVAL. The Redis to relay to is not in Config:
-// RedisFromEnv reads it from OUTBOX_REDIS_URL.
+// RedisFromEnv reads it from OUTBOX_REDIS_URL. The fields that hold Go values (Logger, Enqueuer, Observer,
+// TracerProvider, Inspector) and the reconciler's (DisableReconciler, Reconciler; flags of `bunbox relay`)
+// have no variable.
 func ConfigFromEnv() (Config, error) { return configFromLookup(os.LookupEnv) }
 
 func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
@@ -48,6 +50,13 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 			}
 			*v.dst = n
 		}
+	}
+	if s, ok := lookup("OUTBOX_BATCH_BYTES"); ok && s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return Config{}, fmt.Errorf("%w: OUTBOX_BATCH_BYTES=%q is not an integer", ErrInvalidConfig, s)
+		}
+		c.BatchBytes = n
 	}
 	durations := []struct {
 		name string

@@ -86,7 +86,7 @@ func (r *Relay) pingRedis(ctx context.Context) error {
 		return errors.New(redisNotChecked)
 	}
 	done := make(chan error, 1)
-	go func() { done <- r.pinger.Ping() }() // Pinger takes no context: do not wait past ctx
+	go func() { done <- r.pinger.Ping() }() // Ping takes no context: do not wait past ctx
 	select {
 	case err := <-done:
 		return err

@@ -16,7 +16,7 @@ import (
 
 // errNoLeaseTable means that the table bunbox_leases does not exist: the migration
 // 20261202000001_bunbox_leases has not been applied.
-var errNoLeaseTable = errors.New("bunbox: table bunbox_leases does not exist: apply the migrations with `bunbox migrate up` or migrate.Up")
+var errNoLeaseTable = errors.New("relay: table bunbox_leases does not exist: apply the migrations with `bunbox migrate up` or migrate.Up")
 
 // lease is one named row of bunbox_leases: at most one holder at a time, for ttl after it last took or
 // renewed it. Each take or renewal is one autocommitted statement, never a session lock, so that a
@@ -61,7 +61,7 @@ func (l *lease) take(ctx context.Context) (until time.Time, err error) {
 	case pgerr.Is(err, pgerr.UndefinedTable):
 		return time.Time{}, errNoLeaseTable
 	case err != nil:
-		return time.Time{}, fmt.Errorf("bunbox: lease %q: %w", l.name, err)
+		return time.Time{}, fmt.Errorf("relay: lease %q: %w", l.name, err)
 	case len(holders) == 0:
 		return time.Time{}, nil
 	}
@@ -73,7 +73,7 @@ func (l *lease) take(ctx context.Context) (until time.Time, err error) {
 func (l *lease) release(ctx context.Context) error {
 	_, err := l.db.NewRaw("DELETE FROM bunbox_leases WHERE name = ? AND holder = ?", l.name, l.holder).Exec(ctx)
 	if err != nil && !pgerr.Is(err, pgerr.UndefinedTable) {
-		return fmt.Errorf("bunbox: release lease %q: %w", l.name, err)
+		return fmt.Errorf("relay: release lease %q: %w", l.name, err)
 	}
 	return nil
 }

@@ -17,15 +17,16 @@ import (
 	"github.com/bunbox/bunbox/model"
 )
 
-// KeyInspector is what the relay needs from asynq to relay keyed events (model.WithOrderingKey):
-// *asynq.Inspector implements it. GetTaskInfo must return an error wrapping asynq.ErrTaskNotFound or
-// asynq.ErrQueueNotFound for a task Redis does not have.
-type KeyInspector interface {
+// Inspector is what the relay (for keyed events, model.WithOrderingKey, and cancels) and the Reconciler
+// need from asynq: *asynq.Inspector implements it. GetTaskInfo must return an error wrapping
+// asynq.ErrTaskNotFound or asynq.ErrQueueNotFound for a task Redis does not have. The Reconciler only
+// looks tasks up.
+type Inspector interface {
 	GetTaskInfo(queue, id string) (*asynq.TaskInfo, error)
 	DeleteTask(queue, id string) error
 }
 
-var _ KeyInspector = (*asynq.Inspector)(nil)
+var _ Inspector = (*asynq.Inspector)(nil)
 
 // keyTracker is the relay's part of per-key ordering: it looks up the tasks of the keyed rows in flight
 // (published, not completed, not dead) and records what asynq did with them.
@@ -44,7 +45,7 @@ var _ KeyInspector = (*asynq.Inspector)(nil)
 //
 // Every relay runs one; they share the rows with FOR UPDATE SKIP LOCKED.
 type keyTracker struct {
-	ins   KeyInspector
+	ins   Inspector
 	rdb   redis.UniversalClient // reads the tasks' states in one pipeline; nil with Config.Inspector
 	ownDB bool                  // rdb was made for the tracker, closed by Close
 	owned *asynq.Inspector      // the inspector the relay made, closed by Close
@@ -310,33 +311,13 @@ FROM unnest(?::bigint[], ?::text[]) AS d(id, err) WHERE o.id = d.id`,
 // keyMissingLastError is the last_error of a keyed row whose task the tracker found missing.
 const keyMissingLastError = "bunbox relay: the task of this keyed event was missing from Redis (data loss?); enqueued again"
 
-// taskIDs are the ids of the tasks the relay makes for event id of name: the event id, or one
-// "<event id>:<listener>" per listener of Routes.
-func (r *Relay) taskIDs(id uuid.UUID, name string) []string {
-	ls := r.cfg.Routes[name]
-	if len(ls) == 0 {
-		return []string{id.String()}
-	}
-	ids := make([]string, len(ls))
-	for i, l := range ls {
-		ids[i] = id.String() + ":" + l
-	}
-	return ids
-}
-
 // lookUpKeyed looks up every task of the rows, at most Concurrency at once, and returns each row's
 // outcome (archived over missing over waiting; completed only when all its tasks are) with, for an
 // archived one, the error to record. Any other error aborts: an unanswered look-up never counts as missing.
 func (r *Relay) lookUpKeyed(ctx context.Context, rows []inflightRow) ([]keyOutcome, []string, error) {
-	type lookup struct {
-		row    int
-		taskID string
-	}
-	var lookups []lookup
+	var lookups []taskLookup
 	for i, row := range rows {
-		for _, id := range r.taskIDs(row.EventID, row.Name) {
-			lookups = append(lookups, lookup{i, id})
-		}
+		lookups = appendTaskLookups(lookups, r.cfg.Routes, i, row.EventID, row.Name)
 	}
 	states := make([]asynq.TaskState, len(lookups)) // 0: missing
 	infos := make([]*asynq.TaskInfo, len(lookups))
@@ -436,11 +417,6 @@ func (r *Relay) lookUpKeyed(ctx context.Context, rows []inflightRow) ([]keyOutco
 	}
 	return outcomes, lastErrs, nil
 }
-
-// asynqTaskKey is the Redis hash in which asynq v0.26 keeps a task (its "state" field says pending,
-// active, scheduled, retry, archived, completed or aggregating); see asynq's internal/base.TaskKey. The
-// ordering tests fail if a new asynq moves it.
-func asynqTaskKey(queue, id string) string { return "asynq:{" + queue + "}:t:" + id }
 
 // lookUp is GetTaskInfo, except that a queue Redis forgot (it lost its data, and asynq registers a queue
 // only at a client's first enqueue into it, so the relay's own re-enqueues do not register it again) is

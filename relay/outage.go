@@ -12,7 +12,7 @@ import (
 // Every other enqueue error is an outage, whatever it says (Redis unreachable, loading, read-only, failing
 // over, refusing the relay's user or password, out of clients, an ACL without EVALSHA, a timeout): the
 // round fails and backs off, its failed rows are released without a charge, and nothing dies of it.
-var ErrTaskRejected = errors.New("bunbox: the task was rejected")
+var ErrTaskRejected = errors.New("relay: the task was rejected")
 
 // asynqTaskErrors are the texts of the errors asynq v0.26's Client returns, before it talks to Redis, for a
 // task or an option it refuses (client.go: EnqueueContext and composeOptions). asynq exports no sentinel

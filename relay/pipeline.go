@@ -203,7 +203,7 @@ func newClient(opt asynq.RedisConnOpt) (*asynq.Client, redis.UniversalClient, er
 func pipelinedRedis(opt asynq.RedisConnOpt) (redis.UniversalClient, *pipelineHook, error) {
 	rdb, ok := opt.MakeRedisClient().(redis.UniversalClient)
 	if !ok {
-		return nil, nil, fmt.Errorf("bunbox: relay: unusable Redis options %T: they make no go-redis client", opt)
+		return nil, nil, fmt.Errorf("relay: unusable Redis options %T: they make no go-redis client", opt)
 	}
 	// Set before the first command: the client reads its options as it goes, and makes the cluster's
 	// node clients at its first command.

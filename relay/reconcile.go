@@ -104,7 +104,7 @@ type Reconciler struct {
 	db      *bun.DB
 	cfg     ReconcilerConfig
 	log     *slog.Logger
-	ins     TaskInspector         // with ReconcilerConfig.Inspector: look-ups one at a time, every pass a sweep
+	ins     Inspector             // with ReconcilerConfig.Inspector: look-ups one at a time, every pass a sweep
 	rdb     redis.UniversalClient // otherwise: the client NewReconciler made, closed by Close
 	running atomic.Bool
 
@@ -114,32 +114,31 @@ type Reconciler struct {
 
 // NewReconciler checks that the outbox table exists and that Redis answers, and returns a Reconciler.
 // redisOpt may be nil when cfg.Inspector is set. Invalid settings give an error wrapping ErrInvalidConfig
-// that names the field; a missing table gives ErrNoSchema.
+// that names the field; a missing table gives ErrNoSchema. Its checks take at most 15s;
+// NewReconcilerContext bounds them by a context of the caller's.
 func NewReconciler(db *bun.DB, redisOpt asynq.RedisConnOpt, cfg ReconcilerConfig) (*Reconciler, error) {
-	if db == nil {
-		return nil, errors.New("bunbox: relay.NewReconciler: db is nil")
-	}
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
 	defer cancel()
-	if err := checkSchema(ctx, db); err != nil {
+	return NewReconcilerContext(ctx, db, redisOpt, cfg)
+}
+
+// NewReconcilerContext is NewReconciler with the checks (the outbox table, Redis) run within ctx: give it
+// a deadline. ctx is not kept: Run takes its own.
+func NewReconcilerContext(ctx context.Context, db *bun.DB, redisOpt asynq.RedisConnOpt, cfg ReconcilerConfig) (*Reconciler, error) {
+	cfg, err := open(ctx, "NewReconciler", db, cfg)
+	if err != nil {
 		return nil, err
 	}
 	if cfg.Inspector == nil && redisOpt == nil {
-		return nil, errors.New("bunbox: relay.NewReconciler: give the Redis options or ReconcilerConfig.Inspector")
+		return nil, errors.New("relay: NewReconciler: give the Redis options or ReconcilerConfig.Inspector")
 	}
 	r, err := newReconciler(db, redisOpt, cfg)
 	if err != nil {
 		return nil, err
 	}
-	if r.rdb != nil {
-		if err := r.rdb.Ping(ctx).Err(); err != nil {
-			_ = r.rdb.Close()
-			return nil, fmt.Errorf("bunbox: reconciler: Redis does not answer: %w", err)
-		}
+	if err := pingOpened(ctx, r.rdb, nil); err != nil {
+		_ = r.Close()
+		return nil, err
 	}
 	return r, nil
 }
@@ -157,7 +156,7 @@ func newReconciler(db *bun.DB, redisOpt asynq.RedisConnOpt, cfg ReconcilerConfig
 	}
 	r.rdb, _ = rdb.(redis.UniversalClient)
 	if r.rdb == nil {
-		return nil, fmt.Errorf("bunbox: relay: unusable Redis options %T: they make no go-redis client", redisOpt)
+		return nil, fmt.Errorf("relay: unusable Redis options %T: they make no go-redis client", redisOpt)
 	}
 	return r, nil
 }
@@ -257,7 +256,7 @@ func (r *Reconciler) pass(ctx context.Context, sweep bool) (res ReconcileResult,
 	var now, horizon, readAt time.Time
 	var hidden []string
 	if err := r.db.NewRaw(reconcileHorizonSQL).Scan(ctx, &now, &horizon, &readAt, pgdialect.Array(&hidden)); err != nil {
-		return res, fmt.Errorf("bunbox: reconciler: PostgreSQL: %w", err)
+		return res, fmt.Errorf("relay: reconciler: PostgreSQL: %w", err)
 	}
 	from := now.Add(-r.cfg.Window)
 	c := &r.cursor
@@ -373,7 +372,7 @@ func (r *Reconciler) scan(ctx context.Context, res *ReconcileResult, rg scanRang
 		var rows []reconcileRow
 		if err := r.db.NewRaw(query, rg.from, rg.to, afterAt, afterID, queues, notQueues,
 			r.cfg.BatchSize).Scan(ctx, &rows); err != nil {
-			return fmt.Errorf("bunbox: reconciler: read published rows: %w", err)
+			return fmt.Errorf("relay: reconciler: read published rows: %w", err)
 		}
 		if len(rows) == 0 {
 			return nil
@@ -395,7 +394,7 @@ func (r *Reconciler) scan(ctx context.Context, res *ReconcileResult, rg scanRang
 					slog.String("queue", row.Queue))
 			}
 			if rerr != nil {
-				return fmt.Errorf("bunbox: reconciler: requeue: %w", rerr)
+				return fmt.Errorf("relay: reconciler: requeue: %w", rerr)
 			}
 		}
 		if err != nil {

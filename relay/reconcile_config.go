@@ -2,13 +2,11 @@ package relay
 
 import (
 	"cmp"
-	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/bunbox/bunbox/fanout"
-	"github.com/hibiken/asynq"
+	"github.com/bunbox/bunbox/internal/configcheck"
 )
 
 // Defaults applied by NewReconciler to the zero fields of a ReconcilerConfig.
@@ -26,14 +24,6 @@ const reconcileLeaseName = "bunbox.reconciler"
 // reconcileLastError is what a requeued row's last_error says, for the operator who wonders why a
 // published event was enqueued again.
 const reconcileLastError = "bunbox reconciler: the task was missing from Redis (data loss?); requeued"
-
-// TaskInspector is what the Reconciler needs from asynq: *asynq.Inspector implements it. GetTaskInfo must
-// return an error wrapping asynq.ErrTaskNotFound or asynq.ErrQueueNotFound for a task Redis does not have.
-type TaskInspector interface {
-	GetTaskInfo(queue, id string) (*asynq.TaskInfo, error)
-}
-
-var _ TaskInspector = (*asynq.Inspector)(nil)
 
 // ReconcilerConfig tunes a Reconciler. The zero value is ready to use.
 type ReconcilerConfig struct {
@@ -73,7 +63,7 @@ type ReconcilerConfig struct {
 	// does not close it. It looks tasks up one at a time, and without Redis of its own the reconciler
 	// cannot keep markers there (see Reconciler): every pass then sweeps the whole window, and a task whose
 	// queue asynq does not know counts as lost. Defaults to nil.
-	Inspector TaskInspector
+	Inspector Inspector
 	// LeaseTTL is how long the reconciler that Relay.Run runs holds the lease "bunbox.reconciler" in the
 	// table bunbox_leases after it took or renewed it; it renews it every LeaseTTL/3 and stops reconciling
 	// when a renewal has not succeeded within LeaseTTL. When the holder stops (ctx done) it gives the lease
@@ -104,25 +94,17 @@ func (c ReconcilerConfig) withDefaults() ReconcilerConfig {
 }
 
 func (c ReconcilerConfig) validate() error {
-	errs := c.problems()
-	if err := c.Routes.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	return nil
+	var p configcheck.Problems
+	p.Prefixed("", c.problems())
+	p.Add(c.Routes.Validate())
+	return p.Err(ErrInvalidConfig)
 }
 
 // problems lists what is wrong with c, each naming its field; Routes are checked apart (by validate, and
 // by the relay's Config for its reconciler).
 func (c ReconcilerConfig) problems() []error {
-	var errs []error
-	check := func(ok bool, format string, args ...any) {
-		if !ok {
-			errs = append(errs, fmt.Errorf(format, args...))
-		}
-	}
+	var p configcheck.Problems
+	check := p.Check
 	check(c.Window > 0, "Window must be positive, got %s", c.Window)
 	check(c.TaskRetention >= time.Second, "TaskRetention must be at least 1s, got %s", c.TaskRetention)
 	check(c.Window < c.TaskRetention,
@@ -132,5 +114,5 @@ func (c ReconcilerConfig) problems() []error {
 	check(c.BatchSize >= 1 && c.BatchSize <= 10000, "BatchSize must be between 1 and 10000, got %d", c.BatchSize)
 	check(c.Concurrency >= 1 && c.Concurrency <= 1024, "Concurrency must be between 1 and 1024, got %d", c.Concurrency)
 	check(c.LeaseTTL >= time.Second && c.LeaseTTL <= time.Hour, "LeaseTTL must be between 1s and 1h, got %s", c.LeaseTTL)
-	return errs
+	return p.List()
 }

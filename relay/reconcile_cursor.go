@@ -170,7 +170,7 @@ func (r *Reconciler) writeMarkers(ctx context.Context, queues []string) (lost []
 		if err != nil && !errors.Is(err, redis.Nil) {
 			// Written or not, its value is unknown now: the next pass sweeps the queue.
 			delete(c.markers, q)
-			errs = append(errs, fmt.Errorf("bunbox: reconciler: Redis: write the marker of queue %q: %w", q, err))
+			errs = append(errs, fmt.Errorf("relay: reconciler: Redis: write the marker of queue %q: %w", q, err))
 			continue
 		}
 		if want, known := c.markers[q]; known && old != strconv.FormatUint(want, 10) || !known && c.lastSeen[q] != (time.Time{}) {
@@ -181,6 +181,3 @@ func (r *Reconciler) writeMarkers(ctx context.Context, queues []string) (lost []
 	}
 	return lost, errors.Join(errs...)
 }
-
-// asynqQueuesKey is asynq's set of queue names (base.AllQueues).
-const asynqQueuesKey = "asynq:queues"

@@ -15,7 +15,7 @@ import (
 
 // ErrEvictionPolicy is wrapped by CheckEvictionPolicy's error when Redis's maxmemory-policy lets it evict
 // asynq's keys.
-var ErrEvictionPolicy = errors.New("bunbox: Redis may evict asynq's keys")
+var ErrEvictionPolicy = errors.New("relay: Redis may evict asynq's keys")
 
 // CheckEvictionPolicy reads Redis's maxmemory-policy and maxmemory (CONFIG GET; on a Cluster, of every
 // master) and says whether Redis may evict asynq's keys under memory pressure:
@@ -58,11 +58,11 @@ func CheckEvictionPolicy(ctx context.Context, rdb redis.UniversalClient) error {
 func checkEviction(ctx context.Context, rdb redis.Cmdable) error {
 	policies, err := rdb.ConfigGet(ctx, "maxmemory-policy").Result()
 	if err != nil {
-		return fmt.Errorf("bunbox: could not read Redis's maxmemory-policy (CONFIG GET): %w", err)
+		return fmt.Errorf("relay: could not read Redis's maxmemory-policy (CONFIG GET): %w", err)
 	}
 	policy, ok := policies["maxmemory-policy"]
 	if !ok {
-		return errors.New("bunbox: could not read Redis's maxmemory-policy: CONFIG GET returned none")
+		return errors.New("relay: could not read Redis's maxmemory-policy: CONFIG GET returned none")
 	}
 	if policy == "noeviction" {
 		return nil

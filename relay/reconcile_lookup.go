@@ -11,25 +11,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// taskLookup is one task of a row to look up.
-type taskLookup struct {
-	row    int
-	taskID string
-}
-
 // taskLookups lists the tasks of rows: one per row, or one per listener of its event with Routes.
 func (r *Reconciler) taskLookups(rows []reconcileRow) []taskLookup {
 	lookups := make([]taskLookup, 0, len(rows))
 	for i, row := range rows {
-		id := row.EventID.String()
-		listeners := r.cfg.Routes[row.Name]
-		if len(listeners) == 0 {
-			lookups = append(lookups, taskLookup{i, id})
-			continue
-		}
-		for _, l := range listeners {
-			lookups = append(lookups, taskLookup{i, id + ":" + l})
-		}
+		lookups = appendTaskLookups(lookups, r.cfg.Routes, i, row.EventID, row.Name)
 	}
 	return lookups
 }
@@ -81,7 +67,7 @@ func (r *Reconciler) exist(ctx context.Context, res *ReconcileResult, rows []rec
 		cmds[i] = pipe.Exists(ctx, asynqTaskKey(rows[lk.row].Queue, lk.taskID))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("bunbox: reconciler: look up tasks in Redis: %w", err)
+		return fmt.Errorf("relay: reconciler: look up tasks in Redis: %w", err)
 	}
 	for i, lk := range lookups {
 		if cmds[i].Val() == 0 {
@@ -126,7 +112,7 @@ func (r *Reconciler) inspect(ctx context.Context, rows []reconcileRow, gone []bo
 			case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
 				gone[lk.row] = true
 			case firstErr == nil:
-				firstErr = fmt.Errorf("bunbox: reconciler: look up task %s in queue %q: %w", lk.taskID, row.Queue, err)
+				firstErr = fmt.Errorf("relay: reconciler: look up task %s in queue %q: %w", lk.taskID, row.Queue, err)
 			}
 		})
 	}

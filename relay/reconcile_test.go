@@ -288,10 +288,15 @@ func TestReconcilerChecksEveryListenerOfAFanOut(t *testing.T) {
 	require.ErrorContains(t, err, "Routes")
 }
 
-// inspectorFunc adapts a function to relay.TaskInspector.
+// inspectorFunc adapts a function to relay.Inspector.
 type inspectorFunc func(queue, id string) (*asynq.TaskInfo, error)
 
 func (f inspectorFunc) GetTaskInfo(queue, id string) (*asynq.TaskInfo, error) { return f(queue, id) }
+
+// DeleteTask is not used by the Reconciler.
+func (f inspectorFunc) DeleteTask(string, string) error {
+	return errors.New("inspectorFunc: DeleteTask is not for the reconciler")
+}
 
 func TestReconcilerRequeuesOnlyUnchangedRows(t *testing.T) {
 	t.Parallel()
@@ -338,6 +343,8 @@ func (f *flakyInspector) GetTaskInfo(queue, id string) (*asynq.TaskInfo, error) 
 	}
 	return f.real.GetTaskInfo(queue, id)
 }
+
+func (f *flakyInspector) DeleteTask(queue, id string) error { return f.real.DeleteTask(queue, id) }
 
 func TestReconcilerNeverRequeuesOnLookupErrors(t *testing.T) {
 	t.Parallel()

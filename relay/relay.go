@@ -16,11 +16,11 @@ import (
 
 var (
 	// ErrInvalidConfig is wrapped by the errors of a Config that cannot work; the message names the field.
-	ErrInvalidConfig = errors.New("bunbox: invalid relay config")
+	ErrInvalidConfig = errors.New("relay: invalid config")
 	// ErrNoSchema means the outbox table does not exist: apply the schema first.
-	ErrNoSchema = errors.New("bunbox: table outbox_events does not exist: apply the schema with `bunbox migrate up` or migrate.Up")
+	ErrNoSchema = errors.New("relay: table outbox_events does not exist: apply the schema with `bunbox migrate up` or migrate.Up")
 	// ErrRunning is returned by Run when the Relay is already running.
-	ErrRunning = errors.New("bunbox: relay is already running")
+	ErrRunning = errors.New("relay: already running")
 )
 
 // Relay moves committed outbox rows into asynq. Build it with New and run it with Run.
@@ -29,7 +29,7 @@ type Relay struct {
 	cfg     Config
 	log     *slog.Logger
 	enq     Enqueuer
-	pinger  Pinger
+	pinger  pinger
 	rdb     redis.UniversalClient // the connections of the client New made, closed by Close; nil with Config.Enqueuer
 	running atomic.Bool
 	sem     chan struct{} // bounds the enqueues in flight, over all workers
@@ -46,29 +46,30 @@ type Relay struct {
 
 // New checks that the outbox table exists and that Redis answers, and returns a Relay ready to Run.
 // redis may be nil when cfg.Enqueuer is set. Invalid settings give an error wrapping ErrInvalidConfig that
-// names the field; a missing table gives ErrNoSchema, a read-only database ErrReadOnly.
+// names the field; a missing table gives ErrNoSchema, a read-only database ErrReadOnly. Its checks take at
+// most 15s; NewContext bounds them by a context of the caller's.
 func New(db *bun.DB, redis asynq.RedisConnOpt, cfg Config) (*Relay, error) {
-	if db == nil {
-		return nil, errors.New("bunbox: relay.New: db is nil")
-	}
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	r := &Relay{db: db, cfg: cfg, log: cfg.Logger, enq: cfg.Enqueuer, sem: make(chan struct{}, cfg.Concurrency)}
-	r.redisOpt = redis
-	r.queues = newFairQueues(cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
 	defer cancel()
-	if err := checkSchema(ctx, db); err != nil {
+	return NewContext(ctx, db, redis, cfg)
+}
+
+// NewContext is New with the checks (the outbox table, a writable database, Redis, the prepared
+// statements) run within ctx: give it a deadline. ctx is not kept: Run takes its own.
+func NewContext(ctx context.Context, db *bun.DB, redis asynq.RedisConnOpt, cfg Config) (*Relay, error) {
+	cfg, err := open(ctx, "New", db, cfg)
+	if err != nil {
 		return nil, err
 	}
 	if err := checkWritable(ctx, db); err != nil {
 		return nil, err // a standby, or default_transaction_read_only: every round would fail
 	}
+	r := &Relay{db: db, cfg: cfg, log: cfg.Logger, enq: cfg.Enqueuer, sem: make(chan struct{}, cfg.Concurrency)}
+	r.redisOpt = redis
+	r.queues = newFairQueues(cfg)
 	if r.enq == nil {
 		if redis == nil {
-			return nil, errors.New("bunbox: relay.New: give the Redis options or Config.Enqueuer")
+			return nil, errors.New("relay: New: give the Redis options or Config.Enqueuer")
 		}
 		client, rdb, err := newClient(redis)
 		if err != nil {
@@ -81,12 +82,10 @@ func New(db *bun.DB, redis asynq.RedisConnOpt, cfg Config) (*Relay, error) {
 		_ = r.Close()
 		return nil, err
 	}
-	r.pinger, _ = r.enq.(Pinger)
-	if r.pinger != nil {
-		if err := r.pinger.Ping(); err != nil {
-			_ = r.Close()
-			return nil, fmt.Errorf("bunbox: relay: Redis does not answer: %w", err)
-		}
+	r.pinger, _ = r.enq.(pinger)
+	if err := pingOpened(ctx, r.rdb, r.pinger); err != nil {
+		_ = r.Close()
+		return nil, err
 	}
 	return r, nil
 }
@@ -96,7 +95,7 @@ func New(db *bun.DB, redis asynq.RedisConnOpt, cfg Config) (*Relay, error) {
 func fromRedisOpt[T any](redis asynq.RedisConnOpt, mk func(asynq.RedisConnOpt) T) (v T, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("bunbox: relay: unusable Redis options %T: %v", redis, p)
+			err = fmt.Errorf("relay: unusable Redis options %T: %v", redis, p)
 		}
 	}()
 	return mk(redis), nil
@@ -105,7 +104,7 @@ func fromRedisOpt[T any](redis asynq.RedisConnOpt, mk func(asynq.RedisConnOpt) T
 func checkSchema(ctx context.Context, db bun.IDB) error {
 	var exists bool
 	if err := db.NewRaw("SELECT to_regclass('outbox_events') IS NOT NULL").Scan(ctx, &exists); err != nil {
-		return fmt.Errorf("bunbox: relay: PostgreSQL: %w", err)
+		return fmt.Errorf("relay: PostgreSQL: %w", err)
 	}
 	if !exists {
 		return ErrNoSchema

@@ -88,7 +88,7 @@ func FuzzReadRow(f *testing.F) {
 		if err := checked.Validate(0); err != nil {
 			t.Fatalf("readRow passed an event that Validate refuses: %v", err)
 		}
-		task, opts := Task(&ev, time.Hour)
+		task, opts := newTask(&ev, time.Hour)
 		if task.Type() != name || len(opts) == 0 {
 			t.Fatalf("task type %q, want %q", task.Type(), name)
 		}

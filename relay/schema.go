@@ -11,7 +11,7 @@ import (
 // ErrReadOnly means the database the relay was given cannot be written: a standby in recovery, or
 // default_transaction_read_only on for the role, the database or the connection. The relay marks rows in
 // every round: give it the primary, writable.
-var ErrReadOnly = errors.New("bunbox: the database is read-only")
+var ErrReadOnly = errors.New("relay: the database is read-only")
 
 // CheckSchema reports whether db has the outbox table with every column the relay's claim reads: it runs
 // the claim's query for no row, so it locks nothing and fails, naming what is missing, on a database
@@ -28,7 +28,7 @@ func CheckSchema(ctx context.Context, db bun.IDB) error {
 	for _, query := range []string{claimSQL, keyedClaimSQL} {
 		rows, err := db.QueryContext(ctx, query, 0)
 		if err != nil {
-			return fmt.Errorf("bunbox: the outbox table does not have the relay's columns (apply the migrations): %w", err)
+			return fmt.Errorf("relay: the outbox table does not have the relay's columns (apply the migrations): %w", err)
 		}
 		if err := rows.Close(); err != nil {
 			return err
@@ -44,7 +44,7 @@ func checkWritable(ctx context.Context, db bun.IDB) error {
 	var recovery bool
 	if err := db.NewRaw("SELECT current_setting('transaction_read_only'), pg_is_in_recovery()").
 		Scan(ctx, &readOnly, &recovery); err != nil {
-		return fmt.Errorf("bunbox: relay: PostgreSQL: %w", err)
+		return fmt.Errorf("relay: PostgreSQL: %w", err)
 	}
 	switch {
 	case recovery:

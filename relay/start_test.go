@@ -44,10 +44,10 @@ func TestStartWithBrokenSettings(t *testing.T) {
 		t.Cleanup(func() { _ = broken.Close() })
 		start := time.Now()
 		_, err := relay.New(broken, redis, relay.Config{})
-		require.ErrorContains(t, err, "bunbox: relay: PostgreSQL")
+		require.ErrorContains(t, err, "relay: PostgreSQL")
 		require.ErrorContains(t, err, "connection refused")
 		_, err = relay.NewReconciler(broken, redis, relay.ReconcilerConfig{})
-		require.ErrorContains(t, err, "bunbox: relay: PostgreSQL")
+		require.ErrorContains(t, err, "relay: PostgreSQL")
 		require.Less(t, time.Since(start), 20*time.Second)
 	})
 	t.Run("RedisAddressMalformed", func(t *testing.T) {

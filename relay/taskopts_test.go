@@ -42,12 +42,12 @@ func TestDeliveryOptionsOnTheTask(t *testing.T) {
 	at, deadline := now.Add(time.Hour), now.Add(2*time.Hour)
 
 	scheduled := b.newEvent(t, "opts.scheduled", model.WithProcessAt(at), model.WithMaxRetry(3),
-		model.WithTimeout(30*time.Second), model.WithDeadline(deadline), model.WithRetention(48*time.Hour))
+		model.WithTimeout(30*time.Second), model.WithDeadline(deadline), model.WithTaskRetention(48*time.Hour))
 	in := b.newEvent(t, "opts.in", model.WithProcessIn(24*time.Hour))
 	past := b.newEvent(t, "opts.past", model.WithProcessAt(now.Add(-time.Hour)), model.WithMaxRetry(0))
 	grouped := b.newEvent(t, "opts.grouped", model.WithGroup("digest"))
 	groupedLater := b.newEvent(t, "opts.grouped", model.WithGroup("digest"), model.WithProcessIn(time.Hour))
-	shortRetention := b.newEvent(t, "opts.retention", model.WithRetention(time.Second))
+	shortRetention := b.newEvent(t, "opts.retention", model.WithTaskRetention(time.Second))
 	plain := b.newEvent(t, "opts.plain")
 
 	r := b.newRelay(t, Config{TaskRetention: time.Hour})

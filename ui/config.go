@@ -3,11 +3,12 @@ package ui
 import (
 	"cmp"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 
 	"github.com/hibiken/asynq"
+
+	"github.com/bunbox/bunbox/internal/configcheck"
 )
 
 // Defaults applied by New to the zero fields of a Config.
@@ -45,15 +46,8 @@ func (c Config) withDefaults() Config {
 var ErrInvalidConfig = errors.New("ui: invalid config")
 
 func (c Config) validate() error {
-	var errs []error
-	if c.Token != "" && len(c.Token) < MinTokenLength {
-		errs = append(errs, fmt.Errorf("Token must be at least %d bytes, got %d", MinTokenLength, len(c.Token)))
-	}
-	if c.ListLimit < 1 || c.ListLimit > 1000 {
-		errs = append(errs, fmt.Errorf("ListLimit must be between 1 and 1000, got %d", c.ListLimit))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	return nil
+	var p configcheck.Problems
+	p.Check(c.Token == "" || len(c.Token) >= MinTokenLength, "Token must be at least %d bytes, got %d", MinTokenLength, len(c.Token))
+	p.Check(c.ListLimit >= 1 && c.ListLimit <= 1000, "ListLimit must be between 1 and 1000, got %d", c.ListLimit)
+	return p.Err(ErrInvalidConfig)
 }

@@ -131,7 +131,7 @@ func (h *Handler) page(r *http.Request, title string, data any) page {
 func (h *Handler) render(w http.ResponseWriter, name string, p page) {
 	var b strings.Builder
 	if err := h.pages.ExecuteTemplate(&b, name, p); err != nil {
-		h.log.Error("ui: render", slog.String("page", name), slog.Any("error", err))
+		h.log.Error("bunbox ui: render", slog.String("page", name), slog.Any("error", err))
 		http.Error(w, "ui: the page could not be rendered; see the server's log", http.StatusInternalServerError)
 		return
 	}
@@ -142,7 +142,7 @@ func (h *Handler) render(w http.ResponseWriter, name string, p page) {
 // fail answers a request whose reading failed; the error goes to the log and, redacted of nothing secret
 // (database errors carry no connection string), to the page.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, status int, err error) {
-	h.log.LogAttrs(r.Context(), slog.LevelWarn, "ui: request failed", slog.String("path", r.URL.Path), slog.Any("error", err))
+	h.log.LogAttrs(r.Context(), slog.LevelWarn, "bunbox ui: request failed", slog.String("path", r.URL.Path), slog.Any("error", err))
 	http.Error(w, "ui: "+err.Error(), status)
 }
 
@@ -195,7 +195,7 @@ func (h *Handler) serveEvent(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) write(next func(w http.ResponseWriter, r *http.Request, session string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		refuse := func(status int, why string) {
-			h.log.LogAttrs(r.Context(), slog.LevelWarn, "ui: write refused", slog.String("path", r.URL.Path),
+			h.log.LogAttrs(r.Context(), slog.LevelWarn, "bunbox ui: write refused", slog.String("path", r.URL.Path),
 				slog.String("remote", r.RemoteAddr), slog.String("why", why))
 			http.Error(w, "ui: "+why, status)
 		}
@@ -231,11 +231,11 @@ func (h *Handler) serveLogin(w http.ResponseWriter, r *http.Request) {
 	}
 	id := h.sessions.signIn(r.PostFormValue("token"))
 	if id == "" {
-		h.log.LogAttrs(r.Context(), slog.LevelWarn, "ui: sign-in refused: wrong token", slog.String("remote", r.RemoteAddr))
+		h.log.LogAttrs(r.Context(), slog.LevelWarn, "bunbox ui: sign-in refused: wrong token", slog.String("remote", r.RemoteAddr))
 		http.Error(w, "ui: wrong token", http.StatusUnauthorized)
 		return
 	}
-	h.log.LogAttrs(r.Context(), slog.LevelInfo, "ui: operator signed in", slog.String("remote", r.RemoteAddr))
+	h.log.LogAttrs(r.Context(), slog.LevelInfo, "bunbox ui: operator signed in", slog.String("remote", r.RemoteAddr))
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: id, Path: "/", HttpOnly: true, Secure: r.TLS != nil,
 		SameSite: http.SameSiteStrictMode, MaxAge: int(sessionTTL / time.Second)})
 	http.Redirect(w, r, back(r, "./"), http.StatusSeeOther)
@@ -273,7 +273,7 @@ func (h *Handler) serveDeadAction(w http.ResponseWriter, r *http.Request, _ stri
 		h.fail(w, r, http.StatusServiceUnavailable, err)
 		return
 	}
-	h.log.LogAttrs(r.Context(), slog.LevelInfo, "ui: dead events "+action, slog.Int64("count", n),
+	h.log.LogAttrs(r.Context(), slog.LevelInfo, "bunbox ui: dead events "+action, slog.Int64("count", n),
 		slog.Int("selected", len(ids)), slog.Any("event_ids", ids), slog.String("remote", r.RemoteAddr))
 	http.Redirect(w, r, fmt.Sprintf("../events?state=dead&done=%d+%s", n, action), http.StatusSeeOther)
 }

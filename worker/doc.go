@@ -18,7 +18,7 @@
 // Inbox's handlers read the producer's trace context from the task headers and run the handler in a
 // consumer span ("process <queue>", messaging conventions) that is the producer's span's child.
 // [InboxCleaner] deletes the records older than a window that must outlast asynq's longest redelivery
-// span ([AsynqRedeliverySpan]); [ArchiveUnrouted] archives a task no handler is registered for instead of
+// span ([InboxCleanerConfig.MinWindow]); [ArchiveUnrouted] archives a task no handler is registered for instead of
 // retrying it for weeks.
 //
 // The package was split out of bunx so that the producer side stays light; the names are unchanged.

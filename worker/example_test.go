@@ -16,15 +16,16 @@ func ExampleInboxCleaner() {
 	db := exampleDB(ctx) // the worker's database
 	defer db.Close()
 	inbox := worker.NewInbox(db)
-	cleaner, err := worker.NewInboxCleaner(inbox, worker.InboxCleanerConfig{
+	cfg := worker.InboxCleanerConfig{
 		MaxRetry:    5,                // the largest model.WithMaxRetry of the handled events
 		TaskTimeout: 10 * time.Minute, // the largest model.WithTimeout of the handled events
-		Window:      72 * time.Hour,   // refused if shorter than cleaner.Config().MinWindow()
-	})
+		Window:      72 * time.Hour,   // refused if shorter than cfg.MinWindow()
+	}
+	cleaner, err := worker.NewInboxCleaner(inbox, cfg)
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println("shortest Window:", cleaner.Config().MinWindow())
+	fmt.Println("shortest Window:", cfg.MinWindow())
 	stopped := make(chan error, 1)
 	go func() { stopped <- cleaner.Run(ctx) }() // a pass every Interval until ctx is done
 

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,7 +12,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/uptrace/bun"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/internal/pgerr"
@@ -33,44 +33,18 @@ type Inbox struct {
 	tracing *tracing
 }
 
-// InboxOption configures an Inbox.
-type InboxOption func(*Inbox)
-
-// WithInboxLogger sets the logger for failed handlers (Warn; Error for a task asynq archives), rejected
-// tasks (Error) and skipped duplicates (Info); nil keeps the default. Defaults to a logger that writes
-// Warn and above to stderr, so that a handler that keeps failing is never silent (asynq logs no handler
-// error).
-func WithInboxLogger(l *slog.Logger) InboxOption {
-	return func(in *Inbox) {
-		if l != nil {
-			in.logger = l
-		}
-	}
-}
-
-// WithInboxTracerProvider sets the TracerProvider of the handlers' consumer spans (see Inbox.Handler).
-// Defaults to the global one (otel.GetTracerProvider), read by NewInbox.
-func WithInboxTracerProvider(tp trace.TracerProvider) InboxOption {
-	return func(in *Inbox) { in.tracing = newTracing([]TraceOption{WithTracerProvider(tp)}) }
-}
-
 // NewInbox returns an Inbox that records handled events in db's inbox_events table (see the migrate package).
-func NewInbox(db *bun.DB, opts ...InboxOption) *Inbox {
+func NewInbox(db *bun.DB, opts ...Option) *Inbox {
 	if db == nil {
 		panic("worker.NewInbox: db must not be nil")
 	}
-	in := &Inbox{db: db, logger: defaultInboxLogger(), tracing: newTracing(nil)}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(in)
-		}
-	}
-	return in
+	o := applyOptions(opts)
+	return &Inbox{db: db, logger: cmp.Or(o.logger, defaultInboxLogger()), tracing: newTracing(o.tp)}
 }
 
 // ErrMalformedTask is wrapped (with asynq.SkipRetry, so asynq archives the task instead of retrying it
 // forever) by the error of a task whose bunbox headers or payload cannot be read.
-var ErrMalformedTask = errors.New("bunbox: malformed task")
+var ErrMalformedTask = errors.New("worker: malformed task")
 
 // Handler wraps fn as an asynq handler that runs at most once per event for the handler name. fn runs in a
 // transaction of the Inbox's database: return an error to roll its work back (and the inbox record with
@@ -189,7 +163,7 @@ func TaskEventID(t *asynq.Task) (uuid.UUID, error) {
 
 func inboxError(err error) error {
 	if pgerr.Is(err, pgerr.UndefinedTable) {
-		return fmt.Errorf("bunbox: the inbox table is missing: apply the migrations (bunboxmigrate.Up, or `bunbox migrate up`): %w", err)
+		return fmt.Errorf("worker: the inbox table is missing: apply the migrations (bunboxmigrate.Up, or `bunbox migrate up`): %w", err)
 	}
-	return fmt.Errorf("bunbox inbox: record event: %w", err)
+	return fmt.Errorf("worker: record event: %w", err)
 }

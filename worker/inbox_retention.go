@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/bunbox/bunbox/internal/pgerr"
 	"log/slog"
 	"math"
 	"time"
+
+	"github.com/bunbox/bunbox/internal/configcheck"
+	"github.com/bunbox/bunbox/internal/pgerr"
 )
 
 // Defaults applied by NewInboxCleaner to the zero fields of an InboxCleanerConfig.
@@ -29,24 +31,28 @@ const (
 	InboxReconcileMarginDefault = time.Hour
 )
 
-// InboxMinWindow is the shortest Window NewInboxCleaner accepts, whatever the other settings. Besides
+// ErrInvalidConfig is wrapped by the error of an InboxCleanerConfig that cannot work; the message names the
+// field.
+var ErrInvalidConfig = errors.New("worker: invalid InboxCleanerConfig")
+
+// inboxMinWindow is the shortest Window NewInboxCleaner accepts, whatever the other settings. Besides
 // asynq's own retries, the relay's Reconciler may enqueue a handled event again when Redis lost its
 // completed task: for rows published within its Window (1h by default), which it keeps below the relay's
 // TaskRetention (24h by default). A record must outlive that too: see InboxCleanerConfig.MinWindow.
-const InboxMinWindow = 24 * time.Hour
+const inboxMinWindow = 24 * time.Hour
 
 // asynqRecoverySpan is the longest asynq takes to notice that a worker died holding a task: the lease
 // (30s, asynq's internal rdb.LeaseDuration), the recoverer's allowance for clock skew (30s) and its
 // interval (1m), all fixed in asynq v0.26.
 const asynqRecoverySpan = 2 * time.Minute
 
-// AsynqRedeliverySpan is the longest time over which asynq v0.26 may deliver one task again after its
+// asynqRedeliverySpan is the longest time over which asynq v0.26 may deliver one task again after its
 // first delivery, for a task of maxRetry retries whose attempts each run at most timeout, with the
 // server's default RetryDelayFunc (asynq.DefaultRetryDelayFunc, taken at its largest: n⁴+15+29(n+1)
 // seconds before retry n+1): the sum of every retry delay, plus, for every attempt, the timeout and the
 // time asynq takes to recover a task whose worker died (2m). With asynq's defaults (25 retries, 30m) it
 // is about 21 days. It saturates at the largest time.Duration.
-func AsynqRedeliverySpan(maxRetry int, timeout time.Duration) time.Duration {
+func asynqRedeliverySpan(maxRetry int, timeout time.Duration) time.Duration {
 	var secs float64
 	for n := range max(maxRetry, 0) {
 		f := float64(n)
@@ -65,9 +71,9 @@ func AsynqRedeliverySpan(maxRetry int, timeout time.Duration) time.Duration {
 type InboxCleanerConfig struct {
 	// Window is how long the record of a handled event is kept: a repeated delivery within Window is
 	// recognised and skipped, one after it runs the handler again. It must be at least MinWindow: the
-	// longest time asynq may deliver a task again (see AsynqRedeliverySpan for MaxRetry and TaskTimeout,
+	// longest time asynq may deliver a task again (computed from MaxRetry and TaskTimeout,
 	// or RedeliverySpan), the time the relay's reconciler may enqueue it again (the larger of
-	// TaskRetention and ReconcileWindow, plus ReconcileMargin), and never below InboxMinWindow. Defaults
+	// TaskRetention and ReconcileWindow, plus ReconcileMargin), and never below 24h. Defaults
 	// to 720h (30 days).
 	Window time.Duration
 	// MaxRetry is the largest MaxRetry of the tasks the Inbox's handlers process (model.WithMaxRetry of
@@ -77,7 +83,7 @@ type InboxCleanerConfig struct {
 	// TaskTimeout is the longest one attempt of those tasks may run: the largest Timeout among them
 	// (model.WithTimeout; asynq's default for the others). Defaults to 30m, asynq's default.
 	TaskTimeout time.Duration
-	// RedeliverySpan replaces AsynqRedeliverySpan(MaxRetry, TaskTimeout) as the longest redelivery span,
+	// RedeliverySpan replaces the span computed from MaxRetry and TaskTimeout as the longest redelivery span,
 	// for workers with a RetryDelayFunc of their own: the sum of its largest delays plus, per attempt, the
 	// timeout and 2m. Defaults to 0: computed from MaxRetry and TaskTimeout with asynq's default delays.
 	RedeliverySpan time.Duration
@@ -117,18 +123,22 @@ func (c InboxCleanerConfig) withDefaults() InboxCleanerConfig {
 
 // MinWindow is the shortest Window the configuration accepts: the longest of the redelivery span (asynq
 // delivering the task again), the reconcile span (the larger of TaskRetention and ReconcileWindow, plus
-// ReconcileMargin: the reconciler enqueueing it again after Redis lost it), and InboxMinWindow. A record
-// deleted sooner lets either run the handler a second time. Call it on a configuration with its
-// defaults applied (InboxCleaner.Config).
+// ReconcileMargin: the reconciler enqueueing it again after Redis lost it), and 24h. A record
+// deleted sooner lets either run the handler a second time. The zero fields count as their defaults.
 func (c InboxCleanerConfig) MinWindow() time.Duration {
-	return max(c.redeliverySpan(), c.reconcileSpan(), InboxMinWindow)
+	return c.withDefaults().minWindow()
+}
+
+// minWindow is MinWindow of a configuration with its defaults applied.
+func (c InboxCleanerConfig) minWindow() time.Duration {
+	return max(c.redeliverySpan(), c.reconcileSpan(), inboxMinWindow)
 }
 
 func (c InboxCleanerConfig) redeliverySpan() time.Duration {
 	if c.RedeliverySpan != 0 {
 		return c.RedeliverySpan
 	}
-	return AsynqRedeliverySpan(c.MaxRetry, c.TaskTimeout)
+	return asynqRedeliverySpan(c.MaxRetry, c.TaskTimeout)
 }
 
 // reconcileSpan is how long after an event's first delivery the reconciler may still enqueue it again.
@@ -145,33 +155,18 @@ func satAdd(a, b time.Duration) time.Duration {
 }
 
 func (c InboxCleanerConfig) validate() error {
-	var errs []error
-	if c.MaxRetry < 0 || c.MaxRetry > 100 {
-		errs = append(errs, fmt.Errorf("MaxRetry must be between 0 and 100, got %d", c.MaxRetry))
-	}
-	if c.TaskTimeout < 0 {
-		errs = append(errs, fmt.Errorf("TaskTimeout must not be negative, got %s", c.TaskTimeout))
-	}
-	if c.RedeliverySpan < 0 {
-		errs = append(errs, fmt.Errorf("RedeliverySpan must not be negative, got %s", c.RedeliverySpan))
-	}
-	if c.BatchSize < 1 || c.BatchSize > 10000 {
-		errs = append(errs, fmt.Errorf("BatchSize must be between 1 and 10000, got %d", c.BatchSize))
-	}
-	if c.Interval < 0 {
-		errs = append(errs, fmt.Errorf("Interval must not be negative, got %s", c.Interval))
-	}
-	if c.TaskRetention < time.Second {
-		errs = append(errs, fmt.Errorf("TaskRetention must be at least 1s (the relay's Config.TaskRetention), got %s", c.TaskRetention))
-	}
-	if c.ReconcileWindow < 0 {
-		errs = append(errs, fmt.Errorf("ReconcileWindow must not be negative, got %s", c.ReconcileWindow))
-	}
-	if c.ReconcileMargin < 0 {
-		errs = append(errs, fmt.Errorf("ReconcileMargin must not be negative, got %s", c.ReconcileMargin))
-	}
-	if len(errs) == 0 {
-		if minW := c.MinWindow(); c.Window < minW {
+	var p configcheck.Problems
+	check := p.Check
+	check(c.MaxRetry >= 0 && c.MaxRetry <= 100, "MaxRetry must be between 0 and 100, got %d", c.MaxRetry)
+	check(c.TaskTimeout >= 0, "TaskTimeout must not be negative, got %s", c.TaskTimeout)
+	check(c.RedeliverySpan >= 0, "RedeliverySpan must not be negative, got %s", c.RedeliverySpan)
+	check(c.BatchSize >= 1 && c.BatchSize <= 10000, "BatchSize must be between 1 and 10000, got %d", c.BatchSize)
+	check(c.Interval >= 0, "Interval must not be negative, got %s", c.Interval)
+	check(c.TaskRetention >= time.Second, "TaskRetention must be at least 1s (the relay's Config.TaskRetention), got %s", c.TaskRetention)
+	check(c.ReconcileWindow >= 0, "ReconcileWindow must not be negative, got %s", c.ReconcileWindow)
+	check(c.ReconcileMargin >= 0, "ReconcileMargin must not be negative, got %s", c.ReconcileMargin)
+	if len(p.List()) == 0 {
+		if minW := c.minWindow(); c.Window < minW {
 			var why string
 			switch minW {
 			case c.redeliverySpan():
@@ -184,16 +179,13 @@ func (c InboxCleanerConfig) validate() error {
 				why = fmt.Sprintf("the relay's reconciler may enqueue a handled event again up to max(TaskRetention %s, ReconcileWindow %s) + ReconcileMargin %s after it was published",
 					c.TaskRetention, c.ReconcileWindow, c.ReconcileMargin)
 			default:
-				why = fmt.Sprintf("a reconciler may enqueue a handled event again within the relay's TaskRetention (InboxMinWindow, %s)", InboxMinWindow)
+				why = fmt.Sprintf("a reconciler may enqueue a handled event again within the relay's TaskRetention (at least %s in any case)", inboxMinWindow)
 			}
-			errs = append(errs, fmt.Errorf("Window %s is too short: %s; a record deleted sooner lets a redelivered task run its handler twice: make Window at least %s",
+			p.Add(fmt.Errorf("Window %s is too short: %s; a record deleted sooner lets a redelivered task run its handler twice: make Window at least %s",
 				c.Window, why, minW))
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("bunx: invalid InboxCleanerConfig: %w", err)
-	}
-	return nil
+	return p.Err(ErrInvalidConfig)
 }
 
 // InboxCleaner deletes the inbox_events records older than its Window, so that the inbox does not grow
@@ -211,7 +203,7 @@ type InboxCleaner struct {
 // whose Window is shorter than MinWindow, with an error that names the field.
 func NewInboxCleaner(in *Inbox, cfg InboxCleanerConfig) (*InboxCleaner, error) {
 	if in == nil {
-		return nil, errors.New("bunx: NewInboxCleaner: the inbox must not be nil")
+		return nil, errors.New("worker: NewInboxCleaner: the inbox must not be nil")
 	}
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -219,9 +211,6 @@ func NewInboxCleaner(in *Inbox, cfg InboxCleanerConfig) (*InboxCleaner, error) {
 	}
 	return &InboxCleaner{in: in, cfg: cfg}, nil
 }
-
-// Config returns the configuration in effect, defaults applied.
-func (c *InboxCleaner) Config() InboxCleanerConfig { return c.cfg }
 
 // Run cleans now and then every Interval until ctx ends, and returns nil then. A failed pass is logged
 // (with the Inbox's logger) and retried at the next interval.
@@ -255,13 +244,13 @@ func (c *InboxCleaner) Cleanup(ctx context.Context) (int64, error) {
 		res, err := c.in.db.NewRaw(cleanupSQL, c.cfg.Window.Microseconds(), c.cfg.BatchSize).Exec(ctx)
 		if err != nil {
 			if pgerr.Is(err, pgerr.UndefinedTable) {
-				return total, fmt.Errorf("bunbox: the inbox table is missing: apply the migrations (bunboxmigrate.Up, or `bunbox migrate up`): %w", err)
+				return total, fmt.Errorf("worker: the inbox table is missing: apply the migrations (bunboxmigrate.Up, or `bunbox migrate up`): %w", err)
 			}
-			return total, fmt.Errorf("bunbox inbox: cleanup: %w", err)
+			return total, fmt.Errorf("worker: cleanup: %w", err)
 		}
 		n, err := res.RowsAffected()
 		if err != nil {
-			return total, fmt.Errorf("bunbox inbox: cleanup: %w", err)
+			return total, fmt.Errorf("worker: cleanup: %w", err)
 		}
 		total += n
 		if n < int64(c.cfg.BatchSize) {

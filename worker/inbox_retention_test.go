@@ -51,7 +51,7 @@ func TestInboxCleanerConfig(t *testing.T) {
 	in := worker.NewInbox(bun.NewDB(sqldb, pgdialect.New()))
 	c, err := worker.NewInboxCleaner(in, worker.InboxCleanerConfig{})
 	require.NoError(t, err)
-	cfg := c.Config()
+	cfg := worker.CleanerConfig(c)
 	require.Equal(t, worker.InboxWindowDefault, cfg.Window)
 	require.Equal(t, 25, cfg.MaxRetry)
 	require.Equal(t, 30*time.Minute, cfg.TaskTimeout)
@@ -84,7 +84,7 @@ func TestInboxCleanerConfig(t *testing.T) {
 		{"LongReconcileWindow", worker.InboxCleanerConfig{Window: 48 * time.Hour, MaxRetry: 3, TaskTimeout: time.Minute, ReconcileWindow: 60 * time.Hour, ReconcileMargin: 30 * time.Minute},
 			"make Window at least 60h30m0s"},
 		{"ShorterThanFloor", worker.InboxCleanerConfig{Window: time.Hour, MaxRetry: 1, TaskTimeout: time.Minute, TaskRetention: time.Hour, ReconcileMargin: time.Minute},
-			"Window 1h0m0s is too short: a reconciler may enqueue a handled event again within the relay's TaskRetention (InboxMinWindow, 24h0m0s)"},
+			"Window 1h0m0s is too short: a reconciler may enqueue a handled event again within the relay's TaskRetention (at least 24h0m0s in any case)"},
 		{"ShorterThanGivenSpan", worker.InboxCleanerConfig{Window: 48 * time.Hour, RedeliverySpan: 72 * time.Hour},
 			"Window 48h0m0s is too short: RedeliverySpan is 72h0m0s"},
 		{"GivenSpan", worker.InboxCleanerConfig{Window: 4 * 24 * time.Hour, RedeliverySpan: 72 * time.Hour}, ""},
@@ -105,7 +105,7 @@ func TestInboxCleanerConfig(t *testing.T) {
 				require.NotNil(t, c)
 				return
 			}
-			require.ErrorContains(t, err, "bunx: invalid InboxCleanerConfig: ")
+			require.ErrorContains(t, err, "worker: invalid InboxCleanerConfig: ")
 			require.ErrorContains(t, err, tc.want)
 			require.Nil(t, c)
 		})
@@ -228,12 +228,12 @@ func TestInboxCleanerKeepsWhatTheReconcilerMayRedeliver(t *testing.T) {
 	_, err := worker.NewInboxCleaner(in, worker.InboxCleanerConfig{MaxRetry: 1, TaskTimeout: time.Minute, Window: 24 * time.Hour})
 	require.ErrorContains(t, err, "Window 24h0m0s is too short: the relay's reconciler may enqueue")
 
-	c, err := worker.NewInboxCleaner(in, cfg)
+	_, err = worker.NewInboxCleaner(in, cfg)
 	require.NoError(t, err)
-	minWindow := c.Config().MinWindow()
+	minWindow := cfg.MinWindow()
 	require.Equal(t, 25*time.Hour, minWindow)
 	cfg.Window = minWindow
-	c, err = worker.NewInboxCleaner(in, cfg)
+	c, err := worker.NewInboxCleaner(in, cfg)
 	require.NoError(t, err)
 	n, err := c.Cleanup(ctx)
 	require.NoError(t, err)

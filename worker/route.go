@@ -30,7 +30,7 @@ func ArchiveUnrouted(mux *asynq.ServeMux, log *slog.Logger) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		h, pattern := mux.Handler(t)
 		if pattern == "" {
-			log.LogAttrs(ctx, slog.LevelError, "bunbox: no handler for the task type; archiving it",
+			log.LogAttrs(ctx, slog.LevelError, "bunbox worker: no handler for the task type; archiving it",
 				slog.String("task_type", t.Type()), slog.String("event_id", t.Headers()[model.HeaderEventID]))
 			return fmt.Errorf("%w %q: %w", asynq.ErrHandlerNotFound, t.Type(), asynq.SkipRetry)
 		}

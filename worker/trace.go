@@ -20,26 +20,17 @@ const tracerName = "github.com/bunbox/bunbox/worker"
 // messagingSystem is the messaging.system attribute of bunbox's spans: the broker is asynq.
 const messagingSystem = "asynq"
 
-// TraceOption configures the consumer spans of TraceMiddleware.
-type TraceOption func(*tracing)
-
-// WithTracerProvider sets the TracerProvider of the consumer spans. Defaults to the global one
-// (otel.GetTracerProvider), read when the middleware or Inbox is made.
-func WithTracerProvider(tp trace.TracerProvider) TraceOption {
-	return func(t *tracing) { t.tracer = tp.Tracer(tracerName) }
-}
-
 // tracing starts the consumer span of a task.
 type tracing struct {
 	tracer trace.Tracer
 }
 
-func newTracing(opts []TraceOption) *tracing {
-	t := &tracing{tracer: otel.GetTracerProvider().Tracer(tracerName)}
-	for _, opt := range opts {
-		opt(t)
+// newTracing returns the tracing of tp, or of the global TracerProvider when tp is nil.
+func newTracing(tp trace.TracerProvider) *tracing {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
 	}
-	return t
+	return &tracing{tracer: tp.Tracer(tracerName)}
 }
 
 // consumerSpanKey marks a context whose consumer span bunbox already started, so that an Inbox handler
@@ -56,8 +47,8 @@ type consumerSpanKey struct{}
 //
 // Use it for plain asynq handlers (mux.Use(worker.TraceMiddleware())); handlers wrapped by an Inbox start
 // the same span themselves, and behind this middleware they reuse its span.
-func TraceMiddleware(opts ...TraceOption) asynq.MiddlewareFunc {
-	t := newTracing(opts)
+func TraceMiddleware(opts ...Option) asynq.MiddlewareFunc {
+	t := newTracing(applyOptions(opts).tp)
 	return func(next asynq.Handler) asynq.Handler {
 		return asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
 			return t.run(ctx, task, "", func(ctx context.Context) error { return next.ProcessTask(ctx, task) })

@@ -54,7 +54,7 @@ func TestTraceFromProducerToHandler(t *testing.T) {
 
 	// The worker: the handlers note the span they run in.
 	handled := make(chan trace.SpanContext, 2)
-	in := worker.NewInbox(db, worker.WithInboxTracerProvider(tp), worker.WithInboxLogger(outboxtest.Logger(t)))
+	in := worker.NewInbox(db, worker.WithTracerProvider(tp), worker.WithInboxLogger(outboxtest.Logger(t)))
 	mux := asynq.NewServeMux()
 	mux.Handle("traced.inbox", in.Handler("notify", func(ctx context.Context, _ bun.Tx, _ *asynq.Task) error {
 		handled <- trace.SpanContextFromContext(ctx)
@@ -168,7 +168,7 @@ func TestTraceMiddlewareAroundInbox(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	db := bun.NewDB(sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN("postgres://nobody@127.0.0.1:1/none?sslmode=disable"))), pgdialect.New())
 	t.Cleanup(func() { _ = db.Close() })
-	in := worker.NewInbox(db, worker.WithInboxTracerProvider(tp))
+	in := worker.NewInbox(db, worker.WithTracerProvider(tp))
 	var ran bool
 	h := worker.TraceMiddleware(worker.WithTracerProvider(tp))(in.Handler("notify", func(context.Context, bun.Tx, *asynq.Task) error {
 		ran = true

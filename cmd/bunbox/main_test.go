@@ -20,6 +20,7 @@ import (
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
+	"github.com/bunbox/bunbox/relay/relaymetrics"
 )
 
 func TestMain(m *testing.M) {
@@ -235,7 +236,10 @@ func TestAgainstDatabase(t *testing.T) {
 	t.Run("Metrics", func(t *testing.T) {
 		r, err := relay.New(db, nil, relay.Config{Enqueuer: nopEnqueuer{}})
 		require.NoError(t, err)
-		srv := httptest.NewServer(metricsHandler(r, db))
+		m, err := relaymetrics.NewMetrics(relaymetrics.MetricsConfig{DB: db})
+		require.NoError(t, err)
+		m.SetRelay(r)
+		srv := httptest.NewServer(metricsHandler(m))
 		defer srv.Close()
 		resp, err := http.Get(srv.URL)
 		require.NoError(t, err)

@@ -39,17 +39,11 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level}))
-	metrics, err := relaymetrics.NewMetrics(relaymetrics.MetricsConfig{})
-	if err != nil {
-		return err
-	}
-	cfg.Observer = metrics.Observer(cfg.Observer)
 	if *reconcileWindow < 0 {
 		return usageError(c.stderr, "-reconcile-window must not be negative, got %s", *reconcileWindow)
 	}
 	cfg.DisableReconciler = !*reconcile
 	cfg.Reconciler.Window, cfg.Reconciler.Interval = *reconcileWindow, *reconcileInterval
-	cfg.Reconciler.OnPass = metrics.ObserveReconcile
 
 	redisOpt, redisName, err := c.redis()
 	if err != nil {
@@ -60,6 +54,12 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 		return err
 	}
 	defer db.Close()
+	metrics, err := relaymetrics.NewMetrics(relaymetrics.MetricsConfig{DB: db})
+	if err != nil {
+		return err
+	}
+	cfg.Observer = metrics.Observer(cfg.Observer)
+	cfg.Reconciler.OnPass = metrics.ObserveReconcile
 	if *enableNotify {
 		if err := relay.EnableNotifyTrigger(ctx, db); err != nil {
 			return fmt.Errorf("install the notify trigger: %w", err)
@@ -70,6 +70,7 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 		return fmt.Errorf("relay (Redis at %s): %w", redisName, err)
 	}
 	defer r.Close()
+	metrics.SetRelay(r)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -81,7 +82,7 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 		}
 		probes := r.HealthHandler()
 		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", metricsHandler(r, db, metrics))
+		mux.Handle("GET /metrics", metricsHandler(metrics))
 		mux.Handle("GET /healthz", probes)
 		mux.Handle("GET /readyz", probes)
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}

@@ -313,7 +313,7 @@ func TestTypeCheckFindsErrors(t *testing.T) {
 	require.Contains(t, errs, "README.md:4:5: no new variables on left side of :=")
 	require.Contains(t, errs, "README.md:7: a ```go block that is no complete program (no package clause) needs <!-- fragment --> on the line before its fence")
 	require.Contains(t, errs, "README.md:12:15: declared and not used: x")
-	require.Contains(t, errs, "README.md:16:27: cannot use 42 (untyped int constant) as worker.InboxOption value in argument to worker.NewInbox")
+	require.Contains(t, errs, "README.md:16:27: cannot use 42 (untyped int constant) as worker.Option value in argument to worker.NewInbox")
 }
 
 // typeCheck type-checks the blocks and returns their errors, each naming its README line.

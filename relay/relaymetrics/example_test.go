@@ -9,8 +9,8 @@ import (
 	"github.com/bunbox/bunbox/relay/relaymetrics"
 )
 
-// Metrics observes the relay through its Observer: install it before relay.New, register the Metrics
-// next to the Collector.
+// Metrics observes the relay through its Observer: install it before relay.New, hand it the relay, and
+// register it, the one collector.
 func ExampleNewMetrics() {
 	m, err := relaymetrics.NewMetrics(relaymetrics.MetricsConfig{MaxLabelValues: 20})
 	if err != nil {
@@ -19,9 +19,9 @@ func ExampleNewMetrics() {
 	}
 	cfg := relay.Config{}
 	cfg.Observer = m.Observer(cfg.Observer)
-	// r, err := relay.New(db, redisOpt, cfg)
+	// r, err := relay.New(db, redisOpt, cfg); m.SetRelay(r) (and MetricsConfig.DB: db for the table's gauges)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(m) // and relaymetrics.NewCollector(db, r)
+	reg.MustRegister(m)
 	fmt.Println(cfg.Observer.OnEnqueue != nil, cfg.Observer.OnBatch != nil)
 	// Output: true true
 }

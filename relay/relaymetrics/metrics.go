@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/relay"
 )
@@ -26,19 +28,26 @@ type MetricsConfig struct {
 	// names the producers invent. Values are admitted first come, first served, for the life of the
 	// process. Defaults to 50.
 	MaxLabelValues int
+	// DB is the outbox's database: each scrape reads the backlog, dead rows, lag and blocked keys from it
+	// (bunbox_outbox_*). Defaults to nil: no table gauges.
+	DB bun.IDB
 }
 
-// Metrics records what the relay reports through its Observer, for Prometheus: the latency histograms an
-// SLO needs and the enqueues per queue and event name. It also counts the passes of a Reconciler (see
-// ObserveReconcile). Register it with a prometheus.Registerer next to the Collector, and install its hooks
-// in the relay's Config before relay.New:
+// Metrics is the one prometheus.Collector of a relay: the outbox table's state at scrape time
+// (MetricsConfig.DB), the relay's counters (SetRelay), and what the relay reports through its Observer:
+// the latency histograms an SLO needs and the enqueues per queue and event name. It also counts the
+// passes of a Reconciler (see ObserveReconcile). Install its observer in the relay's Config before
+// relay.New, hand it the relay, and register it:
 //
-//	m, err := relaymetrics.NewMetrics(relaymetrics.MetricsConfig{})
+//	m, err := relaymetrics.NewMetrics(relaymetrics.MetricsConfig{DB: db})
 //	cfg.Observer = m.Observer(cfg.Observer)
 //	r, err := relay.New(db, redisOpt, cfg)
-//	reg.MustRegister(relaymetrics.NewCollector(db, r), m)
+//	m.SetRelay(r)
+//	reg.MustRegister(m)
 //
-// Exported series:
+// Exported series, besides the table's gauges (bunbox_outbox_backlog, _dead, _lag_seconds, _blocked_keys,
+// _up) and the relay's counters (bunbox_relay_published_total, _failed_total, _dead_total, _rounds_total,
+// _failed_rounds_total, _cleaned_total, _keyed_completed_total):
 //
 //	bunbox_relay_delivery_lag_seconds{queue}           histogram: from the row's created_at to its task in Redis
 //	bunbox_relay_enqueue_duration_seconds              histogram: one enqueue (with Routes, all of a row's tasks)
@@ -54,6 +63,9 @@ type MetricsConfig struct {
 // The delivery lag starts at created_at, the start of the transaction that wrote the row on PostgreSQL's
 // clock: it includes that transaction's own duration, and any offset between that clock and the relay's.
 type Metrics struct {
+	db    bun.IDB
+	relay atomic.Pointer[relay.Relay]
+
 	queues, names *labels
 
 	lag      *prometheus.HistogramVec
@@ -70,13 +82,14 @@ var _ prometheus.Collector = (*Metrics)(nil)
 // NewMetrics returns Metrics with no observations yet. A negative MaxLabelValues is an error.
 func NewMetrics(cfg MetricsConfig) (*Metrics, error) {
 	if cfg.MaxLabelValues < 0 {
-		return nil, fmt.Errorf("bunbox: relaymetrics: MaxLabelValues must be at least 1, got %d", cfg.MaxLabelValues)
+		return nil, fmt.Errorf("relaymetrics: MaxLabelValues must be at least 1, got %d", cfg.MaxLabelValues)
 	}
 	maxValues := cmp.Or(cfg.MaxLabelValues, MaxLabelValuesDefault)
 	counter := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	}
 	return &Metrics{
+		db:     cfg.DB,
 		queues: newLabels(maxValues),
 		names:  newLabels(maxValues),
 		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -109,6 +122,10 @@ func NewMetrics(cfg MetricsConfig) (*Metrics, error) {
 		requeued:   counter("bunbox_reconciler_requeued_total", "Published rows the reconciler put back in line because Redis had lost their task."),
 	}, nil
 }
+
+// SetRelay makes the scrapes export r's counters (Relay.Stats); nil stops them. Call it once relay.New
+// returned, with the relay whose Config.Observer holds m.Observer.
+func (m *Metrics) SetRelay(r *relay.Relay) { m.relay.Store(r) }
 
 // Observer returns next with the Metrics' observers added to OnBatch and OnEnqueue; next's own callbacks
 // still run, after them.
@@ -163,6 +180,7 @@ func (m *Metrics) collectors() []prometheus.Collector {
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	describeState(ch)
 	for _, c := range m.collectors() {
 		c.Describe(ch)
 	}
@@ -170,6 +188,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.collectState(ch)
 	for _, c := range m.collectors() {
 		c.Collect(ch)
 	}

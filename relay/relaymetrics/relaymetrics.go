@@ -1,13 +1,15 @@
 // Package relaymetrics exposes a bunbox relay to Prometheus: the relay's counters (published, failed,
 // dead rows, rounds) and, read from PostgreSQL at scrape time, the backlog, the dead rows and the lag (the
 // age of the oldest pending row), which is what to alert on: a lag that grows means events are not
-// reaching asynq. [Metrics] adds the histograms an SLO needs (delivery lag, enqueue and round durations)
-// and the enqueues per queue and event name, with a cap on distinct label values, from the relay's Observer.
+// reaching asynq; and, from the relay's Observer, the histograms an SLO needs (delivery lag, enqueue and
+// round durations) and the enqueues per queue and event name, with a cap on distinct label values. One
+// collector, [Metrics], exports all of it:
 //
-//	m, err := relaymetrics.NewMetrics(relaymetrics.MetricsConfig{})
+//	m, err := relaymetrics.NewMetrics(relaymetrics.MetricsConfig{DB: db})
 //	cfg.Observer = m.Observer(cfg.Observer)
 //	r, err := relay.New(db, redisOpt, cfg)
-//	reg.MustRegister(relaymetrics.NewCollector(db, r), m)
+//	m.SetRelay(r)
+//	reg.MustRegister(m)
 package relaymetrics
 
 import (
@@ -15,14 +17,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/admin"
-	"github.com/bunbox/bunbox/relay"
 )
 
-// ScrapeTimeoutDefault bounds the backlog query of one scrape.
-const ScrapeTimeoutDefault = 5 * time.Second
+// scrapeTimeout bounds the backlog query of one scrape.
+const scrapeTimeout = 5 * time.Second
 
 var (
 	descBacklog   = prometheus.NewDesc("bunbox_outbox_backlog", "Outbox rows waiting to be relayed (not published, not dead).", nil, nil)
@@ -39,35 +39,41 @@ var (
 	descCleaned   = prometheus.NewDesc("bunbox_relay_cleaned_total", "Published rows deleted after the retention period.", nil, nil)
 )
 
-// Collector is a prometheus.Collector for one relay and its outbox table.
-type Collector struct {
-	db    bun.IDB
-	relay *relay.Relay
-}
-
-var _ prometheus.Collector = (*Collector)(nil)
-
-// NewCollector collects the counters of r and the backlog of the outbox table in db. r may be nil (for a
-// process that runs no relay, like the CLI's status endpoint); then only the table's gauges are exported.
-func NewCollector(db bun.IDB, r *relay.Relay) *Collector { return &Collector{db: db, relay: r} }
-
-// Describe implements prometheus.Collector.
-func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descBacklog, descDeadRows, descLag, descBlocked, descUp} {
+// describeState sends the descriptions of the table's gauges and the relay's counters, all of them: a
+// Metrics without a database or a relay collects fewer, which prometheus allows.
+func describeState(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descBacklog, descDeadRows, descLag, descBlocked, descUp,
+		descPublished, descFailed, descDead, descRounds, descFailedRds, descCleaned, descCompleted} {
 		ch <- d
 	}
-	if c.relay != nil {
-		for _, d := range []*prometheus.Desc{descPublished, descFailed, descDead, descRounds, descFailedRds, descCleaned, descCompleted} {
-			ch <- d
-		}
+}
+
+// collectState sends the table's gauges, read from m's database at scrape time, and the counters of m's
+// relay, of each what m has.
+func (m *Metrics) collectState(ch chan<- prometheus.Metric) {
+	if m.db != nil {
+		collectTable(ch, m)
+	}
+	r := m.relay.Load()
+	if r == nil {
+		return
+	}
+	s := r.Stats()
+	for _, c := range []struct {
+		d *prometheus.Desc
+		v int64
+	}{
+		{descPublished, s.Published}, {descFailed, s.Failed}, {descDead, s.Dead},
+		{descRounds, s.Rounds}, {descFailedRds, s.FailedRounds}, {descCleaned, s.Cleaned}, {descCompleted, s.Completed},
+	} {
+		ch <- prometheus.MustNewConstMetric(c.d, prometheus.CounterValue, float64(c.v))
 	}
 }
 
-// Collect implements prometheus.Collector.
-func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), ScrapeTimeoutDefault)
+func collectTable(ch chan<- prometheus.Metric, m *Metrics) {
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
-	b, err := admin.ReadBacklog(ctx, c.db)
+	b, err := admin.ReadBacklog(ctx, m.db)
 	if err != nil {
 		ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, 0)
 	} else {
@@ -76,18 +82,5 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descDeadRows, prometheus.GaugeValue, float64(b.Dead))
 		ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, b.Lag.Seconds())
 		ch <- prometheus.MustNewConstMetric(descBlocked, prometheus.GaugeValue, float64(b.BlockedKeys))
-	}
-	if c.relay == nil {
-		return
-	}
-	s := c.relay.Stats()
-	for _, m := range []struct {
-		d *prometheus.Desc
-		v int64
-	}{
-		{descPublished, s.Published}, {descFailed, s.Failed}, {descDead, s.Dead},
-		{descRounds, s.Rounds}, {descFailedRds, s.FailedRounds}, {descCleaned, s.Cleaned}, {descCompleted, s.Completed},
-	} {
-		ch <- prometheus.MustNewConstMetric(m.d, prometheus.CounterValue, float64(m.v))
 	}
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/bunbox/bunbox/relay/relaymetrics"
 )
 
-func TestCollector(t *testing.T) {
+func TestMetricsTableAndRelay(t *testing.T) {
 	t.Parallel()
 	db, _ := outboxtest.Schema(t)
 	ctx := context.Background()
@@ -30,7 +30,10 @@ VALUES (gen_random_uuid(), 'a', '{}', now() - interval '90 seconds'), (gen_rando
 	t.Cleanup(func() { _ = r.Close() })
 
 	reg := prometheus.NewPedanticRegistry()
-	require.NoError(t, reg.Register(relaymetrics.NewCollector(db, r)))
+	m, err := relaymetrics.NewMetrics(relaymetrics.MetricsConfig{DB: db})
+	require.NoError(t, err)
+	m.SetRelay(r)
+	require.NoError(t, reg.Register(m))
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP bunbox_outbox_backlog Outbox rows waiting to be relayed (not published, not dead).
 # TYPE bunbox_outbox_backlog gauge

@@ -25,7 +25,7 @@ import (
 )
 
 // The drain part: a backlog of n committed events, moved from PostgreSQL into asynq (the same tasks: type,
-// payload, headers, TaskID, queue and retention of relay.Task) by each arm, with 32 enqueues in flight.
+// payload, headers, TaskID, queue and retention of the relay's task for such an event) by each arm, with 32 enqueues in flight.
 
 const drainConcurrency = 32
 
@@ -39,9 +39,17 @@ type drainArm struct {
 	run  func(ctx context.Context, e *env, n int, cap time.Duration) (rate float64, capped bool, err error)
 }
 
+// benchTask is the task a relay of default Config enqueues for a plain event (no metadata, no delivery
+// options) of id in queue: type = event name, the bunbox headers, TaskID = the event id, the queue and the
+// default TaskRetention.
 func benchTask(id uuid.UUID, queue string) (*asynq.Task, []asynq.Option) {
-	return relay.Task(&model.Event{EventID: id, Name: "bench.event", Queue: queue, Payload: drainPayload, CreatedAt: time.Now()},
-		relay.TaskRetentionDefault)
+	headers := map[string]string{
+		model.HeaderEventID:   id.String(),
+		model.HeaderEventName: "bench.event",
+		model.HeaderCreatedAt: time.Now().UTC().Format(time.RFC3339Nano),
+	}
+	return asynq.NewTaskWithHeaders("bench.event", drainPayload, headers),
+		[]asynq.Option{asynq.TaskID(id.String()), asynq.Queue(queue), asynq.Retention(relay.TaskRetentionDefault)}
 }
 
 // fillOutbox inserts n pending rows into bunbox's table and vacuums it, as a committed backlog.

@@ -1,0 +1,4 @@
+package connect
+
+// PostgresConnectorForTest is postgresConnector, for the external tests of the dialer.
+var PostgresConnectorForTest = postgresConnector

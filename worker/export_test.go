@@ -1,0 +1,7 @@
+package worker
+
+// AsynqRedeliverySpan is asynqRedeliverySpan, for the external tests.
+var AsynqRedeliverySpan = asynqRedeliverySpan
+
+// CleanerConfig is the configuration in effect of c, defaults applied.
+func CleanerConfig(c *InboxCleaner) InboxCleanerConfig { return c.cfg }

@@ -1,0 +1,48 @@
+package worker
+
+import (
+	"log/slog"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Option configures an Inbox (NewInbox) or the middleware of TraceMiddleware.
+type Option func(*options)
+
+type options struct {
+	logger *slog.Logger
+	tp     trace.TracerProvider
+}
+
+func applyOptions(opts []Option) options {
+	var o options
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	return o
+}
+
+// WithInboxLogger sets the Inbox's logger for failed handlers (Warn; Error for a task asynq archives),
+// rejected tasks (Error) and skipped duplicates (Info); nil keeps the default. TraceMiddleware logs nothing
+// and ignores it. Defaults to a logger that writes Warn and above to stderr, so that a handler that keeps
+// failing is never silent (asynq logs no handler error).
+func WithInboxLogger(l *slog.Logger) Option {
+	return func(o *options) {
+		if l != nil {
+			o.logger = l
+		}
+	}
+}
+
+// WithTracerProvider sets the TracerProvider of the consumer spans, of an Inbox's handlers (see
+// Inbox.Handler) and of TraceMiddleware; nil keeps the default. Defaults to the global one
+// (otel.GetTracerProvider), read when the Inbox or the middleware is made.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) {
+		if tp != nil {
+			o.tp = tp
+		}
+	}
+}
