@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,9 +17,10 @@ import (
 
 // What one drain arm spends per event, measured around the drain alone (not the fill):
 //   - Go: the CPU time of this process (getrusage RUSAGE_SELF), which runs the relay or the asynq client;
-//   - PostgreSQL: the CPU time of the dev server's postmaster and every process under it (backends,
-//     WAL writer, checkpointer, autovacuum), from /proc/<pid>/stat utime+stime, plus cutime+cstime of the
-//     postmaster for the backends that exited during the drain;
+//   - PostgreSQL: the CPU time of the dev server's postmaster and every live process under it but
+//     autovacuum's (backends, WAL writer, checkpointer, background writer), from /proc/<pid>/stat
+//     utime+stime. A process that exits between two readings is not counted: the arms keep their
+//     connections open for the whole drain, and none of their statements runs in parallel workers;
 //   - Redis: the CPU time of the redis-server process behind TEST_REDIS_ADDR;
 //   - WAL: pg_current_wal_lsn() before and after, in bytes.
 // The servers are found by pid (the parent of a backend, INFO's process_id), so the other servers on a
@@ -37,6 +39,7 @@ type reading struct {
 	self, pg, redis time.Duration
 	lsn             string
 	at              time.Time
+	procs           map[int]stat // with BUNBENCH_CPU_DEBUG set: each PostgreSQL process
 }
 
 // cost is what was spent between two readings.
@@ -79,14 +82,23 @@ func (m *meter) read(ctx context.Context) (reading, error) {
 		return r, nil
 	}
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	if os.Getenv("BUNBENCH_CPU_DEBUG") != "" {
+		r.procs = map[int]stat{}
+	}
 	for _, f := range stats {
 		pid, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(f, "/proc/"), "/stat"))
 		switch st := procStat(pid); {
 		case st.malformed:
 		case pid == m.postmaster:
-			r.pg += st.cpu + st.children
-		case st.ppid == m.postmaster:
 			r.pg += st.cpu
+			if r.procs != nil {
+				r.procs[pid] = st
+			}
+		case st.ppid == m.postmaster && !autovacuum(pid):
+			r.pg += st.cpu
+			if r.procs != nil {
+				r.procs[pid] = st
+			}
 		}
 	}
 	return r, nil
@@ -99,6 +111,11 @@ func (m *meter) since(ctx context.Context, r0 reading) (cost, error) {
 		return cost{}, err
 	}
 	c := cost{goCPU: r1.self - r0.self, pgCPU: r1.pg - r0.pg, redisCPU: r1.redis - r0.redis, elapsed: r1.at.Sub(r0.at)}
+	for pid, st := range r1.procs {
+		if d := st.cpu - r0.procs[pid].cpu; d > 0 {
+			fmt.Fprintf(os.Stderr, "bunbench: cpu: %d %s %s\n", pid, st.comm, d)
+		}
+	}
 	err = m.admin.NewRaw("SELECT pg_wal_lsn_diff(?::pg_lsn, ?::pg_lsn)::bigint", r1.lsn, r0.lsn).Scan(ctx, &c.wal)
 	return c, err
 }
@@ -145,7 +162,8 @@ func (p *probe) vacuumAfter(ctx context.Context, db bun.IDB, table string) error
 	if err != nil {
 		return err
 	}
-	if _, err := db.ExecContext(ctx, "VACUUM "+table); err != nil {
+	// PARALLEL 0: the leader does all of it, so that no exited worker's CPU goes uncounted.
+	if _, err := db.ExecContext(ctx, "VACUUM (PARALLEL 0) "+table); err != nil {
 		return err
 	}
 	c, err := p.m.since(ctx, r0)
@@ -155,12 +173,19 @@ func (p *probe) vacuumAfter(ctx context.Context, db bun.IDB, table string) error
 	return err
 }
 
+// autovacuum reports whether PostgreSQL process pid is an autovacuum worker or launcher: their work on
+// whatever tables the server picks (the catalogs churned by the run's CREATE and DROP, other arms'
+// tables) is not the arm's; the cleanup an arm leaves is measured by probe.vacuumAfter instead.
+func autovacuum(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	return err == nil && bytes.Contains(b, []byte("autovacuum"))
+}
+
 // stat is what the meter reads of /proc/<pid>/stat.
 type stat struct {
 	comm      string
 	ppid      int
 	cpu       time.Duration // utime and stime
-	children  time.Duration // cutime and cstime: of the children that exited and were waited for
 	malformed bool
 }
 
@@ -182,7 +207,7 @@ func procStat(pid int) stat {
 		n, _ := strconv.ParseInt(fields[i], 10, 64)
 		return time.Duration(n) * 10 * time.Millisecond // USER_HZ = 100
 	}
-	return stat{comm: string(b[open+1 : end]), ppid: ppid, cpu: tick(11) + tick(12), children: tick(13) + tick(14)}
+	return stat{comm: string(b[open+1 : end]), ppid: ppid, cpu: tick(11) + tick(12)}
 }
 
 // loadAverage is /proc/loadavg's first three figures.

@@ -65,19 +65,24 @@ type snapBatch struct {
 	err  error
 }
 
-// snapRelay is one replica.
+// snapRelay is one replica. cursorDB is a pool whose sessions run with synchronous_commit off: the moves
+// of the cursor, like bunbox's marks, need not wait for the WAL flush, since a move lost in a crash only
+// means its rows are enqueued again, which their TaskIDs absorb.
 type snapRelay struct {
-	db    *bun.DB
-	enq   *enqueuer
-	owner string
-	batch int
+	db, cursorDB *bun.DB
+	enq          *enqueuer
+	owner        string
+	batch        int
 }
 
-func newSnapRelay(db *bun.DB, enq *enqueuer) *snapRelay {
+func newSnapRelay(db, cursorDB *bun.DB, enq *enqueuer) *snapRelay {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	return &snapRelay{db: db, enq: enq, owner: hex.EncodeToString(b[:]), batch: 500}
+	return &snapRelay{db: db, cursorDB: cursorDB, enq: enq, owner: hex.EncodeToString(b[:]), batch: 500}
 }
+
+// snapStandby is how often a relay without the lease looks whether it lapsed.
+const snapStandby = time.Second
 
 // run takes the lease when it is free or lapsed, streams while it holds it, and waits otherwise.
 func (s *snapRelay) run(ctx context.Context) error {
@@ -95,7 +100,7 @@ RETURNING txid::text, last_id`, s.owner, snapLease.String(), s.owner).Scan(ctx, 
 		case isNoRows(err):
 			select {
 			case <-ctx.Done():
-			case <-time.After(50 * time.Millisecond):
+			case <-time.After(snapStandby):
 			}
 		default:
 			return err
@@ -209,23 +214,14 @@ func (s *snapRelay) advance(ctx context.Context, pos *snapPos) error {
 WHERE id = 1 AND owner = ?`
 		args = append([]any{pos.txid, pos.id}, args...)
 	}
-	// The move past what was enqueued has to be written, but, like bunbox's marks, need not wait for the
-	// WAL flush: a move lost in a crash only means its rows are enqueued again, which their TaskIDs absorb.
-	var n int64
-	err := s.db.RunInTx(context.WithoutCancel(ctx), nil, func(ctx context.Context, tx bun.Tx) error {
-		if _, err := tx.ExecContext(ctx, "SET LOCAL synchronous_commit = off"); err != nil {
-			return err
-		}
-		res, err := tx.ExecContext(ctx, query, args...)
-		if err == nil {
-			n, _ = res.RowsAffected()
-		}
+	res, err := s.cursorDB.ExecContext(context.WithoutCancel(ctx), query, args...) // the move past what was enqueued has to be written
+	if err != nil {
 		return err
-	})
-	if err == nil && n != 1 {
-		err = errLeaseLost
 	}
-	return err
+	if n, _ := res.RowsAffected(); n != 1 {
+		return errLeaseLost
+	}
+	return nil
 }
 
 func (s *snapRelay) read(ctx context.Context, from snapPos) (*snapBatch, error) {
@@ -248,10 +244,12 @@ func (s *snapRelay) read(ctx context.Context, from snapPos) (*snapBatch, error) 
 
 // drainSnapshot drains with two replicas of the snapshot cursor relay.
 func drainSnapshot(ctx context.Context, e *env, n int, cap time.Duration) (float64, bool, error) {
-	db, _, err := e.schema(ctx, 6, false)
+	db, schema, err := e.schema(ctx, 6, false)
 	if err != nil {
 		return 0, false, err
 	}
+	cursorDB := openBun(e.dbURL, map[string]any{"search_path": schema, "synchronous_commit": "off"}, 2)
+	defer cursorDB.Close()
 	if err := execAll(ctx, db, snapTables...); err != nil {
 		return 0, false, err
 	}
@@ -263,7 +261,7 @@ func drainSnapshot(ctx context.Context, e *env, n int, cap time.Duration) (float
 	enq := newEnqueuer(e.redis, q)
 	defer enq.close()
 	return runReplicas(ctx, e, db, q, n, cap, enq, "snap_outbox", func(ctx context.Context) error {
-		return newSnapRelay(db, enq).run(ctx)
+		return newSnapRelay(db, cursorDB, enq).run(ctx)
 	})
 }
 

@@ -313,6 +313,13 @@ func taxArms(ctx context.Context, e *env, conns int) ([]taxArm, error) {
 		})
 	})})
 
+	// Issue 18's designs of the outbox table, written by hand.
+	protoArms, err := protoTaxArms(ctx, schema, run)
+	if err != nil {
+		return nil, err
+	}
+	arms = append(arms, protoArms...)
+
 	// Watermill: its SQL publisher on the business transaction.
 	wmDB, err := schema(false)
 	if err != nil {
