@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -10,9 +11,14 @@ import (
 
 // Prototype (b) of issue 18: published rows leave the indexed table. The relay claims rows FOR UPDATE
 // SKIP LOCKED as today, and instead of marking a delivered row published (a non-HOT UPDATE that writes a
-// new row version and an entry in every index) it deletes it and appends (event id, published_at) to a
-// slim log without indexes, which the reconciler reads by time. The deletes and appends run a chunk at a
-// time while the batch is still being enqueued, in the claim's transaction, as relay/mark.go marks.
+// new row version and an entry in every index) it deletes it and appends it to a published log without
+// indexes, which the reconciler reads by time. The deletes and appends run a chunk at a time while the
+// batch is still being enqueued, in the claim's transaction, as relay/mark.go marks.
+//
+// The reconciler puts a row whose task Redis lost back in line for the relay, so the log has to keep what
+// the task is made of (here the payload; bunbox's row also has name, queue, metadata and the delivery
+// options): the "full" log. The "slim" log keeps (event id, published_at) only, which is enough to find
+// the lost tasks but not to enqueue them again.
 
 var dlTables = []string{
 	`CREATE TABLE dl_outbox (
@@ -20,21 +26,29 @@ var dlTables = []string{
   event_id uuid NOT NULL,
   payload  jsonb NOT NULL
 )`,
-	dlLogTable,
+	`CREATE TABLE dl_published (
+  id           bigint NOT NULL,
+  event_id     uuid NOT NULL,
+  payload      jsonb,
+  published_at timestamptz NOT NULL DEFAULT now()
+)`,
 }
 
-const dlLogTable = `CREATE TABLE dl_published (
-  event_id     uuid NOT NULL,
-  published_at timestamptz NOT NULL DEFAULT now()
-)`
+// dlFull and dlSlim are what the delete appends to the log.
+const (
+	dlFull = `WITH d AS (DELETE FROM %s WHERE id = ANY(?) RETURNING id, event_id, payload)
+INSERT INTO dl_published (id, event_id, payload) SELECT id, event_id, payload FROM d`
+	dlSlim = `WITH d AS (DELETE FROM %s WHERE id = ANY(?) RETURNING id, event_id)
+INSERT INTO dl_published (id, event_id) SELECT id, event_id FROM d`
+)
 
 // dlRelay is one replica of the DELETE relay on table, claiming with claimSQL (id, event_id, payload of
 // up to 500 rows, locked).
 type dlRelay struct {
-	db       *bun.DB
-	enq      *enqueuer
-	table    string
-	claimSQL string
+	db        *bun.DB
+	enq       *enqueuer
+	claimSQL  string
+	deleteSQL string // dlFull or dlSlim with the table
 }
 
 func (d *dlRelay) run(ctx context.Context) error {
@@ -78,8 +92,7 @@ func (d *dlRelay) deleteStream(ctx context.Context, tx bun.Tx, ids <-chan int64)
 	chunk := make([]int64, 0, markChunkProto)
 	flush := func() {
 		if err == nil && len(chunk) > 0 {
-			_, err = tx.ExecContext(ctx, `WITH d AS (DELETE FROM `+d.table+` WHERE id = ANY(?) RETURNING event_id)
-INSERT INTO dl_published (event_id) SELECT event_id FROM d`, pgArray(chunk))
+			_, err = tx.ExecContext(ctx, d.deleteSQL, pgArray(chunk))
 		}
 		chunk = chunk[:0]
 	}
@@ -95,30 +108,37 @@ INSERT INTO dl_published (event_id) SELECT event_id FROM d`, pgArray(chunk))
 // markChunkProto is relay/mark.go's markChunk.
 const markChunkProto = 100
 
-// drainDelete drains the pending-only table dl_outbox with two replicas.
-func drainDelete(ctx context.Context, e *env, n int, cap time.Duration) (float64, bool, error) {
-	db, _, err := e.schema(ctx, 6, false)
-	if err != nil {
-		return 0, false, err
+// drainDelete drains the pending-only table dl_outbox with two replicas, logging full rows or slim ones.
+func drainDelete(full bool) func(ctx context.Context, e *env, n int, cap time.Duration) (float64, bool, error) {
+	return func(ctx context.Context, e *env, n int, cap time.Duration) (float64, bool, error) {
+		db, _, err := e.schema(ctx, 6, false)
+		if err != nil {
+			return 0, false, err
+		}
+		if err := execAll(ctx, db, dlTables...); err != nil {
+			return 0, false, err
+		}
+		if err := fillProto(ctx, db, "dl_outbox", n); err != nil {
+			return 0, false, err
+		}
+		del := dlSlim
+		if full {
+			del = dlFull
+		}
+		return drainDeleteFrom(ctx, e, db, n, cap, "dl_outbox",
+			`SELECT id, event_id, payload FROM dl_outbox ORDER BY id LIMIT 500 FOR UPDATE SKIP LOCKED`, del)
 	}
-	if err := execAll(ctx, db, dlTables...); err != nil {
-		return 0, false, err
-	}
-	if err := fillProto(ctx, db, "dl_outbox", n); err != nil {
-		return 0, false, err
-	}
-	return drainDeleteFrom(ctx, e, db, n, cap, "dl_outbox",
-		`SELECT id, event_id, payload FROM dl_outbox ORDER BY id LIMIT 500 FOR UPDATE SKIP LOCKED`)
 }
 
-// drainDeleteBunbox drains bunbox's own table, with its seven indexes, by DELETE: the rolling-deploy path
-// of design (b), where a relay of today's release marks and one of the next deletes in the same table.
+// drainDeleteBunbox drains bunbox's own table, with its seven indexes, by DELETE into the full log: the
+// rolling-deploy path of design (b), where a relay of today's release marks and one of the next deletes
+// in the same table, under the same row locks.
 func drainDeleteBunbox(ctx context.Context, e *env, n int, cap time.Duration) (float64, bool, error) {
 	db, _, err := e.schema(ctx, 6, true)
 	if err != nil {
 		return 0, false, err
 	}
-	if err := execAll(ctx, db, dlLogTable); err != nil {
+	if err := execAll(ctx, db, dlTables[1]); err != nil {
 		return 0, false, err
 	}
 	if err := fillOutbox(ctx, db, "unused", n); err != nil {
@@ -127,15 +147,16 @@ func drainDeleteBunbox(ctx context.Context, e *env, n int, cap time.Duration) (f
 	return drainDeleteFrom(ctx, e, db, n, cap, "outbox_events", `SELECT id, event_id, payload FROM outbox_events
 WHERE published_at IS NULL AND dead_at IS NULL AND ordering_key IS NULL AND cancelled_at IS NULL
   AND (next_attempt_at IS NULL OR next_attempt_at <= now())
-ORDER BY id LIMIT 500 FOR UPDATE SKIP LOCKED`)
+ORDER BY id LIMIT 500 FOR UPDATE SKIP LOCKED`, dlFull)
 }
 
-func drainDeleteFrom(ctx context.Context, e *env, db *bun.DB, n int, cap time.Duration, table, claimSQL string) (float64, bool, error) {
+func drainDeleteFrom(ctx context.Context, e *env, db *bun.DB, n int, cap time.Duration, table, claimSQL, deleteSQL string) (float64, bool, error) {
 	q := e.queue("delete")
 	defer e.dropQueue(q)
 	enq := newEnqueuer(e.redis, q)
 	defer enq.close()
+	del := fmt.Sprintf(deleteSQL, table)
 	return runReplicas(ctx, e, db, q, n, cap, enq, table, func(ctx context.Context) error {
-		return (&dlRelay{db: db, enq: enq, table: table, claimSQL: claimSQL}).run(ctx)
+		return (&dlRelay{db: db, enq: enq, claimSQL: claimSQL, deleteSQL: del}).run(ctx)
 	})
 }
