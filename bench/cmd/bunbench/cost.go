@@ -155,7 +155,7 @@ func (p *probe) end(ctx context.Context) error {
 
 // vacuumAfter runs VACUUM on table in db (the rows the drain made dead) and records what it cost.
 func (p *probe) vacuumAfter(ctx context.Context, db bun.IDB, table string) error {
-	if p == nil {
+	if p == nil || !checkpointBacklog { // a -quick run skips it
 		return nil
 	}
 	r0, err := p.m.read(ctx)

@@ -34,9 +34,10 @@ var drainPayload = []byte(`{"order_id":12345,"total":"99.90"}`)
 // drainArm moves a backlog of n events into asynq queue q and returns the events per second (done/elapsed
 // when it hit the cap) and whether it was capped.
 type drainArm struct {
-	name string
-	note string
-	run  func(ctx context.Context, e *env, n int, cap time.Duration) (rate float64, capped bool, err error)
+	name  string
+	note  string
+	run   func(ctx context.Context, e *env, n int, cap time.Duration) (rate float64, capped bool, err error)
+	extra bool // a variant that a -quick run skips unless -arms names it
 }
 
 func benchTask(id uuid.UUID, queue string) (*asynq.Task, []asynq.Option) {
@@ -52,7 +53,18 @@ func fillOutbox(ctx context.Context, db *bun.DB, queue string, n int) error {
 SELECT gen_random_uuid(), 'bench.event', ?, ? FROM generate_series(1, ?)`, queue, string(drainPayload), n); err != nil {
 		return err
 	}
-	return execAll(ctx, db, "VACUUM ANALYZE outbox_events", "CHECKPOINT")
+	return vacuumAndCheckpoint(ctx, db, "outbox_events")
+}
+
+// checkpointBacklog is whether a backlog is checkpointed before its drain: off in a -quick run, whose
+// WAL figures are then not comparable, to keep the smoke run short.
+var checkpointBacklog = true
+
+func vacuumAndCheckpoint(ctx context.Context, db *bun.DB, table string) error {
+	if !checkpointBacklog {
+		return execAll(ctx, db, "VACUUM ANALYZE "+table)
+	}
+	return execAll(ctx, db, "VACUUM ANALYZE "+table, "CHECKPOINT")
 }
 
 // waitCount waits until count() reaches n or cap passes, and returns the rate from start.
@@ -392,17 +404,17 @@ func drainRiver(tuned bool) func(ctx context.Context, e *env, n int, cap time.Du
 
 func drainArms() []drainArm {
 	return []drainArm{
-		{"bare asynq", "asynq.Client.EnqueueContext of the same tasks from 32 goroutines: the ceiling", drainAsynq},
-		{"lean naive relay", "the relay a user writes in an afternoon, on the table they would write: lean_outbox (id bigserial, event_id uuid, payload jsonb, published_at; one partial index on id WHERE published_at IS NULL, no other); one loop: SELECT id, event_id, payload ... LIMIT 500 FOR UPDATE SKIP LOCKED, 32 enqueues in flight, UPDATE ... SET published_at = now() WHERE id = ANY(...), COMMIT (synchronous_commit on)", drainLean},
-		{"bunbox relay", "relay.New with the default Config (2 workers, batches of 500, 32 enqueues in flight), NOTIFY off", drainBunbox},
-		{"naive SKIP LOCKED relay", "the lean naive relay's loop on bunbox's table (seven indexes), reading id and event_id only", drainNaive},
-		{"(a) snapshot cursor, 2 relays", "prototype: rows carry txid xid8 DEFAULT pg_current_xact_id(), one index (txid, id); a relay holding the lease on a one-row cursor reads 500 rows at a time with (txid, id) > cursor AND txid < pg_snapshot_xmin(pg_current_snapshot()), up to two batches ahead, 32 enqueues in flight across batches, and moves the cursor once per batch (synchronous_commit off); no per-row UPDATE; the second relay waits for the lease", drainSnapshot},
-		{"(b) DELETE + full published log, 2 relays", "prototype: a pending-only table dl_outbox (id bigserial PRIMARY KEY, event_id, payload); each relay claims 500 FOR UPDATE SKIP LOCKED and, while enqueuing (32 in flight over both), deletes the delivered rows 100 at a time and appends them (id, event_id, payload, published_at) to dl_published (no index), in the claim's transaction (synchronous_commit off)", drainDelete(true)},
-		{"(b) DELETE + slim published log, 2 relays", "the same appending (id, event_id, published_at) only: enough to find a lost task, not to enqueue it again", drainDelete(false)},
-		{"(b) DELETE + full published log on bunbox's table, 2 relays", "the full-log loop on bunbox's table and claim (seven indexes): the rolling-deploy path, today's relays marking and the next release's deleting in one table under the same row locks", drainDeleteBunbox},
-		{"Watermill Forwarder", "watermill v1.5 forwarder over watermill-sql v4 (default schema and offsets adapters, batches of 100) into asynq", drainWatermill},
-		{"River (defaults)", "river v0.51 on pgx: jobs whose worker enqueues the task; MaxWorkers 100, FetchCooldown 100 ms", drainRiver(false)},
-		{"River (tuned)", "the same with MaxWorkers 128, FetchCooldown 1 ms, FetchPollInterval 50 ms", drainRiver(true)},
+		{"bare asynq", "asynq.Client.EnqueueContext of the same tasks from 32 goroutines: the ceiling", drainAsynq, false},
+		{"lean naive relay", "the relay a user writes in an afternoon, on the table they would write: lean_outbox (id bigserial, event_id uuid, payload jsonb, published_at; one partial index on id WHERE published_at IS NULL, no other); one loop: SELECT id, event_id, payload ... LIMIT 500 FOR UPDATE SKIP LOCKED, 32 enqueues in flight, UPDATE ... SET published_at = now() WHERE id = ANY(...), COMMIT (synchronous_commit on)", drainLean, false},
+		{"bunbox relay", "relay.New with the default Config (2 workers, batches of 500, 32 enqueues in flight), NOTIFY off", drainBunbox, false},
+		{"naive SKIP LOCKED relay", "the lean naive relay's loop on bunbox's table (seven indexes), reading id and event_id only", drainNaive, false},
+		{"(a) snapshot cursor, 2 relays", "prototype: rows carry txid xid8 DEFAULT pg_current_xact_id(), one index (txid, id); a relay holding the lease on a one-row cursor reads 500 rows at a time with (txid, id) > cursor AND txid < pg_snapshot_xmin(pg_current_snapshot()), up to two batches ahead, 32 enqueues in flight across batches, and moves the cursor once per batch (synchronous_commit off); no per-row UPDATE; the second relay waits for the lease", drainSnapshot, false},
+		{"(b) DELETE + full published log, 2 relays", "prototype: a pending-only table dl_outbox (id bigserial PRIMARY KEY, event_id, payload); each relay claims 500 FOR UPDATE SKIP LOCKED and, while enqueuing (32 in flight over both), deletes the delivered rows 100 at a time and appends them (id, event_id, payload, published_at) to dl_published (no index), in the claim's transaction (synchronous_commit off)", drainDelete(true), false},
+		{"(b) DELETE + slim published log, 2 relays", "the same appending (id, event_id, published_at) only: enough to find a lost task, not to enqueue it again", drainDelete(false), true},
+		{"(b) DELETE + full published log on bunbox's table, 2 relays", "the full-log loop on bunbox's table and claim (seven indexes): the rolling-deploy path, today's relays marking and the next release's deleting in one table under the same row locks", drainDeleteBunbox, true},
+		{"Watermill Forwarder", "watermill v1.5 forwarder over watermill-sql v4 (default schema and offsets adapters, batches of 100) into asynq", drainWatermill, false},
+		{"River (defaults)", "river v0.51 on pgx: jobs whose worker enqueues the task; MaxWorkers 100, FetchCooldown 100 ms", drainRiver(false), false},
+		{"River (tuned)", "the same with MaxWorkers 128, FetchCooldown 1 ms, FetchPollInterval 50 ms", drainRiver(true), false},
 	}
 }
 
@@ -440,7 +452,7 @@ func runDrain(ctx context.Context, e *env, o options) error {
 	for range rounds {
 		got := map[string]drainRound{}
 		for _, a := range arms {
-			if a.name != "bare asynq" && a.name != "lean naive relay" && !o.want(a.name) {
+			if a.name != "bare asynq" && a.name != "lean naive relay" && (!o.want(a.name) || a.extra && o.quick && o.arms == "") {
 				continue
 			}
 			e.cur = &probe{m: e.meter}

@@ -119,7 +119,7 @@ SELECT gen_random_uuid(), ? FROM generate_series(1, ?)`, string(drainPayload), m
 			return err
 		}
 	}
-	return execAll(ctx, db, "VACUUM ANALYZE "+table, "CHECKPOINT")
+	return vacuumAndCheckpoint(ctx, db, table)
 }
 
 // checkDelivered fails unless queue q holds exactly n tasks and no row was enqueued twice: every row of
