@@ -34,9 +34,10 @@ var drainPayload = []byte(`{"order_id":12345,"total":"99.90"}`)
 // drainArm moves a backlog of n events into asynq queue q and returns the events per second (done/elapsed
 // when it hit the cap) and whether it was capped.
 type drainArm struct {
-	name string
-	note string
-	run  func(ctx context.Context, e *env, n int, cap time.Duration) (rate float64, capped bool, err error)
+	name  string
+	note  string
+	run   func(ctx context.Context, e *env, n int, cap time.Duration) (rate float64, capped bool, err error)
+	extra bool // a variant that a -quick run skips unless -arms names it
 }
 
 // benchTask is the task a relay of default Config enqueues for a plain event (no metadata, no delivery
@@ -52,14 +53,26 @@ func benchTask(id uuid.UUID, queue string) (*asynq.Task, []asynq.Option) {
 		[]asynq.Option{asynq.TaskID(id.String()), asynq.Queue(queue), asynq.Retention(relay.TaskRetentionDefault)}
 }
 
-// fillOutbox inserts n pending rows into bunbox's table and vacuums it, as a committed backlog.
+// fillOutbox inserts n pending rows into bunbox's table, vacuums it and checkpoints, as a committed
+// backlog: after the CHECKPOINT each arm's first change to a page writes a full-page image to the WAL, as
+// a relay draining a backlog written before the last checkpoint does.
 func fillOutbox(ctx context.Context, db *bun.DB, queue string, n int) error {
 	if _, err := db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, queue, payload)
 SELECT gen_random_uuid(), 'bench.event', ?, ? FROM generate_series(1, ?)`, queue, string(drainPayload), n); err != nil {
 		return err
 	}
-	_, err := db.ExecContext(ctx, "VACUUM ANALYZE outbox_events")
-	return err
+	return vacuumAndCheckpoint(ctx, db, "outbox_events")
+}
+
+// checkpointBacklog is whether a backlog is checkpointed before its drain: off in a -quick run, whose
+// WAL figures are then not comparable, to keep the smoke run short.
+var checkpointBacklog = true
+
+func vacuumAndCheckpoint(ctx context.Context, db *bun.DB, table string) error {
+	if !checkpointBacklog {
+		return execAll(ctx, db, "VACUUM ANALYZE "+table)
+	}
+	return execAll(ctx, db, "VACUUM ANALYZE "+table, "CHECKPOINT")
 }
 
 // waitCount waits until count() reaches n or cap passes, and returns the rate from start.
@@ -94,10 +107,15 @@ func drainBunbox(ctx context.Context, e *env, n int, cap time.Duration) (float64
 	if err := fillOutbox(ctx, db, q, n); err != nil {
 		return 0, false, err
 	}
-	return relayDrain(ctx, db, e.redis, n, cap)
+	rate, capped, err := relayDrain(ctx, db, e.redis, n, cap, e.cur)
+	if err != nil {
+		return 0, false, err
+	}
+	return rate, capped, e.cur.vacuumAfter(ctx, db, "outbox_events")
 }
 
-func relayDrain(ctx context.Context, db *bun.DB, redis asynq.RedisClientOpt, n int, cap time.Duration) (float64, bool, error) {
+// relayDrain drains with relay.New(db) and measures the drain with p (nil measures nothing).
+func relayDrain(ctx context.Context, db *bun.DB, redis asynq.RedisClientOpt, n int, cap time.Duration, p *probe) (float64, bool, error) {
 	r, err := relay.New(db, redis, relay.Config{DisableNotify: true, PublishedRetention: -1})
 	if err != nil {
 		return 0, false, err
@@ -105,9 +123,16 @@ func relayDrain(ctx context.Context, db *bun.DB, redis asynq.RedisClientOpt, n i
 	defer r.Close()
 	runCtx, cancel := context.WithCancel(ctx)
 	stopped := make(chan error, 1)
+	if err := p.begin(ctx); err != nil {
+		cancel()
+		return 0, false, err
+	}
 	start := time.Now()
 	go func() { stopped <- r.Run(runCtx) }()
 	rate, capped, err := waitCount(ctx, start, n, cap, func() int64 { return r.Stats().Published })
+	if perr := p.end(ctx); err == nil {
+		err = perr
+	}
 	cancel()
 	if rerr := <-stopped; err == nil {
 		err = rerr
@@ -125,6 +150,9 @@ func drainAsynq(ctx context.Context, e *env, n int, cap time.Duration) (float64,
 	var firstErr error
 	var once sync.Once
 	var wg sync.WaitGroup
+	if err := e.cur.begin(ctx); err != nil {
+		return 0, false, err
+	}
 	start := time.Now()
 	for range drainConcurrency {
 		wg.Go(func() {
@@ -139,6 +167,9 @@ func drainAsynq(ctx context.Context, e *env, n int, cap time.Duration) (float64,
 	}
 	wg.Wait()
 	el := time.Since(start)
+	if err := e.cur.end(ctx); firstErr == nil {
+		firstErr = err
+	}
 	done := min(next.Load()-drainConcurrency, int64(n))
 	return float64(done) / el.Seconds(), done < int64(n), firstErr
 }
@@ -158,6 +189,9 @@ func drainNaive(ctx context.Context, e *env, n int, cap time.Duration) (float64,
 	client := asynq.NewClient(e.redis)
 	defer client.Close()
 	var done int64
+	if err := e.cur.begin(ctx); err != nil {
+		return 0, false, err
+	}
 	start := time.Now()
 	for done < int64(n) && time.Since(start) < cap {
 		err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
@@ -198,7 +232,11 @@ ORDER BY id LIMIT 500 FOR UPDATE SKIP LOCKED`).Scan(ctx, &rows); err != nil {
 			return 0, false, err
 		}
 	}
-	return float64(done) / time.Since(start).Seconds(), done < int64(n), nil
+	el := time.Since(start)
+	if err := e.cur.end(ctx); err != nil {
+		return 0, false, err
+	}
+	return float64(done) / el.Seconds(), done < int64(n), e.cur.vacuumAfter(ctx, db, "outbox_events")
 }
 
 // asynqPublisher is a Watermill publisher into asynq: the Forwarder's destination.
@@ -268,9 +306,16 @@ func drainWatermill(ctx context.Context, e *env, n int, cap time.Duration) (floa
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	stopped := make(chan error, 1)
+	if err := e.cur.begin(ctx); err != nil {
+		cancel()
+		return 0, false, err
+	}
 	start := time.Now()
 	go func() { stopped <- fwd.Run(runCtx) }()
 	rate, capped, err := waitCount(ctx, start, n, cap, out.sent.Load)
+	if perr := e.cur.end(ctx); err == nil {
+		err = perr
+	}
 	cancel()
 	_ = fwd.Close()
 	<-stopped
@@ -347,11 +392,17 @@ func drainRiver(tuned bool) func(ctx context.Context, e *env, n int, cap time.Du
 		if _, err := pool.Exec(ctx, "VACUUM ANALYZE"); err != nil {
 			return 0, false, err
 		}
+		if err := e.cur.begin(ctx); err != nil {
+			return 0, false, err
+		}
 		start := time.Now()
 		if err := rc.Start(ctx); err != nil {
 			return 0, false, err
 		}
 		rate, capped, err := waitCount(ctx, start, n, cap, w.done.Load)
+		if perr := e.cur.end(ctx); err == nil {
+			err = perr
+		}
 		stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = rc.Stop(stopCtx)
@@ -361,54 +412,119 @@ func drainRiver(tuned bool) func(ctx context.Context, e *env, n int, cap time.Du
 
 func drainArms() []drainArm {
 	return []drainArm{
-		{"bare asynq", "asynq.Client.EnqueueContext of the same tasks from 32 goroutines: the ceiling", drainAsynq},
-		{"bunbox relay", "relay.New with the default Config (2 workers, batches of 500, 32 enqueues in flight), NOTIFY off", drainBunbox},
-		{"naive SKIP LOCKED relay", "one loop: lock 500 rows FOR UPDATE SKIP LOCKED, 32 enqueues in flight, UPDATE ... published_at in the same tx", drainNaive},
-		{"Watermill Forwarder", "watermill v1.5 forwarder over watermill-sql v4 (default schema and offsets adapters, batches of 100) into asynq", drainWatermill},
-		{"River (defaults)", "river v0.51 on pgx: jobs whose worker enqueues the task; MaxWorkers 100, FetchCooldown 100 ms", drainRiver(false)},
-		{"River (tuned)", "the same with MaxWorkers 128, FetchCooldown 1 ms, FetchPollInterval 50 ms", drainRiver(true)},
+		{"bare asynq", "asynq.Client.EnqueueContext of the same tasks from 32 goroutines: the ceiling", drainAsynq, false},
+		{"lean naive relay", "the relay a user writes in an afternoon, on the table they would write: lean_outbox (id bigserial, event_id uuid, payload jsonb, published_at; one partial index on id WHERE published_at IS NULL, no other); one loop: SELECT id, event_id, payload ... LIMIT 500 FOR UPDATE SKIP LOCKED, 32 enqueues in flight, UPDATE ... SET published_at = now() WHERE id = ANY(...), COMMIT (synchronous_commit on)", drainLean, false},
+		{"bunbox relay", "relay.New with the default Config (2 workers, batches of 500, 32 enqueues in flight), NOTIFY off", drainBunbox, false},
+		{"naive SKIP LOCKED relay", "the lean naive relay's loop on bunbox's table (seven indexes), reading id and event_id only", drainNaive, false},
+		{"(a) snapshot cursor, 2 relays", "prototype: rows carry txid xid8 DEFAULT pg_current_xact_id(), one index (txid, id); a relay holding the lease on a one-row cursor reads 500 rows at a time with (txid, id) > cursor AND txid < pg_snapshot_xmin(pg_current_snapshot()), up to two batches ahead, 32 enqueues in flight across batches, and moves the cursor once per batch (synchronous_commit off); no per-row UPDATE; the second relay waits for the lease", drainSnapshot, false},
+		{"(b) DELETE + full published log, 2 relays", "prototype: a pending-only table dl_outbox (id bigserial PRIMARY KEY, event_id, payload); each relay claims 500 FOR UPDATE SKIP LOCKED and, while enqueuing (32 in flight over both), deletes the delivered rows 100 at a time and appends them (id, event_id, payload, published_at) to dl_published (no index), in the claim's transaction (synchronous_commit off)", drainDelete(true), true},
+		{"(b) DELETE + slim published log, 2 relays", "the same appending (id, event_id, published_at) only: enough to find a lost task, not to enqueue it again", drainDelete(false), true},
+		{"(b) DELETE + full published log on bunbox's table, 2 relays", "the full-log loop on bunbox's table and claim (seven indexes): the rolling-deploy path, today's relays marking and the next release's deleting in one table under the same row locks", drainDeleteBunbox, true},
+		{"Watermill Forwarder", "watermill v1.5 forwarder over watermill-sql v4 (default schema and offsets adapters, batches of 100) into asynq", drainWatermill, false},
+		{"River (defaults)", "river v0.51 on pgx: jobs whose worker enqueues the task; MaxWorkers 100, FetchCooldown 100 ms", drainRiver(false), false},
+		{"River (tuned)", "the same with MaxWorkers 128, FetchCooldown 1 ms, FetchPollInterval 50 ms", drainRiver(true), false},
+	}
+}
+
+// drainRound is what one arm did in one round.
+type drainRound struct {
+	rate          float64
+	events        float64 // the backlog, or as many as a capped round moved
+	drain, vacuum *cost
+}
+
+// drainFigure is a figure per event of a round: the CPU time cpu of the cost which picks, in
+// microseconds, or its WAL bytes when cpu is nil; false when the round has no such cost.
+func drainFigure(which func(drainRound) *cost, cpu func(*cost) time.Duration) func(drainRound) (float64, bool) {
+	return func(r drainRound) (float64, bool) {
+		c := which(r)
+		if c == nil || r.events == 0 {
+			return 0, false
+		}
+		if cpu == nil {
+			return float64(c.wal) / r.events, true
+		}
+		return float64(cpu(c).Microseconds()) / r.events, true
 	}
 }
 
 func runDrain(ctx context.Context, e *env, o options) error {
 	fmt.Printf("## Drain: a backlog of %d committed events moved into asynq\n\n", o.drainN)
+	fmt.Printf("load average at the start: %s\n\n", loadAverage())
 	arms := drainArms()
-	rates := map[string][]float64{}
+	results := map[string][]drainRound{}
 	ratios := map[string][]float64{}
+	leanRatios := map[string][]float64{}
 	cappedAny := map[string]bool{}
 	rounds := max(1, min(o.rounds, 3))
 	for range rounds {
-		got := map[string]float64{}
+		got := map[string]drainRound{}
 		for _, a := range arms {
-			if a.name != "bare asynq" && !o.want(a.name) {
+			if a.name != "bare asynq" && a.name != "lean naive relay" && (!o.want(a.name) || a.extra && o.quick && o.arms == "") {
 				continue
 			}
+			e.cur = &probe{m: e.meter}
 			rate, capped, err := a.run(ctx, e, o.drainN, o.drainCap)
 			if err != nil {
 				return fmt.Errorf("%s: %w", a.name, err)
 			}
-			got[a.name] = rate
+			r := drainRound{rate, float64(o.drainN), e.cur.drain, e.cur.vacuum}
+			if capped && r.drain != nil {
+				r.events = rate * r.drain.elapsed.Seconds()
+			}
+			got[a.name] = r
+			e.cur = nil
 			cappedAny[a.name] = cappedAny[a.name] || capped
 		}
 		for name, r := range got {
-			rates[name] = append(rates[name], r)
-			ratios[name] = append(ratios[name], r/got["bare asynq"])
+			results[name] = append(results[name], r)
+			ratios[name] = append(ratios[name], r.rate/got["bare asynq"].rate)
+			leanRatios[name] = append(leanRatios[name], r.rate/got["lean naive relay"].rate)
 		}
+	}
+	fmt.Printf("load average at the end: %s\n\n", loadAverage())
+	// med is the median over the rounds of f, a figure per event, or "–" when no round has one.
+	med := func(rs []drainRound, f func(drainRound) (float64, bool)) string {
+		var xs []float64
+		for _, r := range rs {
+			if x, ok := f(r); ok {
+				xs = append(xs, x)
+			}
+		}
+		if len(xs) == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.1f", median(xs))
 	}
 	var rows [][]string
 	for _, a := range arms {
-		if _, ok := rates[a.name]; !ok {
+		rs, ok := results[a.name]
+		if !ok {
 			continue
 		}
 		note := ""
 		if cappedAny[a.name] {
 			note = fmt.Sprintf(" (a round hit the %s cap)", o.drainCap)
 		}
-		rows = append(rows, []string{a.name, fmt.Sprintf("%.0f%s", median(rates[a.name]), note),
-			fmt.Sprintf("**%.2f** (%s)", median(ratios[a.name]), spread(ratios[a.name]))})
+		var rates []float64
+		for _, r := range rs {
+			rates = append(rates, r.rate)
+		}
+		rows = append(rows, []string{a.name, fmt.Sprintf("%.0f%s", median(rates), note),
+			fmt.Sprintf("**%.2f** (%s)", median(ratios[a.name]), spread(ratios[a.name])),
+			fmt.Sprintf("**%.2f** (%s)", median(leanRatios[a.name]), spread(leanRatios[a.name])),
+			med(rs, drainFigure(func(r drainRound) *cost { return r.drain }, func(c *cost) time.Duration { return c.pgCPU })),
+			med(rs, drainFigure(func(r drainRound) *cost { return r.drain }, func(c *cost) time.Duration { return c.goCPU })),
+			med(rs, drainFigure(func(r drainRound) *cost { return r.drain }, func(c *cost) time.Duration { return c.redisCPU })),
+			med(rs, drainFigure(func(r drainRound) *cost { return r.drain }, nil)),
+			med(rs, drainFigure(func(r drainRound) *cost { return r.vacuum }, func(c *cost) time.Duration { return c.pgCPU })),
+			med(rs, drainFigure(func(r drainRound) *cost { return r.vacuum }, nil)),
+		})
 	}
-	table([]string{"arm", "events/s", "ratio to bare asynq"}, rows)
-	fmt.Printf("\nMedians of %d rounds; ratios to bare asynq in the same round (min–max in brackets).\n", rounds)
+	table([]string{"arm", "events/s", "ratio to bare asynq", "ratio to lean naive relay", "PostgreSQL CPU µs/event",
+		"Go CPU µs/event", "Redis CPU µs/event", "WAL bytes/event", "then VACUUM: PostgreSQL CPU µs/event", "then VACUUM: WAL bytes/event"}, rows)
+	fmt.Printf("\nMedians of %d rounds; ratios to bare asynq and to the lean naive relay in the same round (min–max in brackets).\n", rounds)
+	fmt.Println("CPU per event over the drain alone: Go = this process (getrusage), PostgreSQL = the dev server's postmaster and all its processes (/proc/<pid>/stat, backends and background workers), Redis = the redis-server (/proc); WAL = pg_current_wal_lsn() delta. Each backlog is checkpointed before its drain. The VACUUM columns are a VACUUM of the drained table right after: the cleanup the drain left. A capped round counts the events it moved.")
 	for _, a := range arms {
 		fmt.Printf("- %s: %s\n", a.name, a.note)
 	}

@@ -30,6 +30,8 @@ type env struct {
 	redis asynq.RedisClientOpt
 	admin *bun.DB
 	ins   *asynq.Inspector
+	meter *meter
+	cur   *probe // the drain arm being measured, nil outside the drain part
 
 	mu      sync.Mutex
 	schemas []string
@@ -49,6 +51,7 @@ func newEnv(ctx context.Context) (*env, error) {
 		return nil, fmt.Errorf("PostgreSQL does not answer: %w", err)
 	}
 	e.ins = asynq.NewInspector(e.redis)
+	e.meter = newMeter(ctx, e.admin, addr)
 	return e, nil
 }
 

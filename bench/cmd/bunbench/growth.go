@@ -93,7 +93,7 @@ SELECT gen_random_uuid(), 'bench.dead', 'default', ?, 10, 'bench: dead', now() F
 		if err != nil {
 			return err
 		}
-		rate, capped, err := relayDrain(ctx, db, e.redis, o.growthN, o.drainCap)
+		rate, capped, err := relayDrain(ctx, db, e.redis, o.growthN, o.drainCap, nil)
 		if err != nil {
 			return err
 		}
@@ -165,7 +165,7 @@ func runChild(args []string) int {
 	defer e.close()
 	db := openBun(e.dbURL, map[string]any{"search_path": args[0]}, 20)
 	defer db.Close()
-	rate, _, err := relayDrain(ctx, db, e.redis, n, limit)
+	rate, _, err := relayDrain(ctx, db, e.redis, n, limit, nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -37,6 +37,7 @@ type options struct {
 	growthDead int           // dead rows kept, for the growth part's last case
 	growthN    int           // pending events drained in each growth case
 	arms       string        // a comma-separated filter on arm names (substring match); empty runs all
+	quick      bool          // a smoke run: fewer, smaller arms
 	cpuProfile string
 }
 
@@ -46,7 +47,6 @@ func main() {
 	}
 	var o options
 	var parts, growth string
-	var quick bool
 	flag.StringVar(&parts, "parts", "tax,drain,e2e,growth,memory", "the parts to run, comma-separated")
 	flag.IntVar(&o.rounds, "rounds", 5, "rounds of the tax and drain parts (each figure is the median)")
 	flag.DurationVar(&o.dur, "dur", 2*time.Second, "how long each tax arm runs in each round")
@@ -59,9 +59,9 @@ func main() {
 	flag.IntVar(&o.growthN, "growth-n", 20_000, "pending events drained in each growth case")
 	flag.StringVar(&o.arms, "arms", "", "run only the arms whose names contain one of these comma-separated words")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
-	flag.BoolVar(&quick, "quick", false, "a smoke run: 2 rounds, short arms, small backlogs")
+	flag.BoolVar(&o.quick, "quick", false, "a smoke run: 2 rounds, short arms, small backlogs")
 	flag.Parse()
-	if quick { // smaller defaults; a flag given on the command line still wins
+	if o.quick { // smaller defaults; a flag given on the command line still wins
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		for name, value := range map[string]string{"rounds": "2", "dur": "300ms", "drain-n": "5000", "drain-cap": "10s",
@@ -73,6 +73,7 @@ func main() {
 		if !set["growth"] {
 			growth = "0,10000"
 		}
+		checkpointBacklog = false
 	}
 	o.parts = strings.Split(parts, ",")
 	for _, s := range strings.Split(growth, ",") {
