@@ -26,14 +26,20 @@ const maxQueueWeight = 1_000_000
 // claim of another, and the rest's queues are merged in id order (first come, first served, as without
 // Queues). Of the rows each queue locks, those past the LIMIT are released when the round ends.
 // Arguments: the queues (a text array), the cursor, the limit twice.
+//
+// `(queue, id) > (q.name, cursor) AND queue <= q.name` is `queue = q.name AND id > cursor` written so
+// that only the (queue, id) index can serve it in (queue, id) order: with the equality, PostgreSQL
+// estimated each queue of the lateral claim at the rows of the queue its statistics knew (the backlog),
+// read outbox_events_unkeyed_pending_idx instead and filtered the whole backlog to find the one row of a
+// quiet queue, 50–130 ms of every round behind 100,000 bulk rows (TestQueuesClaimReadsTheQueueIndex).
 const queueClaimFrom = `
 FROM unnest(?::text[]) AS q(name) CROSS JOIN LATERAL (
   SELECT ` + claimColumns + `, ` + rowSizeSQL + ` AS row_size
   FROM outbox_events
-  WHERE queue = q.name AND id > ?
+  WHERE (queue, id) > (q.name, ?) AND queue <= q.name
     AND published_at IS NULL AND dead_at IS NULL AND ordering_key IS NULL AND cancelled_at IS NULL
     AND (next_attempt_at IS NULL OR next_attempt_at <= now())
-  ORDER BY id
+  ORDER BY queue, id
   LIMIT ?
   FOR UPDATE SKIP LOCKED) c
 ORDER BY id

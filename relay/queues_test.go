@@ -3,12 +3,14 @@ package relay
 import (
 	"context"
 	"os"
+	"regexp"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/model"
@@ -252,4 +254,29 @@ func TestQueuesCriticalOvertakesBulkBacklog(t *testing.T) {
 		worst = max(worst, latency)
 	}
 	t.Logf("worst commit-to-enqueue latency of a critical event behind a %d-event bulk backlog: %s", backlog, worst)
+}
+
+// TestQueuesClaimReadsTheQueueIndex: the claim of a queue with no backlog, next to a large backlog in
+// another queue that the statistics know as the only one, walks outbox_events_queue_claim_idx, not the
+// other queue's pending rows. (With `queue = q.name`, PostgreSQL took the queue of the lateral claim for
+// the one it knew, chose outbox_events_unkeyed_pending_idx and filtered the whole backlog in every round.)
+func TestQueuesClaimReadsTheQueueIndex(t *testing.T) {
+	t.Parallel()
+	outboxtest.SkipShort(t)
+	b := setup(t)
+	critical, bulk := b.queue+"_critical", b.queue+"_bulk"
+	insertQueue(t, b, bulk, 20_000)
+	ctx := context.Background()
+	_, err := b.db.ExecContext(ctx, "ANALYZE outbox_events")
+	require.NoError(t, err)
+	insertQueue(t, b, critical, 1)
+	for _, q := range [][]string{{critical}, {bulk}, {critical, bulk}} {
+		var plan string
+		require.NoError(t, b.db.NewRaw("EXPLAIN (FORMAT JSON) "+queueClaimSizedSQL, pgdialect.Array(q), 0, 428, 428).Scan(ctx, &plan))
+		var indexes []string
+		for _, m := range regexp.MustCompile(`"Index Name": "([^"]+)"`).FindAllStringSubmatch(plan, -1) {
+			indexes = append(indexes, m[1])
+		}
+		require.Equal(t, []string{"outbox_events_queue_claim_idx"}, indexes, "the indexes the claim of %v reads", q)
+	}
 }
