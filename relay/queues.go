@@ -80,6 +80,8 @@ type fairQueues struct {
 	names  []string     // the named queues
 	strict bool         // Config.StrictPriority
 	rounds atomic.Uint64
+
+	lane laneState // what the workers' claims found, for the lane (queues_lane.go)
 }
 
 // newFairQueues returns the claim's view of cfg.Queues, nil when it names none.
@@ -87,7 +89,7 @@ func newFairQueues(cfg Config) *fairQueues {
 	if len(cfg.Queues) == 0 {
 		return nil
 	}
-	fq := &fairQueues{strict: cfg.StrictPriority}
+	fq := &fairQueues{strict: cfg.StrictPriority, lane: laneState{backlog: map[string]bool{}, kick: make(chan struct{}, 1)}}
 	for name, w := range cfg.Queues {
 		fq.named = append(fq.named, queueShare{queues: []string{name}, weight: w})
 		fq.names = append(fq.names, name)
@@ -176,8 +178,14 @@ func (r *Relay) claimUnkeyed(ctx context.Context, tx bun.Tx, events []model.Even
 	}
 	after := make([]int64, len(shares))
 	full := make([]bool, len(shares))
+	reached := make([]bool, len(shares))
 	leftRows, leftBytes := n, budget
 	var err error
+	defer func() {
+		if err == nil {
+			fq.lane.note(fq, shares, reached, full)
+		}
+	}()
 	claimShare := func(i, limit int) bool {
 		before := len(events)
 		events, bad, err = claimBy(ctx, tx, events, bad, query, windowed, leftBytes,
@@ -186,12 +194,16 @@ func (r *Relay) claimUnkeyed(ctx context.Context, tx bun.Tx, events []model.Even
 			return false
 		}
 		got := events[before:]
+		gotBytes := claimedBytes(got)
 		if len(got) > 0 {
 			after[i] = got[len(got)-1].ID
 		}
-		full[i] = len(got) == limit
+		// Full: it had as many rows as asked for, or the byte budget cut it (less than one of its rows
+		// left): more may be waiting.
+		full[i] = len(got) == limit || (len(got) > 0 && leftBytes-gotBytes < gotBytes/int64(len(got)))
+		reached[i] = true
 		leftRows -= len(got)
-		leftBytes -= claimedBytes(got)
+		leftBytes -= gotBytes
 		return leftRows > 0 && (len(events) == 0 || leftBytes > 0)
 	}
 	for _, i := range order {
