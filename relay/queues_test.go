@@ -377,3 +377,57 @@ func TestQueuesClaimReadsTheQueueIndex(t *testing.T) {
 		require.Equal(t, []string{"outbox_events_queue_claim_idx"}, indexes, "the indexes the claim of %v reads", q)
 	}
 }
+
+// TestQueuesLaneServesQuietQueues: the lane serves the named queues whose last claim left nothing behind,
+// only while some share (the rest too) left rows behind; with StrictPriority only those above every
+// queue with a backlog. It wakes when the workers turn busy.
+func TestQueuesLaneServesQuietQueues(t *testing.T) {
+	t.Parallel()
+	newFQ := func(strict bool) *fairQueues {
+		return newFairQueues(Config{Queues: map[string]int{"critical": 6, "default": 3, "bulk": 1}, StrictPriority: strict})
+	}
+	rest := queueShare{queues: []string{"other1", "other2"}, weight: 1}
+	tests := []struct {
+		name          string
+		strict        bool
+		rest          bool
+		reached, full []bool // critical, default, bulk[, rest]
+		want          []string
+		busy          bool
+	}{
+		{"NoBacklog", false, false, []bool{true, true, true}, []bool{false, false, false}, []string{}, false},
+		{"BulkBacklog", false, false, []bool{true, true, true}, []bool{false, false, true}, []string{"critical", "default"}, true},
+		{"CriticalBacklog", false, false, []bool{true, true, true}, []bool{true, false, false}, []string{"default", "bulk"}, true},
+		{"RestBacklog", false, true, []bool{true, true, true, true}, []bool{false, false, false, true}, []string{"critical", "default", "bulk"}, true},
+		{"StrictDefaultBacklog", true, false, []bool{true, true, true}, []bool{false, true, false}, []string{"critical"}, true},
+		{"StrictCriticalBacklog", true, false, []bool{true, false, false}, []bool{true, false, false}, []string{}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			fq := newFQ(tt.strict)
+			shares := fq.named
+			if tt.rest {
+				shares = append(slices.Clip(shares), rest)
+			}
+			fq.lane.note(fq, shares, tt.reached, tt.full)
+			queues, busy := fq.lane.serve()
+			require.Equal(t, tt.busy, busy)
+			require.Equal(t, tt.want, append([]string{}, queues...))
+			select {
+			case <-fq.lane.kick:
+				require.True(t, tt.busy, "kicked")
+			default:
+				require.False(t, tt.busy, "kicked")
+			}
+		})
+	}
+
+	// A share the claim did not reach keeps what the last claim that reached it found.
+	fq := newFQ(false)
+	fq.lane.note(fq, fq.named, []bool{true, true, true}, []bool{false, false, true})
+	fq.lane.note(fq, fq.named, []bool{true, false, false}, []bool{true, false, false})
+	queues, busy := fq.lane.serve()
+	require.True(t, busy)
+	require.Equal(t, []string{"default"}, queues, "critical now, and bulk still, have a backlog")
+}
