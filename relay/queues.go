@@ -206,10 +206,18 @@ func (r *Relay) claimUnkeyed(ctx context.Context, tx bun.Tx, events []model.Even
 		leftBytes -= gotBytes
 		return leftRows > 0 && (len(events) == 0 || leftBytes > 0)
 	}
-	for _, i := range order {
-		if !claimShare(i, min(limits[i], leftRows)) {
+	anyFull := false
+	for k, i := range order {
+		limit := min(limits[i], leftRows)
+		if k == len(order)-1 && !anyFull {
+			// The last share takes all that is left at once: the second pass would give it the rest
+			// anyway, as the only share that may have filled its part. One statement less a round.
+			limit = leftRows
+		}
+		if !claimShare(i, limit) {
 			return events, bad, err
 		}
+		anyFull = anyFull || full[i]
 	}
 	for _, i := range order {
 		if full[i] && !claimShare(i, leftRows) {
