@@ -180,7 +180,11 @@ type Config struct {
 	// Config.Queues), a queue with fewer rows than its part leaving the rest to the others, and the queues
 	// not named share one part of weight 1, first come first served. Names must not be empty; weights are
 	// 1 to 1000000. Keyed events (model.WithOrderingKey) are claimed before the queues' parts, as without
-	// Queues. Defaults to none: one first-come-first-served claim over all queues.
+	// Queues. While the rounds leave rows behind in some queue (a backlog), a lane of the relay's own
+	// serves the named queues that have none: it looks for new rows in them every MinPollInterval and
+	// claims and enqueues them in rounds of up to min(BatchSize, Concurrency) rows next to the workers',
+	// so that they do not wait for the backlog's rounds in flight (see the README's "Fair queues").
+	// Defaults to none: one first-come-first-served claim over all queues, and no lane.
 	Queues map[string]int
 	// StrictPriority, with Queues, claims the queues in order of weight, highest first, each taking all it
 	// has before a lower one gets any of the round (the queues not named come last). Defaults to false:

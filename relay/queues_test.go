@@ -2,13 +2,20 @@ package relay
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"regexp"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/model"
@@ -188,9 +195,11 @@ func TestQueuesKeepKeyedOrderAndByteBudget(t *testing.T) {
 	}
 }
 
-// TestQueuesCriticalOvertakesBulkBacklog: 100,000 bulk events drain; a critical event committed behind
-// them is published at once, not after the drain. The latency from its commit to its enqueue is logged
-// (QUEUES_LATENCY_RUNS=n repeats it).
+// TestQueuesCriticalOvertakesBulkBacklog: a bulk backlog drains in rounds of 4,000 rows; critical events
+// committed behind it one at a time are each enqueued before 2,000 more bulk events are (half a round:
+// the lane, queues_lane.go, not the next round, takes them), and the latency from each commit to its
+// enqueue's return is logged. The size is small for make test: QUEUES_LATENCY_BACKLOG=100000 and
+// QUEUES_LATENCY_RUNS=20 run the full one (BenchmarkQueuesDrain measures it with the default Config).
 func TestQueuesCriticalOvertakesBulkBacklog(t *testing.T) {
 	t.Parallel()
 	outboxtest.SkipShort(t)
@@ -200,56 +209,225 @@ func TestQueuesCriticalOvertakesBulkBacklog(t *testing.T) {
 		_ = b.inspector.DeleteQueue(critical, true)
 		_ = b.inspector.DeleteQueue(bulk, true)
 	})
-	const backlog = 100_000
+	backlog, runs := queuesEnvInt(t, "QUEUES_LATENCY_BACKLOG", 20_000), queuesEnvInt(t, "QUEUES_LATENCY_RUNS", 3)
+	const batch, spacing = 4000, 1500
+	require.Greater(t, backlog, (runs+1)*spacing+batch, "QUEUES_LATENCY_BACKLOG: the backlog must outlast the runs")
 	insertQueue(t, b, bulk, backlog)
 	_, err := b.db.ExecContext(context.Background(), "ANALYZE outbox_events")
 	require.NoError(t, err)
 
-	var mu sync.Mutex
-	enqueuedAt := map[string]time.Time{}
-	b.enq.setFail(func(id string) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if _, ok := enqueuedAt[id]; !ok {
-			enqueuedAt[id] = time.Now()
+	enq := &queueEnqueuer{Enqueuer: b.enq, watch: critical}
+	r := b.newRelay(t, Config{Queues: map[string]int{critical: 6, "default": 3, bulk: 1}, DisableNotify: true,
+		BatchSize: batch, Enqueuer: enq})
+	res := measureCritical(t, b.db, r, enq, critical, runs, spacing, 0)
+	for i, lat := range res.latencies {
+		t.Logf("critical event %d: enqueued %s after its commit, %d bulk events enqueued meanwhile", i, lat, res.between[i])
+		require.Less(t, res.between[i], int64(batch/2), "critical event %d: enqueued before half a bulk round more", i)
+	}
+	t.Logf("commit to enqueue of %d critical events behind a %d-event bulk backlog (BatchSize %d): %s",
+		runs, backlog, batch, res.summary())
+}
+
+// queuesEnvInt reads a positive int from the environment, def when unset.
+func queuesEnvInt(t testing.TB, name string, def int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	require.NoError(t, err, name)
+	require.Positive(t, n, name)
+	return n
+}
+
+// queueEnqueuer wraps an Enqueuer: it counts the tasks of every queue but watch that reached Redis, and
+// notes when each task of watch did, with that count then.
+type queueEnqueuer struct {
+	Enqueuer
+	watch string
+
+	others    atomic.Int64
+	lastOther atomic.Int64 // unix nanoseconds of the last one
+	mu        sync.Mutex
+	at        map[string]queueEnqueued // by task id
+}
+
+type queueEnqueued struct {
+	at     time.Time
+	others int64
+}
+
+func (e *queueEnqueuer) EnqueueContext(ctx context.Context, task *asynq.Task, opts ...asynq.Option) (*asynq.TaskInfo, error) {
+	info, err := e.Enqueuer.EnqueueContext(ctx, task, opts...)
+	if err != nil {
+		return info, err
+	}
+	if info.Queue != e.watch {
+		e.others.Add(1)
+		e.lastOther.Store(time.Now().UnixNano())
+		return info, nil
+	}
+	now := time.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.at == nil {
+		e.at = map[string]queueEnqueued{}
+	}
+	if _, ok := e.at[info.ID]; !ok {
+		e.at[info.ID] = queueEnqueued{at: now, others: e.others.Load()}
+	}
+	return info, nil
+}
+
+func (e *queueEnqueuer) enqueued(id string) (queueEnqueued, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	q, ok := e.at[id]
+	return q, ok
+}
+
+// criticalRun is what measureCritical found.
+type criticalRun struct {
+	latencies []time.Duration // from each critical event's commit to its enqueue's return
+	between   []int64         // the other queues' tasks enqueued meanwhile
+	drained   time.Duration   // from Run to the drain's last task, when asked for
+}
+
+func (c criticalRun) summary() string {
+	s := slices.Sorted(slices.Values(c.latencies))
+	if len(s) == 0 {
+		return "no events"
+	}
+	pct := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
+	return fmt.Sprintf("p50 %s, p99 %s, max %s (%d events)", pct(0.5).Round(100*time.Microsecond),
+		pct(0.99).Round(100*time.Microsecond), s[len(s)-1].Round(100*time.Microsecond), len(s))
+}
+
+// measureCritical runs r (whose Enqueuer is enq) over a backlog in other queues than critical, commits
+// runs critical events, each once spacing more of the backlog's tasks reached Redis (without waiting for
+// the one before), and measures each one's latency. With drain > 0 it also waits for drain tasks of the
+// backlog and times them from Run.
+func measureCritical(tb testing.TB, db *bun.DB, r *Relay, enq *queueEnqueuer, critical string, runs, spacing, drain int) criticalRun {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- r.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			tb.Error(err)
 		}
-		return nil
-	})
-	runs, batch := 3, 0
-	if s := os.Getenv("QUEUES_LATENCY_RUNS"); s != "" {
-		runs, err = strconv.Atoi(s)
-		require.NoError(t, err)
+	}()
+	type commit struct {
+		id     string
+		at     time.Time
+		others int64
 	}
-	if s := os.Getenv("QUEUES_LATENCY_BATCH"); s != "" {
-		batch, err = strconv.Atoi(s)
-		require.NoError(t, err)
-	}
-	r := b.newRelay(t, Config{Queues: map[string]int{critical: 6, "default": 3, bulk: 1}, DisableNotify: true, BatchSize: batch})
-	run(t, r)
-	var worst time.Duration
+	var commits []commit
 	for i := range runs {
-		outboxtest.WaitFor(t, 2*time.Minute, "the bulk drain under way", func() bool {
-			return published(t, b.db) >= int64(2000*(i+1))
+		outboxtest.WaitFor(tb, 10*time.Minute, "the backlog's drain under way", func() bool {
+			return enq.others.Load() >= int64(spacing*(i+1))
 		})
 		ev, err := model.NewEvent("payment.failed", map[string]int{"n": i}, model.WithQueue(critical))
-		require.NoError(t, err)
-		_, err = b.db.NewInsert().Model(ev).Exec(context.Background())
-		require.NoError(t, err)
-		committed := time.Now()
-		var at time.Time
-		outboxtest.WaitFor(t, time.Minute, "the critical event enqueued", func() bool {
-			mu.Lock()
-			defer mu.Unlock()
+		require.NoError(tb, err)
+		_, err = db.NewInsert().Model(ev).Exec(context.Background())
+		require.NoError(tb, err)
+		commits = append(commits, commit{id: ev.EventID.String(), at: time.Now(), others: enq.others.Load()})
+	}
+	var res criticalRun
+	for _, c := range commits {
+		var got queueEnqueued
+		outboxtest.WaitFor(tb, 10*time.Minute, "the critical event enqueued", func() bool {
 			var ok bool
-			at, ok = enqueuedAt[ev.EventID.String()]
+			got, ok = enq.enqueued(c.id)
 			return ok
 		})
-		latency := at.Sub(committed)
-		bulkDone := published(t, b.db)
-		t.Logf("critical event %d: enqueued %s after its commit, with %d of %d bulk events published",
-			i, latency, bulkDone, backlog)
-		require.Less(t, bulkDone, int64(backlog/2), "published before half the bulk backlog drained")
-		worst = max(worst, latency)
+		res.latencies = append(res.latencies, got.at.Sub(c.at))
+		res.between = append(res.between, got.others-c.others)
 	}
-	t.Logf("worst commit-to-enqueue latency of a critical event behind a %d-event bulk backlog: %s", backlog, worst)
+	if drain > 0 {
+		outboxtest.WaitFor(tb, 10*time.Minute, "the backlog drained", func() bool { return enq.others.Load() >= int64(drain) })
+		res.drained = time.Unix(0, enq.lastOther.Load()).Sub(start)
+	}
+	return res
+}
+
+// TestQueuesClaimReadsTheQueueIndex: the claim of a queue with no backlog, next to a large backlog in
+// another queue that the statistics know as the only one, walks outbox_events_queue_claim_idx, not the
+// other queue's pending rows. (With `queue = q.name`, PostgreSQL took the queue of the lateral claim for
+// the one it knew, chose outbox_events_unkeyed_pending_idx and filtered the whole backlog in every round.)
+func TestQueuesClaimReadsTheQueueIndex(t *testing.T) {
+	t.Parallel()
+	outboxtest.SkipShort(t)
+	b := setup(t)
+	critical, bulk := b.queue+"_critical", b.queue+"_bulk"
+	insertQueue(t, b, bulk, 20_000)
+	ctx := context.Background()
+	_, err := b.db.ExecContext(ctx, "ANALYZE outbox_events")
+	require.NoError(t, err)
+	insertQueue(t, b, critical, 1)
+	for _, q := range [][]string{{critical}, {bulk}, {critical, bulk}} {
+		var plan string
+		require.NoError(t, b.db.NewRaw("EXPLAIN (FORMAT JSON) "+queueClaimSizedSQL, pgdialect.Array(q), 0, 428, 428).Scan(ctx, &plan))
+		var indexes []string
+		for _, m := range regexp.MustCompile(`"Index Name": "([^"]+)"`).FindAllStringSubmatch(plan, -1) {
+			indexes = append(indexes, m[1])
+		}
+		require.Equal(t, []string{"outbox_events_queue_claim_idx"}, indexes, "the indexes the claim of %v reads", q)
+	}
+}
+
+// TestQueuesLaneServesQuietQueues: the lane serves the named queues whose last claim left nothing behind,
+// only while some share (the rest too) left rows behind; with StrictPriority only those above every
+// queue with a backlog. It wakes when the workers turn busy.
+func TestQueuesLaneServesQuietQueues(t *testing.T) {
+	t.Parallel()
+	newFQ := func(strict bool) *fairQueues {
+		return newFairQueues(Config{Queues: map[string]int{"critical": 6, "default": 3, "bulk": 1}, StrictPriority: strict})
+	}
+	rest := queueShare{queues: []string{"other1", "other2"}, weight: 1}
+	tests := []struct {
+		name          string
+		strict        bool
+		rest          bool
+		reached, full []bool // critical, default, bulk[, rest]
+		want          []string
+		busy          bool
+	}{
+		{"NoBacklog", false, false, []bool{true, true, true}, []bool{false, false, false}, []string{}, false},
+		{"BulkBacklog", false, false, []bool{true, true, true}, []bool{false, false, true}, []string{"critical", "default"}, true},
+		{"CriticalBacklog", false, false, []bool{true, true, true}, []bool{true, false, false}, []string{"default", "bulk"}, true},
+		{"RestBacklog", false, true, []bool{true, true, true, true}, []bool{false, false, false, true}, []string{"critical", "default", "bulk"}, true},
+		{"StrictDefaultBacklog", true, false, []bool{true, true, true}, []bool{false, true, false}, []string{"critical"}, true},
+		{"StrictCriticalBacklog", true, false, []bool{true, false, false}, []bool{true, false, false}, []string{}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			fq := newFQ(tt.strict)
+			shares := fq.named
+			if tt.rest {
+				shares = append(slices.Clip(shares), rest)
+			}
+			fq.lane.note(fq, shares, tt.reached, tt.full)
+			queues, busy := fq.lane.serve()
+			require.Equal(t, tt.busy, busy)
+			require.Equal(t, tt.want, append([]string{}, queues...))
+			select {
+			case <-fq.lane.kick:
+				require.True(t, tt.busy, "kicked")
+			default:
+				require.False(t, tt.busy, "kicked")
+			}
+		})
+	}
+
+	// A share the claim did not reach keeps what the last claim that reached it found.
+	fq := newFQ(false)
+	fq.lane.note(fq, fq.named, []bool{true, true, true}, []bool{false, false, true})
+	fq.lane.note(fq, fq.named, []bool{true, false, false}, []bool{true, false, false})
+	queues, busy := fq.lane.serve()
+	require.True(t, busy)
+	require.Equal(t, []string{"default"}, queues, "critical now, and bulk still, have a backlog")
 }

@@ -165,6 +165,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	for range r.cfg.Workers - 1 {
 		workers.Go(func() { r.helper(ctx, busy) })
 	}
+	if r.queues != nil {
+		workers.Go(func() { r.lane(ctx) }) // queues_lane.go
+	}
 	workers.Wait()
 	r.log.LogAttrs(context.WithoutCancel(ctx), slog.LevelInfo, "bunbox relay stopped")
 	return nil

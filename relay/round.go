@@ -21,6 +21,13 @@ import (
 // its row only when the error is the task's own (see taskOwn); otherwise the round fails and the rows are
 // released untouched.
 func (r *Relay) runOnce(ctx context.Context) (res BatchEvent) {
+	return r.runRound(ctx, r.claimBatch)
+}
+
+// runRound is runOnce with the claim given: claimBatch, or the claim of a fair-queue lane (queues_lane.go).
+func (r *Relay) runRound(ctx context.Context,
+	claim func(context.Context, bun.Tx, *BatchEvent) ([]model.Event, map[int]error),
+) (res BatchEvent) {
 	start := r.cfg.now()
 	defer func() {
 		res.Duration = r.cfg.now().Sub(start)
@@ -42,7 +49,7 @@ func (r *Relay) runOnce(ctx context.Context) (res BatchEvent) {
 	}
 	defer func() { _ = tx.Rollback() }()
 
-	events, bad := r.claimBatch(ctx, tx, &res)
+	events, bad := claim(ctx, tx, &res)
 	if len(events) == 0 {
 		return res
 	}
