@@ -19,7 +19,7 @@ import (
 //
 // nextval runs at INSERT, before the commit: a value can move for a transaction that has not committed
 // yet, or that rolls back. The round it wakes then finds nothing, so the watcher wakes the relay again,
-// after 2, 4, 8, ... wake intervals, until a round claims a row at or past that value or wakeRetries
+// after 1, 2, 4, 8, ... wake intervals, until a round claims a row at or past that value or wakeRetries
 // rounds went by; after that PollInterval (the safety net) takes over. A relay whose rows another replica
 // claimed stops after those few rounds in the same way.
 //
@@ -37,10 +37,10 @@ const wakeRetries = 7
 // insufficientPrivilege is SQLSTATE 42501.
 const insufficientPrivilege = "42501"
 
-// wakeSequenceSQL finds the sequence behind outbox_events.id, whether the relay's role may read it, and
-// its cache size (NULL when there is no such sequence).
+// wakeSequenceSQL finds the sequence behind outbox_events.id, whether the relay's role may read it, its
+// cache size (NULL when there is no such sequence), and the role's name.
 const wakeSequenceSQL = `SELECT s, has_sequence_privilege(s, 'SELECT, USAGE'),
-  (SELECT seqcache FROM pg_sequence WHERE seqrelid = s::regclass)
+  (SELECT seqcache FROM pg_sequence WHERE seqrelid = s::regclass), quote_ident(current_user)
 FROM (SELECT pg_get_serial_sequence('outbox_events', 'id') AS s) q`
 
 // wakeState is what the watcher shares with the rounds: the largest id the relay has claimed, and how
@@ -48,6 +48,7 @@ FROM (SELECT pg_get_serial_sequence('outbox_events', 'id') AS s) q`
 type wakeState struct {
 	claimed atomic.Int64
 	reads   atomic.Int64
+	role    string // the relay's role, quoted, for the GRANT a warning names
 }
 
 // note records the ids of a claim.
@@ -68,7 +69,7 @@ func (r *Relay) wakeSequence(ctx context.Context) (string, bool) {
 		var seq sql.NullString
 		var allowed sql.NullBool
 		var cache sql.NullInt64
-		err := r.db.NewRaw(wakeSequenceSQL).Scan(ctx, &seq, &allowed, &cache)
+		err := r.db.NewRaw(wakeSequenceSQL).Scan(ctx, &seq, &allowed, &cache, &r.wake.role)
 		if err == nil {
 			return r.wakeUsable(ctx, seq.String, allowed.Bool, cache)
 		}
@@ -112,7 +113,7 @@ func (r *Relay) wakeUsable(ctx context.Context, seq string, allowed bool, cache 
 	case seq == "":
 		why = "outbox_events.id has no sequence (it is not an identity or serial column)"
 	case !allowed:
-		why = "the relay's role may not read the sequence " + seq + ": GRANT USAGE ON SEQUENCE " + seq + " TO the relay's role"
+		why = "the relay's role may not read the sequence " + seq + ": GRANT USAGE ON SEQUENCE " + seq + " TO " + r.wake.role
 	case cache.Int64 > 1:
 		why = "the sequence " + seq + " has CACHE over 1, so its last value does not move with every insert: ALTER SEQUENCE " + seq + " CACHE 1"
 	}
@@ -175,7 +176,7 @@ func (r *Relay) watchInserts(ctx context.Context, wake chan<- struct{}) {
 			signal()
 		case v != last:
 			last = v
-			target, movedAt, retries, skip = v.Int64, time.Now(), 0, 1
+			target, movedAt, retries, skip = v.Int64, time.Now(), 0, 0
 			signal()
 		case target == 0:
 		case r.wake.claimed.Load() >= target || retries >= wakeRetries || time.Since(movedAt) > r.cfg.PollInterval:
@@ -184,7 +185,7 @@ func (r *Relay) watchInserts(ctx context.Context, wake chan<- struct{}) {
 			skip--
 		default:
 			retries++
-			skip = 1<<(retries+1) - 1 // wake again after 2, 4, 8, ... intervals
+			skip = 1<<retries - 1 // wake again after 1, 2, 4, 8, ... intervals
 			signal()
 		}
 	}

@@ -118,7 +118,7 @@ func TestWakeUpWithoutSequencePrivilege(t *testing.T) {
 		return len(b.logs.matching("no wake-up after a quiet spell")) == 1
 	})
 	msg := b.logs.matching("no wake-up after a quiet spell")[0].Message
-	require.Contains(t, msg, "GRANT USAGE ON SEQUENCE "+schema+".outbox_events_id_seq")
+	require.Contains(t, msg, "GRANT USAGE ON SEQUENCE "+schema+".outbox_events_id_seq TO "+role)
 	insertEvents(t, db, b.queue, 1)
 	outboxtest.WaitFor(t, 30*time.Second, "the event relayed by the poll", func() bool {
 		return published(t, db) == 1

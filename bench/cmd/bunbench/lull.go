@@ -50,7 +50,9 @@ func lullArms() []*lullArm {
 // of one event after each of o.lullN quiet spells of o.lull, what the idle relay costs PostgreSQL and its
 // own process per second, and the write tax at 8 writers while the relay relays what they write.
 func runLull(ctx context.Context, e *env, o options) error {
-	fmt.Printf("## Lull: the first event after %s of quiet, the relay in another process\n\n", o.lull)
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Printf("## Lull: the first event after %s of quiet, the relay in another process (load average %s)\n\n",
+		o.lull, strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "))
 	pm, err := postmasterPID(ctx, e)
 	if err != nil {
 		return err
