@@ -190,6 +190,14 @@ type Config struct {
 	// has before a lower one gets any of the round (the queues not named come last). Defaults to false:
 	// the rows are split by weight.
 	StrictPriority bool
+	// WakeInterval is how often an idle relay reads the last value of the sequence behind outbox_events.id
+	// (one autocommitted statement, safe behind a transaction pooler, nothing on the write path), to run a
+	// round as soon as a row was inserted: the first event after a quiet spell is relayed within about
+	// WakeInterval of its commit instead of up to PollInterval. It needs SELECT or USAGE on that sequence
+	// (`GRANT USAGE ON SEQUENCE outbox_events_id_seq TO relay_role`) and the sequence's CACHE at 1 (as the
+	// migration makes it); otherwise the relay logs a warning at start and polls. Negative turns it off.
+	// Defaults to 5ms.
+	WakeInterval time.Duration
 	// CancelCheckInterval is how often the relay looks for cancelled events (bunx.Outbox.Cancel) whose
 	// tasks are still to be taken out of asynq; the look is one index probe when there are none.
 	// Defaults to 100ms.
@@ -222,6 +230,7 @@ func (c Config) withDefaults() Config {
 	c.StatementTimeout = cmp.Or(c.StatementTimeout, StatementTimeoutDefault)
 	c.LockTimeout = cmp.Or(c.LockTimeout, LockTimeoutDefault)
 	c.CancelCheckInterval = cmp.Or(c.CancelCheckInterval, CancelCheckIntervalDefault)
+	c.WakeInterval = cmp.Or(c.WakeInterval, WakeIntervalDefault)
 	if c.now == nil {
 		c.now = time.Now
 	}

@@ -23,11 +23,11 @@ import (
 //
 // and OUTBOX_ROUTES for Config.Routes, as "event=listener,listener;event=listener"
 // (e.g. "order.placed=send-confirmation,reserve-stock"); OUTBOX_QUEUES for Config.Queues, as
-// "queue:weight,queue:weight" (e.g. "critical:6,default:3,bulk:1"), OUTBOX_STRICT_PRIORITY and
-// OUTBOX_CANCEL_CHECK_INTERVAL. The Redis to relay to is not in Config:
-// RedisFromEnv reads it from OUTBOX_REDIS_URL. The fields that hold Go values (Logger, Enqueuer, Observer,
-// TracerProvider, Inspector) and the reconciler's (DisableReconciler, Reconciler; flags of `bunbox relay`)
-// have no variable.
+// "queue:weight,queue:weight" (e.g. "critical:6,default:3,bulk:1"), OUTBOX_STRICT_PRIORITY,
+// OUTBOX_CANCEL_CHECK_INTERVAL and OUTBOX_WAKE_INTERVAL (Config.WakeInterval; "-1ms" turns the wake-up
+// off). The Redis to relay to is not in Config: RedisFromEnv reads it from OUTBOX_REDIS_URL. The fields
+// that hold Go values (Logger, Enqueuer, Observer, TracerProvider, Inspector) and the reconciler's
+// (DisableReconciler, Reconciler; flags of `bunbox relay`) have no variable.
 func ConfigFromEnv() (Config, error) { return configFromLookup(os.LookupEnv) }
 
 func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
@@ -76,6 +76,7 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 		{"OUTBOX_IDLE_IN_TRANSACTION_TIMEOUT", &c.IdleInTransactionTimeout},
 		{"OUTBOX_STATEMENT_TIMEOUT", &c.StatementTimeout},
 		{"OUTBOX_LOCK_TIMEOUT", &c.LockTimeout},
+		{"OUTBOX_WAKE_INTERVAL", &c.WakeInterval},
 	}
 	for _, v := range durations {
 		if s, ok := lookup(v.name); ok && s != "" {

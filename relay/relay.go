@@ -40,6 +40,7 @@ type Relay struct {
 
 	redisOpt asynq.RedisConnOpt // the Redis options given to New, for the reconciler Run runs (reconcile_relay.go)
 	queues   *fairQueues        // Config.Queues as the claim uses it (queues.go); nil without
+	wake     wakeState          // shared with the wake-up (wake.go)
 
 	counters counters
 }
@@ -143,6 +144,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	wake := make(chan struct{}, 1)
 	if !r.cfg.DisableNotify {
 		wg.Go(func() { r.listen(ctx, wake) })
+	}
+	if r.cfg.WakeInterval > 0 {
+		wg.Go(func() { r.watchInserts(ctx, wake) })
 	}
 	if r.cfg.PublishedRetention > 0 {
 		wg.Go(func() { r.cleanupLoop(ctx) })

@@ -75,6 +75,7 @@ func (r *Relay) claimBatch(ctx context.Context, tx bun.Tx, res *BatchEvent) ([]m
 		return nil, nil
 	}
 	res.Claimed = len(events)
+	r.wake.note(events)
 	res.full = r.sizer.observe(events, limit, r.cfg.BatchBytes)
 	return events, bad
 }

@@ -44,12 +44,17 @@ type drainArm struct {
 // options) of id in queue: type = event name, the bunbox headers, TaskID = the event id, the queue and the
 // default TaskRetention.
 func benchTask(id uuid.UUID, queue string) (*asynq.Task, []asynq.Option) {
+	return benchTaskOf(id, queue, drainPayload)
+}
+
+// benchTaskOf is benchTask with the row's own payload.
+func benchTaskOf(id uuid.UUID, queue string, payload []byte) (*asynq.Task, []asynq.Option) {
 	headers := map[string]string{
 		model.HeaderEventID:   id.String(),
 		model.HeaderEventName: "bench.event",
 		model.HeaderCreatedAt: time.Now().UTC().Format(time.RFC3339Nano),
 	}
-	return asynq.NewTaskWithHeaders("bench.event", drainPayload, headers),
+	return asynq.NewTaskWithHeaders("bench.event", payload, headers),
 		[]asynq.Option{asynq.TaskID(id.String()), asynq.Queue(queue), asynq.Retention(relay.TaskRetentionDefault)}
 }
 

@@ -6,14 +6,11 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/uptrace/bun"
 
-	"github.com/bunbox/bunbox/model"
-	"github.com/bunbox/bunbox/relay"
 )
 
 // The pieces the lean naive relay and the prototypes of issue 18 share: a row as they read it, the asynq
@@ -42,7 +39,7 @@ func newEnqueuer(redis asynq.RedisClientOpt, queue string) *enqueuer {
 
 func (q *enqueuer) close() { _ = q.client.Close() }
 
-// one enqueues row's task, the same task as every drain arm's (relay.Task, with the row's payload).
+// one enqueues row's task, the same task as every drain arm's (benchTaskOf, with the row's payload).
 func (q *enqueuer) one(ctx context.Context, row protoRow) error {
 	select {
 	case q.sem <- struct{}{}:
@@ -50,8 +47,7 @@ func (q *enqueuer) one(ctx context.Context, row protoRow) error {
 		return ctx.Err()
 	}
 	defer func() { <-q.sem }()
-	task, opts := relay.Task(&model.Event{EventID: row.eventID, Name: "bench.event", Queue: q.queue, Payload: row.payload,
-		CreatedAt: time.Now()}, relay.TaskRetentionDefault)
+	task, opts := benchTaskOf(row.eventID, q.queue, row.payload)
 	_, err := q.client.EnqueueContext(ctx, task, opts...)
 	switch {
 	case err == nil:

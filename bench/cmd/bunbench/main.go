@@ -26,7 +26,7 @@ import (
 
 // options are the command's flags.
 type options struct {
-	parts      []string      // which parts run: tax, drain, e2e, growth, memory
+	parts      []string      // which parts run: tax, drain, e2e, growth, memory, lull
 	rounds     int           // rounds of tax and drain; each figure is the median over them
 	dur        time.Duration // how long one tax arm runs in one round
 	drainN     int           // events in a drain backlog
@@ -38,6 +38,8 @@ type options struct {
 	growthN    int           // pending events drained in each growth case
 	arms       string        // a comma-separated filter on arm names (substring match); empty runs all
 	quick      bool          // a smoke run: fewer, smaller arms
+	lull       time.Duration // the quiet spell before each sample of the lull part
+	lullN      int           // samples per relay of the lull part
 	cpuProfile string
 }
 
@@ -45,9 +47,12 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == childCommand {
 		os.Exit(runChild(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == childRelayCommand {
+		os.Exit(runChildRelay(os.Args[2:]))
+	}
 	var o options
 	var parts, growth string
-	flag.StringVar(&parts, "parts", "tax,drain,e2e,growth,memory", "the parts to run, comma-separated")
+	flag.StringVar(&parts, "parts", "tax,drain,e2e,growth,memory,lull", "the parts to run, comma-separated")
 	flag.IntVar(&o.rounds, "rounds", 5, "rounds of the tax and drain parts (each figure is the median)")
 	flag.DurationVar(&o.dur, "dur", 2*time.Second, "how long each tax arm runs in each round")
 	flag.IntVar(&o.drainN, "drain-n", 100_000, "events in each drain backlog")
@@ -57,6 +62,8 @@ func main() {
 	flag.StringVar(&growth, "growth", "0,100000,1000000", "published rows kept in the growth part, comma-separated")
 	flag.IntVar(&o.growthDead, "growth-dead", 100_000, "dead rows kept in the growth part's last case (0 skips it)")
 	flag.IntVar(&o.growthN, "growth-n", 20_000, "pending events drained in each growth case")
+	flag.DurationVar(&o.lull, "lull", 4*time.Second, "the quiet spell before each sample of the lull part")
+	flag.IntVar(&o.lullN, "lull-n", 8, "samples per relay of the lull part")
 	flag.StringVar(&o.arms, "arms", "", "run only the arms whose names contain one of these comma-separated words")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	flag.BoolVar(&o.quick, "quick", false, "a smoke run: 2 rounds, short arms, small backlogs")
@@ -65,7 +72,7 @@ func main() {
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		for name, value := range map[string]string{"rounds": "2", "dur": "300ms", "drain-n": "5000", "drain-cap": "10s",
-			"e2e-dur": "1s", "growth-n": "2000", "growth-dead": "10000"} {
+			"e2e-dur": "1s", "growth-n": "2000", "growth-dead": "10000", "lull": "1s", "lull-n": "3"} {
 			if !set[name] {
 				_ = flag.Set(name, value)
 			}
@@ -119,8 +126,10 @@ func run(ctx context.Context, o options) error {
 			err = runGrowth(ctx, env, o)
 		case "memory":
 			err = runMemory(ctx, env, o)
+		case "lull":
+			err = runLull(ctx, env, o)
 		default:
-			err = fmt.Errorf("-parts: unknown part %q (tax, drain, e2e, growth, memory)", part)
+			err = fmt.Errorf("-parts: unknown part %q (tax, drain, e2e, growth, memory, lull)", part)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", part, err)

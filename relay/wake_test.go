@@ -1,0 +1,142 @@
+package relay
+
+import (
+	"context"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bunbox/bunbox/internal/outboxtest"
+)
+
+// quietConfig is a relay whose poll cannot be what finds a row within a test: the poll and the adaptive
+// poll wait a minute, and it does not listen for notifications. Only the wake-up (on by default) is left.
+func quietConfig() Config {
+	return Config{PollInterval: time.Minute, MinPollInterval: time.Minute, DisableNotify: true, DisableReconciler: true}
+}
+
+// waitIdle waits until the relay's wake-up has read the sequence n more times: the relay has been idle
+// for at least n wake intervals.
+func waitIdle(t *testing.T, r *Relay, n int64) {
+	t.Helper()
+	from := r.wake.reads.Load()
+	outboxtest.WaitFor(t, 30*time.Second, "the relay idle", func() bool { return r.wake.reads.Load() >= from+n })
+}
+
+// With the default settings, an event committed after a quiet spell is relayed by the wake-up, well
+// before the poll (a minute here) could find it: directly and, in the pooler pass, through PgBouncer in
+// transaction mode.
+func TestWakeUpByDefault(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r := b.newRelay(t, quietConfig())
+	require.Equal(t, WakeIntervalDefault, r.cfg.WakeInterval)
+	run(t, r)
+	for i := range 3 {
+		waitIdle(t, r, 40)
+		insertEvents(t, b.db, b.queue, 1)
+		outboxtest.WaitFor(t, 30*time.Second, "the event after a quiet spell relayed", func() bool {
+			return published(t, b.db) == int64(i+1)
+		})
+	}
+	require.Empty(t, b.logs.matching("no wake-up after a quiet spell"))
+}
+
+// A transaction that inserted and has not committed yet moves the sequence: the round it wakes finds
+// nothing, and the wake-up keeps waking the relay, so the row is relayed soon after the commit.
+func TestWakeUpAfterLateCommit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r := b.newRelay(t, quietConfig())
+	run(t, r)
+	waitIdle(t, r, 10)
+	ctx := context.Background()
+	tx, err := b.db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	insertEvents(t, tx, b.queue, 1)
+	waitIdle(t, r, 3) // the move seen, and a round woken that found nothing
+	require.Zero(t, published(t, b.db))
+	require.NoError(t, tx.Commit())
+	outboxtest.WaitFor(t, 30*time.Second, "the event relayed after its late commit", func() bool {
+		return published(t, b.db) == 1
+	})
+}
+
+// WakeInterval -1 turns the wake-up off: the relay does not read the sequence.
+func TestWakeUpOff(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := quietConfig()
+	cfg.PollInterval, cfg.MinPollInterval, cfg.WakeInterval = 20*time.Millisecond, 20*time.Millisecond, -1
+	r := b.newRelay(t, cfg)
+	run(t, r)
+	insertEvents(t, b.db, b.queue, 1)
+	outboxtest.WaitFor(t, 30*time.Second, "the event relayed by the poll", func() bool {
+		return published(t, b.db) == 1
+	})
+	require.Zero(t, r.wake.reads.Load())
+}
+
+// A role that may not read the sequence gets a warning that says what to grant, and the poll relays.
+func TestWakeUpWithoutSequencePrivilege(t *testing.T) {
+	outboxtest.SkipPooled(t, "it creates a login role, which the test PgBouncer has no auth entry for; the direct pass runs it")
+	t.Parallel()
+	ctx := context.Background()
+	db, schema := outboxtest.Schema(t)
+	role := "bunbox_nowake_" + schema[len("bunbox_test_"):]
+	password := "pw" + randHex(8)
+	for _, stmt := range []string{
+		"CREATE ROLE " + role + " LOGIN NOSUPERUSER NOINHERIT PASSWORD '" + password + "'",
+		"GRANT USAGE ON SCHEMA " + schema + " TO " + role,
+		"GRANT SELECT, UPDATE ON ALL TABLES IN SCHEMA " + schema + " TO " + role, // not the sequence
+	} {
+		_, err := db.ExecContext(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	t.Cleanup(func() {
+		for _, stmt := range []string{"DROP OWNED BY " + role, "DROP ROLE " + role} {
+			if _, err := db.ExecContext(context.Background(), stmt); err != nil {
+				t.Logf("%s: %v", stmt, err)
+			}
+		}
+	})
+	u, err := url.Parse(outboxtest.DatabaseURL())
+	require.NoError(t, err)
+	u.User = url.UserPassword(role, password)
+	restricted := outboxtest.OpenURL(t, u.String(), map[string]any{"search_path": schema})
+
+	b := setupWith(t, restricted, asynq.RedisClientOpt{Addr: outboxtest.RedisAddr()})
+	cfg := quietConfig()
+	cfg.PollInterval, cfg.MinPollInterval = 50*time.Millisecond, 50*time.Millisecond
+	r := b.newRelay(t, cfg)
+	run(t, r)
+	outboxtest.WaitFor(t, 30*time.Second, "the warning", func() bool {
+		return len(b.logs.matching("no wake-up after a quiet spell")) == 1
+	})
+	msg := b.logs.matching("no wake-up after a quiet spell")[0].Message
+	require.Contains(t, msg, "GRANT USAGE ON SEQUENCE "+schema+".outbox_events_id_seq TO "+role)
+	insertEvents(t, db, b.queue, 1)
+	outboxtest.WaitFor(t, 30*time.Second, "the event relayed by the poll", func() bool {
+		return published(t, db) == 1
+	})
+	require.Zero(t, r.wake.reads.Load())
+}
+
+func TestWakeIntervalFromEnv(t *testing.T) {
+	t.Parallel()
+	for v, want := range map[string]time.Duration{"20ms": 20 * time.Millisecond, "-1ms": -time.Millisecond} {
+		c, err := configFromLookup(func(name string) (string, bool) { return v, name == "OUTBOX_WAKE_INTERVAL" })
+		require.NoError(t, err)
+		require.Equal(t, want, c.WakeInterval)
+	}
+	c, err := configFromLookup(func(string) (string, bool) { return "", false })
+	require.NoError(t, err)
+	require.Equal(t, WakeIntervalDefault, c.withDefaults().WakeInterval)
+	_, err = configFromLookup(func(name string) (string, bool) { return "often", name == "OUTBOX_WAKE_INTERVAL" })
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	require.ErrorContains(t, err, "OUTBOX_WAKE_INTERVAL")
+}
