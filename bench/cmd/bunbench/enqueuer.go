@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/uptrace/bun"
-
 )
 
 // The pieces the lean naive relay and the prototypes of issue 18 share: a row as they read it, the asynq
