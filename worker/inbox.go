@@ -31,6 +31,7 @@ type Inbox struct {
 	db      *bun.DB
 	logger  *slog.Logger
 	tracing *tracing
+	codec   *model.Codec // WithInboxCodec
 }
 
 // InboxOption configures an Inbox.
@@ -98,6 +99,11 @@ func (in *Inbox) handle(ctx context.Context, name string, t *asynq.Task, fn func
 	if err != nil {
 		in.logger.LogAttrs(ctx, slog.LevelError, "bunbox inbox: rejecting task",
 			slog.String("handler", name), slog.String("task_type", t.Type()), slog.Any("err", err))
+		return err
+	}
+	if t, err = DecodeTask(in.codec, t); err != nil {
+		in.logger.LogAttrs(ctx, slog.LevelError, "bunbox inbox: payload does not decode",
+			slog.String("handler", name), slog.String("event_id", id.String()), slog.Any("err", err))
 		return err
 	}
 	var duplicate bool
