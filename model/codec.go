@@ -287,20 +287,29 @@ func (c *Codec) Decode(eventID uuid.UUID, encoding, keyID string, data []byte) (
 		steps = steps[:len(steps)-1]
 	}
 	if len(steps) == 1 { // gzip
-		zr, err := gzip.NewReader(bytes.NewReader(data))
+		plain, err := gunzip(data, MaxPayloadSizeCeiling)
 		if err != nil {
-			return nil, fail(ErrCorruptPayload, "gzip: %v", err)
-		}
-		plain, err := io.ReadAll(io.LimitReader(zr, MaxPayloadSizeCeiling+1))
-		if err != nil {
-			return nil, fail(ErrCorruptPayload, "gzip: %v", err)
-		}
-		if len(plain) > MaxPayloadSizeCeiling {
-			return nil, fail(ErrCorruptPayload, "decompresses to more than %d bytes (model.MaxPayloadSizeCeiling)", MaxPayloadSizeCeiling)
+			return nil, fail(ErrCorruptPayload, "%v", err)
 		}
 		data = plain
 	}
 	return data, nil
+}
+
+// gunzip decompresses data, refusing more than limit bytes of output.
+func gunzip(data []byte, limit int) ([]byte, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("gzip: %w", err)
+	}
+	plain, err := io.ReadAll(io.LimitReader(zr, int64(limit)+1))
+	if err != nil {
+		return nil, fmt.Errorf("gzip: %w", err)
+	}
+	if len(plain) > limit {
+		return nil, fmt.Errorf("decompresses to more than %d bytes (model.MaxPayloadSizeCeiling)", limit)
+	}
+	return plain, nil
 }
 
 // DecodeEvent decodes ev's payload in place when it is encoded (ev.PayloadEncoded is set): Payload becomes
