@@ -20,7 +20,8 @@ import (
 var errReleased = errors.New("bunbox: relay stopping, row released")
 
 // Task builds the asynq task the relay enqueues for ev, with its options: type = event name,
-// payload = the JSON payload, headers = the event's metadata plus the bunbox headers, TaskID = the event
+// payload = the JSON payload (or the encoded bytes of PayloadEncoded, see bunx.WithCodec), headers = the
+// event's metadata plus the bunbox headers, TaskID = the event
 // id, queue = the event's queue, retention (the dedupe window) = taskRetention or the event's longer
 // Retention, and the event's delivery options (model.WithProcessAt and the options after it), each as
 // asynq's option of the same name.
@@ -42,7 +43,11 @@ func Task(ev *model.Event, taskRetention time.Duration) (*asynq.Task, []asynq.Op
 		asynq.Retention(max(taskRetention, ev.Retention)),
 	}
 	opts = appendDeliveryOptions(opts, ev)
-	return asynq.NewTaskWithHeaders(ev.Name, ev.Payload, headers), opts
+	payload := ev.Payload
+	if ev.PayloadEncoded != nil { // encoded by an Outbox's codec, not decoded: the bytes, for the consumer
+		payload = ev.PayloadEncoded
+	}
+	return asynq.NewTaskWithHeaders(ev.Name, payload, headers), opts
 }
 
 // deliver enqueues the events, at most Concurrency at once over all workers, and returns one error per
