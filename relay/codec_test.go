@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
-	"strings"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/hibiken/asynq"
