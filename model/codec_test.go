@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -36,7 +37,11 @@ func requireNoKey(t *testing.T, s string, keys ...[]byte) {
 	for _, k := range keys {
 		require.NotContains(t, s, string(k))
 		require.NotContains(t, strings.ToLower(s), hex.EncodeToString(k))
-		require.NotContains(t, s, fmt.Sprint(k)) // [17 17 ...]
+		dec := make([]string, len(k)) // as %v prints a byte slice: [17 17 ...]
+		for i, b := range k {
+			dec[i] = strconv.Itoa(int(b))
+		}
+		require.NotContains(t, s, strings.Join(dec, " "))
 	}
 }
 
