@@ -78,6 +78,9 @@ var ErrMalformedTask = errors.New("bunbox: malformed task")
 // it) and let asynq retry. name identifies the handler in the inbox: keep it stable across deploys, and
 // give every handler of one event a name of its own.
 //
+// A task whose payload an Outbox's codec encoded and the relay passed through reaches fn decoded (see
+// WithInboxCodec and DecodeTask), as a new task without a ResultWriter.
+//
 // The handler runs in a consumer span that continues the producer's trace, as TraceMiddleware's does (and
 // behind TraceMiddleware, in its span), with the handler name as the bunbox.handler attribute.
 func (in *Inbox) Handler(name string, fn func(ctx context.Context, tx bun.Tx, t *asynq.Task) error) asynq.Handler {
@@ -154,8 +157,9 @@ func (in *Inbox) logFailure(ctx context.Context, name string, t *asynq.Task, id 
 	in.logger.LogAttrs(ctx, level, msg, append(attrs, slog.Any("err", err))...)
 }
 
-// HandleJSON wraps fn like Inbox.Handler, decoding the task's JSON payload into a T first. A payload that
-// does not decode is archived by asynq (ErrMalformedTask with asynq.SkipRetry), not retried forever.
+// HandleJSON wraps fn like Inbox.Handler, decoding the task's JSON payload into a T first (after the
+// Inbox's codec decoded an encoded payload, see WithInboxCodec). A payload that does not decode is
+// archived by asynq (ErrMalformedTask with asynq.SkipRetry), not retried forever.
 func HandleJSON[T any](in *Inbox, name string, fn func(ctx context.Context, tx bun.Tx, payload *T) error) asynq.Handler {
 	if fn == nil {
 		panic(fmt.Sprintf("worker.HandleJSON(%q): fn must not be nil", name))
