@@ -52,6 +52,10 @@ var eventColumns = []eventColumn{
 	{"payload", nil, func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
 		return d.AppendJSON(b, ev.Payload), nil
 	}, payloadArg, false},
+	{"payload_encoded", func(ev *model.Event) bool { return ev.PayloadEncoded != nil },
+		func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {
+			return d.AppendBytes(b, ev.PayloadEncoded), nil
+		}, func(ev *model.Event) (any, error) { return ev.PayloadEncoded, nil }, false},
 	{"metadata", func(ev *model.Event) bool { return len(ev.Metadata) > 0 }, appendMetadata, metadataArg, true},
 	{"process_at", func(ev *model.Event) bool { return ev.ProcessAt != nil },
 		func(d schema.Dialect, b []byte, ev *model.Event) ([]byte, error) {

@@ -35,6 +35,7 @@ type registry struct {
 	prepared   bool         // WithPreparedStatements: the prepared INSERT where bunx reaches the *sql.Tx or *sql.DB
 	logger     *slog.Logger // WithLogger
 	strict     bool         // WithStrictDispatch
+	codec      *model.Codec // WithCodec; nil writes plain JSON
 
 	mu       sync.RWMutex
 	handlers map[reflect.Type]*handlerSet
@@ -160,14 +161,24 @@ func scanReturning(rows *sql.Rows, events []*model.Event) error {
 // formatter never reads the literals for placeholders.
 func (r *registry) write(ctx context.Context, d schema.Dialect, events []*model.Event, returning bool,
 	stmts *statements, conn sqlConn, raw func(ctx context.Context, query string) error) error {
-	if err := r.validate(events); err != nil {
+	err := r.validate(events)
+	if err != nil {
 		return err
 	}
 	r.injectTrace(ctx, events) // after validate: what the context adds never fails the write (see injectTrace)
+	var callers []*model.Event // with a codec: the caller's events; events are then the encoded copies
+	if r.codec != nil {
+		encoded, err := r.encode(events)
+		if err != nil {
+			return err
+		}
+		callers, events = events, encoded
+	}
 	if stmts != nil && r.prepared && conn.db == stmts.db {
 		if key, ok := preparedKey(events, returning); ok {
 			if stmt := stmts.get(key); stmt != nil {
 				err := writePrepared(ctx, conn.stmt(ctx, stmt), key, events, conn.tx != nil)
+				copyReturned(callers, events, returning)
 				if pgerr.Is(err, pgerr.InvalidSQLStatementName) || pgerr.Is(err, pgerr.DuplicatePreparedStatement) {
 					// A pooler in transaction mode, or DEALLOCATE/DISCARD on the connection: this write
 					// failed (its transaction is aborted), and the next ones write the literal INSERT.
@@ -230,7 +241,7 @@ func (r *registry) validate(events []*model.Event) error {
 		if ev.Payload == nil {
 			ev.Payload = []byte("null")
 		}
-		if err := ev.Validate(r.maxPayload); err != nil {
+		if err := ev.Validate(r.payloadLimit()); err != nil {
 			return err
 		}
 		if seen != nil {

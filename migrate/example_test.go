@@ -44,4 +44,5 @@ func ExampleRegister() {
 	// 20261201000004 bunbox_ordering
 	// 20261202000001 bunbox_leases
 	// 20261202000002 bunbox_cancel
+	// 20261204000001 bunbox_payload_codec
 }

@@ -28,6 +28,10 @@ type Event struct {
 	Queue string `bun:"queue,notnull"`
 	// Payload is the JSON document the handler receives as the task payload.
 	Payload json.RawMessage `bun:"payload,type:jsonb,notnull"`
+	// PayloadEncoded is the payload as an Outbox's Codec encoded it (bunx.WithCodec): compressed, encrypted
+	// or both, as the metadata's HeaderPayloadEncoding says. Payload is then JSON null. Nil for a plain
+	// JSON payload.
+	PayloadEncoded []byte `bun:"payload_encoded,type:bytea"`
 	// Metadata travels with the event in the asynq task headers (trace context, tenant, ...).
 	Metadata map[string]string `bun:"metadata,type:jsonb,notnull"`
 	// CreatedAt is set by PostgreSQL when the row is inserted (the transaction's start time).

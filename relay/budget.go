@@ -57,7 +57,8 @@ func claimQuery(keyed, windowed bool) string {
 	return claimSizedSQL
 }
 
-// rowSizeSQL is the size in bytes of a claimed row's payload and metadata.
+// rowSizeSQL is the size in bytes of a claimed row's payload and metadata, and of its encoded payload
+// (bunx.WithCodec), stored as it is: compressed or encrypted bytes do not compress again.
 //
 // A row's size is the JSON text the relay receives (octet_length of the text form) for a value PostgreSQL
 // stored compressed, whose stored size could be a tiny part of it; for any other value it is the stored
@@ -66,7 +67,8 @@ func claimQuery(keyed, windowed bool) string {
 const rowSizeSQL = `CASE WHEN pg_column_compression(payload) IS NULL THEN pg_column_size(payload)
     ELSE octet_length(payload::text) END
   + CASE WHEN pg_column_compression(metadata) IS NULL THEN pg_column_size(metadata)
-    ELSE octet_length(metadata::text) END`
+    ELSE octet_length(metadata::text) END
+  + coalesce(pg_column_size(payload_encoded), 0)`
 
 // claimSizer sizes the next claim from the rows of the last one. A budgeted claim measures every row the
 // claim locks, and measuring a compressed payload costs PostgreSQL its decompression: a claim of
@@ -87,7 +89,7 @@ const sampleRows = 8
 // row is pending.
 func (s *claimSizer) sample(ctx context.Context, db bun.IDB) error {
 	var size sql.NullInt64
-	if err := db.NewRaw(`SELECT max(`+rowSizeSQL+`) FROM (SELECT payload, metadata FROM outbox_events
+	if err := db.NewRaw(`SELECT max(`+rowSizeSQL+`) FROM (SELECT payload, metadata, payload_encoded FROM outbox_events
 WHERE published_at IS NULL AND dead_at IS NULL ORDER BY id LIMIT ?) AS head`, sampleRows).Scan(ctx, &size); err != nil {
 		return fmt.Errorf("sample row sizes: %w", err)
 	}
@@ -134,7 +136,7 @@ func (s *claimSizer) observe(events []model.Event, limit int, budget int64) (ful
 func claimedBytes(events []model.Event) int64 {
 	var total int64
 	for i := range events {
-		total += int64(len(events[i].Payload)) + metadataSize(events[i].Metadata)
+		total += int64(len(events[i].Payload)+len(events[i].PayloadEncoded)) + metadataSize(events[i].Metadata)
 	}
 	return total
 }

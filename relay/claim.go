@@ -14,7 +14,7 @@ import (
 // claimColumns are the columns every claim reads, in the order claimBy scans them.
 const claimColumns = `id, event_id, event_name, queue, payload, metadata, created_at, attempts,
   process_at, max_retry, coalesce(timeout_ns, 0), deadline, coalesce(task_group, ''), coalesce(retention_ns, 0),
-  coalesce(ordering_key, '')`
+  coalesce(ordering_key, ''), payload_encoded`
 
 // claimSQL locks the next batch of due unkeyed rows (keyed ones are claimed by keyedClaimSQL). It walks
 // the partial index outbox_events_unkeyed_pending_idx in id order (so the cost does not grow with the
@@ -85,7 +85,7 @@ func scanClaim(rows *sql.Rows, events []model.Event, bad map[int]error, budget i
 		payload := (*[]byte)(&ev.Payload) // database/sql copies into it
 		err := rows.Scan(&ev.ID, &ev.EventID, &ev.Name, &ev.Queue, payload, &metadata, &ev.CreatedAt, &ev.Attempts,
 			&ev.ProcessAt, &ev.MaxRetry, &timeoutNs, &ev.Deadline, &ev.Group, &retentionNs, // delivery options
-			&ev.OrderingKey, &size)
+			&ev.OrderingKey, &ev.PayloadEncoded, &size)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/bunbox/bunbox/fanout"
 	"github.com/bunbox/bunbox/internal/configcheck"
 	"github.com/bunbox/bunbox/internal/dsncheck"
+	"github.com/bunbox/bunbox/model"
 	"github.com/hibiken/asynq"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
@@ -202,6 +203,13 @@ type Config struct {
 	// tasks are still to be taken out of asynq; the look is one index probe when there are none.
 	// Defaults to 100ms.
 	CancelCheckInterval time.Duration
+	// Codec decodes the payloads that an Outbox's codec encoded (bunx.WithCodec) before they are enqueued:
+	// the task then carries the plain payload, without the encoding's headers. An encoded row it cannot
+	// decode (its key id is not in the Keyring, or its bytes do not decode) is marked dead at once, kept,
+	// with a last_error naming the key id. Defaults to nil: encoded payloads are enqueued as they are, with
+	// their model.HeaderPayloadEncoding and model.HeaderPayloadKeyID headers, for the consumer to decode
+	// (worker.WithInboxCodec), and an encrypted payload stays encrypted in Redis.
+	Codec *model.Codec
 
 	now    func() time.Time
 	tracer trace.Tracer

@@ -38,6 +38,10 @@ func (r *Relay) deliver(ctx context.Context, events []model.Event, bad map[int]e
 					errs[i] = err
 					continue
 				}
+				if err := r.payload(&events[i]); err != nil {
+					errs[i] = err
+					continue
+				}
 				select {
 				case <-ctx.Done():
 					errs[i] = errReleased

@@ -29,6 +29,9 @@ func readRow(ev *model.Event, metadata []byte) error {
 			return fmt.Errorf("%w: column metadata must be a JSON object of strings: %v", errMalformedRow, err)
 		}
 	}
+	if err := readEncoded(ev); err != nil {
+		return err
+	}
 	switch {
 	case len(ev.Payload) == 0:
 		return fmt.Errorf("%w: column payload is empty", errMalformedRow)

@@ -17,7 +17,7 @@ import (
 // relay's enqueues, its keyed-event tracker, its cancels and the Reconciler all go through here.
 
 // newTask builds the asynq task the relay enqueues for ev, with its options: type = event name,
-// payload = the JSON payload, headers = the event's metadata plus the bunbox headers, TaskID = the event
+// payload = the JSON payload (or the encoded bytes of PayloadEncoded, see bunx.WithCodec), headers = the event's metadata plus the bunbox headers, TaskID = the event
 // id, queue = the event's queue, retention (the dedupe window) = taskRetention or the event's longer
 // Retention, and the event's delivery options (model.WithProcessAt and the options after it), each as
 // asynq's option of the same name. With Routes, listenerTask derives each listener's task from it.
@@ -39,7 +39,11 @@ func newTask(ev *model.Event, taskRetention time.Duration) (*asynq.Task, []asynq
 		asynq.Retention(max(taskRetention, ev.TaskRetention)),
 	}
 	opts = appendDeliveryOptions(opts, ev)
-	return asynq.NewTaskWithHeaders(ev.Name, ev.Payload, headers), opts
+	payload := ev.Payload
+	if ev.PayloadEncoded != nil { // encoded by an Outbox's codec, not decoded: the bytes, for the consumer
+		payload = ev.PayloadEncoded
+	}
+	return asynq.NewTaskWithHeaders(ev.Name, payload, headers), opts
 }
 
 // listenerTask is the task of listener l for ev, made from ev's own task and options (newTask): type

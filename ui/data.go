@@ -183,6 +183,9 @@ func (h *Handler) readEvent(ctx context.Context, id uuid.UUID) (*eventDetail, er
 		return nil, err
 	}
 	d := &eventDetail{Event: ev, Payload: indent(ev.Payload)}
+	if desc := model.DescribeEncoded(&ev); desc != "" { // encrypted or compressed (bunx.WithCodec): never the bytes
+		d.Payload = desc
+	}
 	switch {
 	case h.inspector == nil:
 		d.TaskNote = "not looked up: the page was not given Redis"

@@ -31,6 +31,7 @@ type Inbox struct {
 	db      *bun.DB
 	logger  *slog.Logger
 	tracing *tracing
+	codec   *model.Codec // WithInboxCodec
 }
 
 // NewInbox returns an Inbox that records handled events in db's inbox_events table (see the migrate package).
@@ -39,7 +40,7 @@ func NewInbox(db *bun.DB, opts ...Option) *Inbox {
 		panic("worker.NewInbox: db must not be nil")
 	}
 	o := applyOptions(opts)
-	return &Inbox{db: db, logger: cmp.Or(o.logger, defaultInboxLogger()), tracing: newTracing(o.tp)}
+	return &Inbox{db: db, logger: cmp.Or(o.logger, defaultInboxLogger()), tracing: newTracing(o.tp), codec: o.codec}
 }
 
 // ErrMalformedTask is wrapped (with asynq.SkipRetry, so asynq archives the task instead of retrying it
@@ -50,6 +51,9 @@ var ErrMalformedTask = errors.New("worker: malformed task")
 // transaction of the Inbox's database: return an error to roll its work back (and the inbox record with
 // it) and let asynq retry. name identifies the handler in the inbox: keep it stable across deploys, and
 // give every handler of one event a name of its own.
+//
+// A task whose payload an Outbox's codec encoded and the relay passed through reaches fn decoded (see
+// WithInboxCodec and DecodeTask), as a new task without a ResultWriter.
 //
 // The handler runs in a consumer span that continues the producer's trace, as TraceMiddleware's does (and
 // behind TraceMiddleware, in its span), with the handler name as the bunbox.handler attribute.
@@ -72,6 +76,11 @@ func (in *Inbox) handle(ctx context.Context, name string, t *asynq.Task, fn func
 	if err != nil {
 		in.logger.LogAttrs(ctx, slog.LevelError, "bunbox inbox: rejecting task",
 			slog.String("handler", name), slog.String("task_type", t.Type()), slog.Any("err", err))
+		return err
+	}
+	if t, err = DecodeTask(in.codec, t); err != nil {
+		in.logger.LogAttrs(ctx, slog.LevelError, "bunbox inbox: payload does not decode",
+			slog.String("handler", name), slog.String("event_id", id.String()), slog.Any("err", err))
 		return err
 	}
 	var duplicate bool
@@ -122,8 +131,9 @@ func (in *Inbox) logFailure(ctx context.Context, name string, t *asynq.Task, id 
 	in.logger.LogAttrs(ctx, level, msg, append(attrs, slog.Any("err", err))...)
 }
 
-// HandleJSON wraps fn like Inbox.Handler, decoding the task's JSON payload into a T first. A payload that
-// does not decode is archived by asynq (ErrMalformedTask with asynq.SkipRetry), not retried forever.
+// HandleJSON wraps fn like Inbox.Handler, decoding the task's JSON payload into a T first (after the
+// Inbox's codec decoded an encoded payload, see WithInboxCodec). A payload that does not decode is
+// archived by asynq (ErrMalformedTask with asynq.SkipRetry), not retried forever.
 func HandleJSON[T any](in *Inbox, name string, fn func(ctx context.Context, tx bun.Tx, payload *T) error) asynq.Handler {
 	if fn == nil {
 		panic(fmt.Sprintf("worker.HandleJSON(%q): fn must not be nil", name))

@@ -3,6 +3,7 @@ package worker
 import (
 	"log/slog"
 
+	"github.com/bunbox/bunbox/model"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -12,6 +13,7 @@ type Option func(*options)
 type options struct {
 	logger *slog.Logger
 	tp     trace.TracerProvider
+	codec  *model.Codec // WithInboxCodec; TraceMiddleware ignores it
 }
 
 func applyOptions(opts []Option) options {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bunbox/bunbox/admin"
+	"github.com/bunbox/bunbox/model"
 )
 
 func (c *cli) dead(ctx context.Context, args []string) error {
@@ -37,6 +38,9 @@ type deadEventJSON struct {
 	CreatedAt time.Time  `json:"created_at"`
 	DeadAt    *time.Time `json:"dead_at"`
 	LastError string     `json:"last_error"`
+	// Payload describes an encoded payload (bunx.WithCodec), "encrypted (key id k1), 310 bytes", never its
+	// bytes; absent for a JSON payload.
+	Payload string `json:"payload,omitempty"`
 }
 
 func (c *cli) deadList(ctx context.Context, args []string) error {
@@ -66,7 +70,7 @@ func (c *cli) deadList(ctx context.Context, args []string) error {
 		out := make([]deadEventJSON, len(events))
 		for i, ev := range events {
 			out[i] = deadEventJSON{EventID: ev.EventID.String(), Name: ev.Name, Queue: ev.Queue, Attempts: ev.Attempts,
-				CreatedAt: ev.CreatedAt.UTC(), LastError: ev.LastError}
+				CreatedAt: ev.CreatedAt.UTC(), LastError: ev.LastError, Payload: model.DescribeEncoded(&ev)}
 			if ev.DeadAt != nil {
 				at := ev.DeadAt.UTC()
 				out[i].DeadAt = &at

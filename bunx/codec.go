@@ -1,0 +1,128 @@
+package bunx
+
+import (
+	"fmt"
+	"maps"
+
+	"github.com/bunbox/bunbox/model"
+)
+
+// WithCodec makes the Outbox encode the payloads it writes with c (see model.Codec): compressed above a
+// size, encrypted at rest, or both. An encoded payload is written as bytes into the payload_encoded column
+// (the payload column then holds JSON null), with its encoding and key id in the event's metadata
+// (model.HeaderPayloadEncoding, model.HeaderPayloadKeyID), which the relay copies into the task's headers.
+// A payload the Codec leaves as it is (a small one, with compression only) is written as plain JSON.
+//
+// The payload is decoded by the relay before it enqueues (relay.Config.Codec), or else by the consumer
+// (worker.WithInboxCodec, worker.DecodeTask), which then needs the Keyring too; an encrypted payload then
+// stays encrypted in Redis as well.
+//
+// With a codec, WithMaxPayloadSize limits the payload as written (after encoding), and the JSON payload
+// before encoding may be up to model.MaxPayloadSizeCeiling. The two metadata keys count towards the
+// metadata limits. The caller's events are not changed: the Outbox writes encoded copies. A nil c keeps
+// the default. Defaults to none: payloads are written as JSON, queryable with PostgreSQL's jsonb operators.
+func WithCodec(c *model.Codec) Option {
+	return func(o *Outbox) {
+		if c != nil {
+			o.reg.codec = c
+		}
+	}
+}
+
+// encode returns the events as the registry's codec writes them: each event whose payload the codec
+// encodes is replaced by a copy with PayloadEncoded set, Payload JSON null and the encoding's metadata
+// keys; the others are kept. It returns events itself when the codec encodes none of them. The copies are
+// checked like the events: their metadata against model's limits, and the encoded payload against the
+// Outbox's payload limit.
+func (r *registry) encode(events []*model.Event) ([]*model.Event, error) {
+	var out []*model.Event // nil until the first encoded event
+	keep := func(i int, ev *model.Event) error {
+		if len(ev.Payload) > r.maxPayload {
+			return fmt.Errorf("%w %q: Payload is %d bytes, over the limit of %d (the payload limit: bunx.WithMaxPayloadSize)",
+				model.ErrInvalidEvent, ev.Name, len(ev.Payload), r.maxPayload)
+		}
+		if out != nil {
+			out = append(out, ev)
+		}
+		return nil
+	}
+	for i, ev := range events {
+		if len(ev.PayloadEncoded) > 0 {
+			return nil, fmt.Errorf("%w %q: PayloadEncoded is set by the Outbox's codec (bunx.WithCodec), not by the caller",
+				model.ErrInvalidEvent, ev.Name)
+		}
+		if _, ok := ev.Metadata[model.HeaderPayloadEncoding]; ok {
+			return nil, fmt.Errorf("%w %q: Metadata key %s is set by the Outbox's codec, not by the caller",
+				model.ErrInvalidEvent, ev.Name, model.HeaderPayloadEncoding)
+		}
+		if !r.codec.Encodes(len(ev.Payload)) {
+			if err := keep(i, ev); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		data, encoding, keyID, err := r.codec.Encode(ev.EventID, ev.Payload)
+		if err != nil {
+			return nil, fmt.Errorf("%w %q: Payload: %w", model.ErrInvalidEvent, ev.Name, err)
+		}
+		if encoding == "" { // compression did not make it smaller: plain JSON
+			if err := keep(i, ev); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if len(data) > r.maxPayload {
+			return nil, fmt.Errorf("%w %q: Payload is %d bytes after encoding (%s), over the limit of %d (the payload limit: bunx.WithMaxPayloadSize)",
+				model.ErrInvalidEvent, ev.Name, len(data), encoding, r.maxPayload)
+		}
+		if out == nil {
+			out = append(make([]*model.Event, 0, len(events)), events[:i]...)
+		}
+		cp := *ev
+		cp.Payload, cp.PayloadEncoded = nullPayload, data
+		cp.Metadata = maps.Clone(ev.Metadata)
+		if cp.Metadata == nil {
+			cp.Metadata = make(map[string]string, 2)
+		}
+		cp.Metadata[model.HeaderPayloadEncoding] = encoding
+		if keyID != "" {
+			cp.Metadata[model.HeaderPayloadKeyID] = keyID
+		} else {
+			delete(cp.Metadata, model.HeaderPayloadKeyID)
+		}
+		if err := cp.ValidateMetadata(); err != nil {
+			return nil, fmt.Errorf("%w (with the payload codec's metadata keys %s and %s)", err,
+				model.HeaderPayloadEncoding, model.HeaderPayloadKeyID)
+		}
+		out = append(out, &cp)
+	}
+	if out == nil {
+		return events, nil
+	}
+	return out, nil
+}
+
+// payloadLimit is the limit of the payload as the caller gives it: with a codec, the ceiling (encode checks
+// the Outbox's limit on what is written).
+func (r *registry) payloadLimit() int {
+	if r.codec != nil {
+		return model.MaxPayloadSizeCeiling
+	}
+	return r.maxPayload
+}
+
+// nullPayload is the payload column of an encoded row.
+var nullPayload = []byte("null")
+
+// copyReturned gives the caller's events (callers, when the codec made copies) the id and created_at that
+// the prepared INSERT's RETURNING scanned into the copies written.
+func copyReturned(callers, written []*model.Event, returning bool) {
+	if !returning || callers == nil {
+		return
+	}
+	for i, ev := range written {
+		if ev != callers[i] {
+			callers[i].ID, callers[i].CreatedAt = ev.ID, ev.CreatedAt
+		}
+	}
+}

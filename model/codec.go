@@ -1,0 +1,372 @@
+package model
+
+import (
+	"bytes"
+	"compress/gzip"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/google/uuid"
+)
+
+// Metadata keys (and so task headers) of an encoded payload (see Codec). Both are set by the Outbox that
+// encoded it and read by whoever decodes it: the relay (relay.Config.Codec) or the consumer
+// (worker.WithInboxCodec, worker.DecodeTask).
+const (
+	// HeaderPayloadEncoding names how the payload was encoded, the steps in the order they were applied,
+	// joined by "+": "gzip", "aes-gcm" or "gzip+aes-gcm". Absent for a plain JSON payload.
+	HeaderPayloadEncoding = "bunbox-payload-encoding"
+	// HeaderPayloadKeyID names the key of the Keyring that encrypted the payload; absent when it is not
+	// encrypted. It is an id, never the key.
+	HeaderPayloadKeyID = "bunbox-payload-key-id"
+)
+
+// The steps of an encoding (HeaderPayloadEncoding).
+const (
+	EncodingGzip   = "gzip"
+	EncodingAESGCM = "aes-gcm"
+)
+
+// Errors of decoding a payload; the error that wraps them names the event and the key id, never a key.
+var (
+	// ErrUnknownKeyID: the payload was encrypted with a key id that the decoding Keyring does not hold (a
+	// key retired too early, or a relay or worker that was not given the new key).
+	ErrUnknownKeyID = errors.New("model: payload encrypted with a key id the keyring does not hold")
+	// ErrCorruptPayload: the encoded payload does not decode (altered, truncated, encrypted with another
+	// key under the same id, or an encoding this version does not know).
+	ErrCorruptPayload = errors.New("model: encoded payload does not decode")
+	// ErrNoCodec: the payload is encoded and the reader was given no Codec to decode it.
+	ErrNoCodec = errors.New("model: payload is encoded and no codec was given to decode it")
+)
+
+// MaxKeyIDLength is the longest key id of a Keyring, in bytes.
+const MaxKeyIDLength = 64
+
+// Keyring holds the AES keys of a Codec by id: it encrypts with the current key and decrypts with the key
+// whose id the payload names, so that keys rotate without re-encrypting what was written before. Its
+// String and GoString show the ids only; no method returns a key.
+type Keyring struct {
+	current string
+	aeads   map[string]cipher.AEAD
+}
+
+// NewKeyring returns the Keyring of keys (key id → AES key of 16, 24 or 32 bytes) that encrypts with the
+// key current. To rotate, add the new key, make it current, and keep the old ones for as long as rows or
+// tasks encrypted with them may still be read (the outbox's pending and dead rows, and asynq's tasks when
+// the consumer decodes). An id is printable ASCII without spaces, at most MaxKeyIDLength bytes. The keys are
+// copied; the errors name ids, never keys.
+func NewKeyring(current string, keys map[string][]byte) (*Keyring, error) {
+	if current == "" {
+		return nil, errors.New("model: NewKeyring: current must name a key id")
+	}
+	k := &Keyring{current: current, aeads: make(map[string]cipher.AEAD, len(keys))}
+	for id, key := range keys {
+		if id == "" || len(id) > MaxKeyIDLength || !printableASCII(id) {
+			return nil, fmt.Errorf("model: NewKeyring: key id %q must be 1 to %d bytes of printable ASCII without spaces", id, MaxKeyIDLength)
+		}
+		switch len(key) {
+		case 16, 24, 32:
+		default:
+			return nil, fmt.Errorf("model: NewKeyring: key %q is %d bytes; AES needs 16, 24 or 32", id, len(key))
+		}
+		block, err := aes.NewCipher(bytes.Clone(key))
+		if err != nil {
+			return nil, fmt.Errorf("model: NewKeyring: key %q: %w", id, err)
+		}
+		aead, err := cipher.NewGCM(block)
+		if err != nil {
+			return nil, fmt.Errorf("model: NewKeyring: key %q: %w", id, err)
+		}
+		k.aeads[id] = aead
+	}
+	if _, ok := k.aeads[current]; !ok {
+		return nil, fmt.Errorf("model: NewKeyring: current key id %q is not among the keys", current)
+	}
+	return k, nil
+}
+
+// Current returns the id of the key that encrypts.
+func (k *Keyring) Current() string { return k.current }
+
+// IDs returns the ids of the keys, sorted.
+func (k *Keyring) IDs() []string { return slices.Sorted(maps.Keys(k.aeads)) }
+
+// String shows the key ids, never a key.
+func (k *Keyring) String() string {
+	if k == nil {
+		return "Keyring(nil)"
+	}
+	return fmt.Sprintf("Keyring(current %s; ids %s)", k.current, strings.Join(k.IDs(), ", "))
+}
+
+// GoString is String, so that %#v shows no key either.
+func (k *Keyring) GoString() string { return k.String() }
+
+// Codec encodes the payloads an Outbox writes (bunx.WithCodec) and decodes them where they are read: in the
+// relay before it enqueues (relay.Config.Codec), or in the consumer (worker.WithInboxCodec). It compresses
+// a payload above a size with gzip (CompressAbove), encrypts it with AES-GCM under the current key of a
+// Keyring (EncryptWith), or both, compression first. The encoded bytes are bound to the event id: they do
+// not decode as another event's payload.
+//
+// A Codec that decodes only needs the Keyring of the keys it may meet; gzip needs no setting. Its String,
+// GoString show no key. A Codec is safe for concurrent use.
+type Codec struct {
+	compressAbove int // compress payloads of more bytes; -1: never
+	keys          *Keyring
+}
+
+// CodecOption configures a Codec.
+type CodecOption func(*Codec) error
+
+// CompressAbove makes the Codec gzip a payload larger than n bytes, when that makes it smaller. n must not
+// be negative. Defaults to no compression.
+func CompressAbove(n int) CodecOption {
+	return func(c *Codec) error {
+		if n < 0 {
+			return fmt.Errorf("CompressAbove must not be negative (got %d)", n)
+		}
+		c.compressAbove = n
+		return nil
+	}
+}
+
+// EncryptWith makes the Codec encrypt every payload with AES-GCM under k's current key, and decrypt with
+// the key a payload names. Defaults to no encryption (and a Codec without a Keyring refuses an encrypted
+// payload with ErrUnknownKeyID).
+func EncryptWith(k *Keyring) CodecOption {
+	return func(c *Codec) error {
+		if k == nil {
+			return errors.New("EncryptWith: the Keyring must not be nil")
+		}
+		c.keys = k
+		return nil
+	}
+}
+
+// NewCodec returns a Codec with opts; an invalid option is an error that names it.
+func NewCodec(opts ...CodecOption) (*Codec, error) {
+	c := &Codec{compressAbove: -1}
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(c); err != nil {
+			return nil, fmt.Errorf("model: NewCodec: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// String describes the Codec without its keys.
+func (c *Codec) String() string {
+	if c == nil {
+		return "Codec(nil)"
+	}
+	var parts []string
+	if c.compressAbove >= 0 {
+		parts = append(parts, fmt.Sprintf("gzip above %d bytes", c.compressAbove))
+	}
+	if c.keys != nil {
+		parts = append(parts, "aes-gcm with "+c.keys.String())
+	}
+	if len(parts) == 0 {
+		return "Codec(decode gzip only)"
+	}
+	return "Codec(" + strings.Join(parts, "; ") + ")"
+}
+
+// GoString is String, so that %#v shows no key either.
+func (c *Codec) GoString() string { return c.String() }
+
+// Encodes reports whether the Codec encodes a payload of size bytes: it encrypts every payload, and
+// compresses those above its threshold.
+func (c *Codec) Encodes(size int) bool {
+	return c != nil && (c.keys != nil || (c.compressAbove >= 0 && size > c.compressAbove))
+}
+
+// Encode returns payload as the Codec encodes it for the event eventID, the encoding (the value of
+// HeaderPayloadEncoding, "" when the Codec leaves the payload as it is: the result is then payload itself)
+// and the key id (HeaderPayloadKeyID's value, "" when not encrypted).
+func (c *Codec) Encode(eventID uuid.UUID, payload []byte) (data []byte, encoding, keyID string, err error) {
+	if !c.Encodes(len(payload)) {
+		return payload, "", "", nil
+	}
+	data = payload
+	var steps []string
+	if c.compressAbove >= 0 && len(payload) > c.compressAbove {
+		var b bytes.Buffer
+		b.Grow(len(payload) / 2)
+		zw := gzip.NewWriter(&b)
+		if _, err := zw.Write(payload); err != nil {
+			return nil, "", "", fmt.Errorf("model: gzip payload: %w", err)
+		}
+		if err := zw.Close(); err != nil {
+			return nil, "", "", fmt.Errorf("model: gzip payload: %w", err)
+		}
+		if b.Len() < len(payload) {
+			data, steps = b.Bytes(), append(steps, EncodingGzip)
+		}
+	}
+	if c.keys != nil {
+		keyID = c.keys.current
+		steps = append(steps, EncodingAESGCM)
+		encoding = strings.Join(steps, "+")
+		aead := c.keys.aeads[keyID]
+		out := make([]byte, aead.NonceSize(), aead.NonceSize()+len(data)+aead.Overhead())
+		if _, err := rand.Read(out); err != nil {
+			return nil, "", "", fmt.Errorf("model: payload nonce: %w", err)
+		}
+		data = aead.Seal(out, out, data, additionalData(eventID, encoding, keyID))
+		return data, encoding, keyID, nil
+	}
+	if len(steps) == 0 {
+		return payload, "", "", nil // compression did not help: plain JSON
+	}
+	return data, strings.Join(steps, "+"), "", nil
+}
+
+// additionalData is what AES-GCM authenticates with the ciphertext: the event id, the encoding and the key
+// id, so that encoded bytes moved to another event, or headers altered, do not decode.
+func additionalData(eventID uuid.UUID, encoding, keyID string) []byte {
+	b := make([]byte, 0, 16+len(encoding)+len(keyID)+2)
+	b = append(b, eventID[:]...)
+	b = append(append(b, 0), encoding...)
+	return append(append(b, 0), keyID...)
+}
+
+// Decode returns the payload that data, the payload of the event eventID encoded as encoding (with the key
+// keyID when encrypted), encoded. The decoded payload is at most MaxPayloadSizeCeiling bytes. An error
+// names the event, the encoding and the key id, and wraps ErrUnknownKeyID (the key is not in the Keyring,
+// or the Codec has none) or ErrCorruptPayload (the bytes do not decode). A nil Codec decodes gzip only.
+func (c *Codec) Decode(eventID uuid.UUID, encoding, keyID string, data []byte) ([]byte, error) {
+	steps := strings.Split(encoding, "+")
+	fail := func(err error, format string, args ...any) error {
+		what := fmt.Sprintf("event %s, encoding %q", eventID, encoding)
+		if keyID != "" {
+			what += fmt.Sprintf(", key id %q", keyID)
+		}
+		return fmt.Errorf("%w (%s): %s", err, what, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case encoding == "":
+		return nil, fail(ErrCorruptPayload, "no encoding named")
+	case len(steps) > 2, len(steps) == 2 && (steps[0] != EncodingGzip || steps[1] != EncodingAESGCM),
+		len(steps) == 1 && steps[0] != EncodingGzip && steps[0] != EncodingAESGCM:
+		return nil, fail(ErrCorruptPayload, "unknown encoding (this version knows gzip, aes-gcm and gzip+aes-gcm)")
+	case (steps[len(steps)-1] == EncodingAESGCM) != (keyID != ""):
+		return nil, fail(ErrCorruptPayload, "an encrypted payload names a key id, and only an encrypted one")
+	}
+	if steps[len(steps)-1] == EncodingAESGCM {
+		var aead cipher.AEAD
+		if c != nil && c.keys != nil {
+			aead = c.keys.aeads[keyID]
+		}
+		if aead == nil {
+			have := "the codec has no keyring"
+			if c != nil && c.keys != nil {
+				have = "the keyring holds " + strings.Join(c.keys.IDs(), ", ")
+			}
+			return nil, fail(ErrUnknownKeyID, "%s", have)
+		}
+		if len(data) < aead.NonceSize()+aead.Overhead() {
+			return nil, fail(ErrCorruptPayload, "ciphertext of %d bytes is shorter than nonce and tag", len(data))
+		}
+		nonce := data[:aead.NonceSize()]
+		plain, err := aead.Open(nil, nonce, data[aead.NonceSize():], additionalData(eventID, encoding, keyID))
+		if err != nil {
+			return nil, fail(ErrCorruptPayload, "AES-GCM authentication failed (altered bytes, or another key under this id)")
+		}
+		data = plain
+		steps = steps[:len(steps)-1]
+	}
+	if len(steps) == 1 { // gzip
+		plain, err := gunzip(data, MaxPayloadSizeCeiling)
+		if err != nil {
+			return nil, fail(ErrCorruptPayload, "%v", err)
+		}
+		data = plain
+	}
+	return data, nil
+}
+
+// gunzip decompresses data, refusing more than limit bytes of output.
+func gunzip(data []byte, limit int) ([]byte, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("gzip: %w", err)
+	}
+	plain, err := io.ReadAll(io.LimitReader(zr, int64(limit)+1))
+	if err != nil {
+		return nil, fmt.Errorf("gzip: %w", err)
+	}
+	if len(plain) > limit {
+		return nil, fmt.Errorf("decompresses to more than %d bytes (model.MaxPayloadSizeCeiling)", limit)
+	}
+	return plain, nil
+}
+
+// DecodeEvent decodes ev's payload in place when it is encoded (ev.PayloadEncoded is set): Payload becomes
+// the decoded payload, PayloadEncoded nil, and Metadata a copy without HeaderPayloadEncoding and
+// HeaderPayloadKeyID. An event whose payload is not encoded is left as it is. Errors are Decode's.
+func (c *Codec) DecodeEvent(ev *Event) error {
+	if ev.PayloadEncoded == nil {
+		return nil
+	}
+	plain, err := c.Decode(ev.EventID, ev.Metadata[HeaderPayloadEncoding], ev.Metadata[HeaderPayloadKeyID], ev.PayloadEncoded)
+	if err != nil {
+		return err
+	}
+	ev.Payload, ev.PayloadEncoded = plain, nil
+	ev.Metadata = WithoutEncodingHeaders(ev.Metadata)
+	return nil
+}
+
+// WithoutEncodingHeaders returns a copy of md without HeaderPayloadEncoding and HeaderPayloadKeyID (nil
+// when nothing else is left).
+func WithoutEncodingHeaders(md map[string]string) map[string]string {
+	out := make(map[string]string, len(md))
+	for k, v := range md {
+		if k != HeaderPayloadEncoding && k != HeaderPayloadKeyID {
+			out[k] = v
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// DescribeEncoded describes an encoded payload for people, without its bytes: "encrypted (key id k1),
+// gzip-compressed, 310 bytes". It returns "" for a payload that is not encoded.
+func DescribeEncoded(ev *Event) string {
+	if ev == nil || (ev.PayloadEncoded == nil && ev.Metadata[HeaderPayloadEncoding] == "") {
+		return ""
+	}
+	enc := ev.Metadata[HeaderPayloadEncoding]
+	var parts []string
+	if strings.HasSuffix(enc, EncodingAESGCM) {
+		parts = append(parts, fmt.Sprintf("encrypted (key id %s)", ev.Metadata[HeaderPayloadKeyID]))
+	}
+	if strings.HasPrefix(enc, EncodingGzip) {
+		parts = append(parts, "gzip-compressed")
+	}
+	if len(parts) == 0 {
+		parts = append(parts, fmt.Sprintf("encoded as %q", enc))
+	}
+	return fmt.Sprintf("%s, %d bytes", strings.Join(parts, ", "), len(ev.PayloadEncoded))
+}
+
+// Keyring returns the Codec's Keyring, nil when it does not encrypt.
+func (c *Codec) Keyring() *Keyring {
+	if c == nil {
+		return nil
+	}
+	return c.keys
+}

@@ -1,0 +1,57 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/bunbox/bunbox/model"
+)
+
+// WithInboxCodec makes the Inbox decode the payloads that an Outbox's codec encoded (bunx.WithCodec) and
+// the relay passed through encoded (relay.Config.Codec nil): its handlers, and HandleJSON, get the plain
+// payload (see DecodeTask). Give it a Codec with the Keyring of every key the tasks it handles may name.
+// A nil c keeps the default. Defaults to none: a gzip-compressed payload is still decoded, and an
+// encrypted one fails its task with ErrNoCodec (asynq retries it).
+func WithInboxCodec(c *model.Codec) Option {
+	return func(o *options) {
+		if c != nil {
+			o.codec = c
+		}
+	}
+}
+
+// DecodeTask returns t with its payload decoded by c when the relay enqueued it encoded (the task has the
+// model.HeaderPayloadEncoding header): a new task of the same type with the plain payload and t's headers
+// without model.HeaderPayloadEncoding and model.HeaderPayloadKeyID. A task that is not encoded is returned
+// as it is. The new task has no ResultWriter: a handler that writes results reads the payload with
+// DecodeTask and keeps t. A nil c decodes gzip only.
+//
+// An error names the task type, the event id and the key id, never a key. A key id that c's Keyring does
+// not hold (model.ErrUnknownKeyID), or no Codec for an encrypted payload (model.ErrNoCodec), is returned
+// as it is, for asynq to retry: the fix is a deploy with the key. Bytes that do not decode
+// (model.ErrCorruptPayload) and a task without a valid event id wrap ErrMalformedTask and asynq.SkipRetry,
+// and asynq archives the task.
+func DecodeTask(c *model.Codec, t *asynq.Task) (*asynq.Task, error) {
+	headers := t.Headers()
+	encoding, ok := headers[model.HeaderPayloadEncoding]
+	if !ok {
+		return t, nil
+	}
+	id, err := TaskEventID(t)
+	if err != nil {
+		return nil, err
+	}
+	keyID := headers[model.HeaderPayloadKeyID]
+	plain, err := c.Decode(id, encoding, keyID, t.Payload())
+	switch {
+	case err == nil:
+		return asynq.NewTaskWithHeaders(t.Type(), plain, model.WithoutEncodingHeaders(headers)), nil
+	case errors.Is(err, model.ErrUnknownKeyID) && (c == nil || c.Keyring() == nil):
+		return nil, fmt.Errorf("%s: %w (worker.WithInboxCodec): %w", t.Type(), model.ErrNoCodec, err)
+	case errors.Is(err, model.ErrUnknownKeyID):
+		return nil, fmt.Errorf("%s: %w", t.Type(), err)
+	}
+	return nil, fmt.Errorf("%w: %s: %w: %w", ErrMalformedTask, t.Type(), err, asynq.SkipRetry)
+}
