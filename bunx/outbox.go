@@ -17,6 +17,7 @@ import (
 	"github.com/uptrace/bun/schema"
 
 	"github.com/bunbox/bunbox/internal/pgerr"
+	"github.com/bunbox/bunbox/internal/tables"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -35,6 +36,8 @@ type registry struct {
 	prepared   bool         // WithPreparedStatements: the prepared INSERT where bunx reaches the *sql.Tx or *sql.DB
 	logger     *slog.Logger // WithLogger
 	strict     bool         // WithStrictDispatch
+	tables     tables.Names // WithSchema
+	err        error        // an invalid option, returned by every write
 
 	mu       sync.RWMutex
 	handlers map[reflect.Type]*handlerSet
@@ -171,12 +174,16 @@ func scanReturning(rows *sql.Rows, events []*model.Event) error {
 // formatter never reads the literals for placeholders.
 func (r *registry) write(ctx context.Context, d schema.Dialect, events []*model.Event, returning bool,
 	stmts *statements, conn sqlConn, raw func(ctx context.Context, query string) error) error {
+	if r.err != nil {
+		return r.err
+	}
 	if err := r.validate(events); err != nil {
 		return err
 	}
 	r.injectTrace(ctx, events) // after validate: what the context adds never fails the write (see injectTrace)
 	if stmts != nil && r.prepared && conn.db == stmts.db {
 		if key, ok := preparedKey(events, returning); ok {
+			key.table = r.tables.Outbox() // one statement per table: outboxes of several schemas share stmts
 			if stmt := stmts.get(key); stmt != nil {
 				err := writePrepared(ctx, conn.stmt(ctx, stmt), key, events, conn.tx != nil)
 				if pgerr.Is(err, pgerr.InvalidSQLStatementName) || pgerr.Is(err, pgerr.DuplicatePreparedStatement) {
@@ -190,7 +197,7 @@ func (r *registry) write(ctx context.Context, d schema.Dialect, events []*model.
 			}
 		}
 	}
-	query, err := insertSQL(d, events, returning)
+	query, err := insertSQL(d, r.tables.Outbox(), events, returning)
 	if err != nil {
 		return err
 	}
