@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bunbox/bunbox/connect"
+	"github.com/bunbox/bunbox/internal/tables"
 	"github.com/bunbox/bunbox/fanout"
 	"github.com/hibiken/asynq"
 	"go.opentelemetry.io/otel"
@@ -101,6 +102,14 @@ type Config struct {
 	// would fail (SQLSTATE 42P05 or 26000) until the relay turned them off. Defaults to false: plain
 	// statements, safe behind any pooler.
 	PreparedStatements bool
+	// Schema is the schema of the outbox this relay serves (and its reconciler, cleanup and leases):
+	// "tenant_a" relays "tenant_a".outbox_events, qualified and quoted in every statement, so that no
+	// search_path is needed (which a transaction pooler does not keep). Run one relay per schema; each
+	// claims, marks, cleans up and reconciles only its own rows, and listens on its own NOTIFY channel,
+	// NotifyChannel + ":" + Schema (see EnableNotifyTriggerIn). 1 to 48 ASCII letters, digits and
+	// underscores, not starting with a digit or pg_; case is kept. Migrate it with migrate.WithSchema.
+	// Defaults to "": today's unqualified names (outbox_events through search_path) and NotifyChannel.
+	Schema string
 	// TaskRetention is how long asynq keeps a completed task, which is how long its TaskID dedupes a
 	// repeated enqueue of the same event. Defaults to 24h.
 	TaskRetention time.Duration
@@ -274,6 +283,9 @@ func (c Config) validate() error {
 		}
 	}
 	check(c.CancelCheckInterval > 0, "CancelCheckInterval must be positive, got %s", c.CancelCheckInterval)
+	if _, err := tables.Parse(c.Schema); err != nil {
+		errs = append(errs, fmt.Errorf("Schema: %w", err))
+	}
 	if err := validateQueues(c.Queues); err != nil {
 		errs = append(errs, err)
 	}

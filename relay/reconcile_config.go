@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/bunbox/bunbox/internal/tables"
 	"github.com/bunbox/bunbox/fanout"
 	"github.com/hibiken/asynq"
 )
@@ -85,6 +86,9 @@ type ReconcilerConfig struct {
 	// what the pass returned, on Run's goroutine: e.g. relaymetrics.Metrics.ObserveReconcile. Defaults to
 	// nil.
 	OnPass func(res ReconcileResult, err error)
+	// Schema is the schema of the outbox to reconcile, as Config.Schema (the relay's own reconciler takes
+	// the relay's). Defaults to "": today's unqualified outbox_events.
+	Schema string
 
 	now func() time.Time
 }
@@ -107,6 +111,9 @@ func (c ReconcilerConfig) validate() error {
 	errs := c.problems()
 	if err := c.Routes.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if _, err := tables.Parse(c.Schema); err != nil {
+		errs = append(errs, fmt.Errorf("Schema: %w", err))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)

@@ -12,6 +12,8 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
+
+	"github.com/bunbox/bunbox/internal/tables"
 )
 
 var (
@@ -42,6 +44,8 @@ type Relay struct {
 	queues   *fairQueues        // Config.Queues as the claim uses it (queues.go); nil without
 
 	counters counters
+
+	names tables.Names // Config.Schema: the outbox's tables, qualified (internal/tables)
 }
 
 // New checks that the outbox table exists and that Redis answers, and returns a Relay ready to Run.
@@ -57,10 +61,11 @@ func New(db *bun.DB, redis asynq.RedisConnOpt, cfg Config) (*Relay, error) {
 	}
 	r := &Relay{db: db, cfg: cfg, log: cfg.Logger, enq: cfg.Enqueuer, sem: make(chan struct{}, cfg.Concurrency)}
 	r.redisOpt = redis
+	r.names, _ = tables.Parse(cfg.Schema) // validated by cfg.validate
 	r.queues = newFairQueues(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	if err := checkSchema(ctx, db); err != nil {
+	if err := checkSchema(ctx, db, r.names); err != nil {
 		return nil, err
 	}
 	if err := checkWritable(ctx, db); err != nil {
@@ -76,7 +81,7 @@ func New(db *bun.DB, redis asynq.RedisConnOpt, cfg Config) (*Relay, error) {
 		}
 		r.rdb, r.enq = rdb, client
 	}
-	r.stmts = newStatements(ctx, db, cfg.PreparedStatements)
+	r.stmts = newStatements(ctx, db, cfg.PreparedStatements, r.names)
 	if err := r.newKeyTracker(redis); err != nil {
 		_ = r.Close()
 		return nil, err
@@ -102,10 +107,13 @@ func fromRedisOpt[T any](redis asynq.RedisConnOpt, mk func(asynq.RedisConnOpt) T
 	return mk(redis), nil
 }
 
-func checkSchema(ctx context.Context, db bun.IDB) error {
+func checkSchema(ctx context.Context, db bun.IDB, names tables.Names) error {
 	var exists bool
-	if err := db.NewRaw("SELECT to_regclass('outbox_events') IS NOT NULL").Scan(ctx, &exists); err != nil {
+	if err := db.NewRaw(names.SQL("SELECT to_regclass('outbox_events') IS NOT NULL")).Scan(ctx, &exists); err != nil {
 		return fmt.Errorf("bunbox: relay: PostgreSQL: %w", err)
+	}
+	if !exists && !names.IsDefault() {
+		return fmt.Errorf("%w (schema %s: migrate.Up with migrate.WithSchema, or `bunbox migrate up --schema`)", ErrNoSchema, names.QuotedSchema())
 	}
 	if !exists {
 		return ErrNoSchema
