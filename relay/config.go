@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/bunbox/bunbox/connect"
-	"github.com/bunbox/bunbox/internal/tables"
 	"github.com/bunbox/bunbox/fanout"
+	"github.com/bunbox/bunbox/internal/tables"
 	"github.com/hibiken/asynq"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"

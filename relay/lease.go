@@ -11,8 +11,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
 
-	"github.com/bunbox/bunbox/internal/tables"
 	"github.com/bunbox/bunbox/internal/pgerr"
+	"github.com/bunbox/bunbox/internal/tables"
 )
 
 // errNoLeaseTable means that the table bunbox_leases does not exist: the migration

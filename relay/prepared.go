@@ -9,8 +9,8 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"github.com/bunbox/bunbox/internal/tables"
 	"github.com/bunbox/bunbox/internal/pgerr"
+	"github.com/bunbox/bunbox/internal/tables"
 )
 
 // prepared is one of the relay's hottest statements, prepared once per connection. PostgreSQL plans a

@@ -7,8 +7,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/bunbox/bunbox/internal/tables"
 	"github.com/bunbox/bunbox/fanout"
+	"github.com/bunbox/bunbox/internal/tables"
 	"github.com/hibiken/asynq"
 )
 
