@@ -15,6 +15,7 @@ import (
 
 	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/internal/pgerr"
+	"github.com/bunbox/bunbox/internal/tables"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -31,6 +32,8 @@ type Inbox struct {
 	db      *bun.DB
 	logger  *slog.Logger
 	tracing *tracing
+	tables  tables.Names // WithInboxSchema
+	err     error        // an invalid option: every task fails with it
 }
 
 // InboxOption configures an Inbox.
@@ -100,9 +103,13 @@ func (in *Inbox) handle(ctx context.Context, name string, t *asynq.Task, fn func
 			slog.String("handler", name), slog.String("task_type", t.Type()), slog.Any("err", err))
 		return err
 	}
+	if in.err != nil {
+		in.logger.LogAttrs(ctx, slog.LevelError, "bunbox inbox: misconfigured", slog.String("handler", name), slog.Any("err", in.err))
+		return in.err
+	}
 	var duplicate bool
 	err = in.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		res, err := tx.NewRaw("INSERT INTO inbox_events (event_id, handler) VALUES (?, ?) ON CONFLICT DO NOTHING", id, name).
+		res, err := tx.NewRaw(in.tables.SQL("INSERT INTO inbox_events (event_id, handler) VALUES (?, ?) ON CONFLICT DO NOTHING"), id, name).
 			Exec(ctx)
 		if err != nil {
 			return inboxError(err)
