@@ -121,6 +121,9 @@ func checkSchema(ctx context.Context, db bun.IDB, names tables.Names) error {
 	return nil
 }
 
+// Schema returns the schema of the outbox the relay serves (Config.Schema); "" for the default names.
+func (r *Relay) Schema() string { return r.names.Schema() }
+
 // Close releases the Redis connections of the client that New made (none when Config.Enqueuer was
 // given). Call it after Run has returned.
 func (r *Relay) Close() error {

@@ -41,8 +41,9 @@ var (
 
 // Collector is a prometheus.Collector for one relay and its outbox table.
 type Collector struct {
-	db    bun.IDB
-	relay *relay.Relay
+	db     bun.IDB
+	relay  *relay.Relay
+	schema string // InSchema
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -50,6 +51,13 @@ var _ prometheus.Collector = (*Collector)(nil)
 // NewCollector collects the counters of r and the backlog of the outbox table in db. r may be nil (for a
 // process that runs no relay, like the CLI's status endpoint); then only the table's gauges are exported.
 func NewCollector(db bun.IDB, r *relay.Relay) *Collector { return &Collector{db: db, relay: r} }
+
+// InSchema makes the collector read the backlog of the outbox in schema (relay.Config.Schema) and returns
+// it. Without it, the collector reads the schema of its relay, or the default outbox when it has none.
+func (c *Collector) InSchema(schema string) *Collector {
+	c.schema = schema
+	return c
+}
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
@@ -67,6 +75,13 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), ScrapeTimeoutDefault)
 	defer cancel()
+	schema := c.schema
+	if schema == "" && c.relay != nil {
+		schema = c.relay.Schema()
+	}
+	if schema != "" {
+		ctx = admin.WithSchema(ctx, schema)
+	}
 	b, err := admin.ReadBacklog(ctx, c.db)
 	if err != nil {
 		ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, 0)
