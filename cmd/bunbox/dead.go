@@ -58,6 +58,7 @@ func (c *cli) deadList(ctx context.Context, args []string) error {
 		return err
 	}
 	defer db.Close()
+	ctx = c.inSchema(ctx)
 	events, err := admin.ListDead(ctx, db, *limit)
 	if err != nil {
 		return fmt.Errorf("list dead events: %w", err)
@@ -118,6 +119,7 @@ func (c *cli) deadRetry(ctx context.Context, args []string) error {
 		return err
 	}
 	defer db.Close()
+	ctx = c.inSchema(ctx)
 	n, err := admin.RetryDeadWhere(ctx, db, f)
 	if err != nil {
 		return fmt.Errorf("retry dead events: %w", err)
@@ -163,6 +165,7 @@ func (c *cli) deadPurge(ctx context.Context, args []string) error {
 		return err
 	}
 	defer db.Close()
+	ctx = c.inSchema(ctx)
 	if !*yes {
 		n, err := admin.CountDead(ctx, db, f)
 		if err != nil {
