@@ -8,6 +8,8 @@ import (
 	"os"
 
 	"github.com/hibiken/asynq"
+
+	"github.com/bunbox/bunbox/internal/tables"
 )
 
 // Defaults applied by New to the zero fields of a Config.
@@ -31,6 +33,11 @@ type Config struct {
 	Logger *slog.Logger
 	// ListLimit is how many rows each list shows, 1 to 1000. Defaults to 50.
 	ListLimit int
+	// Schema is the schema of the outbox the page shows and changes ("tenant_a" for
+	// "tenant_a".outbox_events and its leases, as relay.Config.Schema): one Handler per outbox. 1 to 48
+	// ASCII letters, digits and underscores, not starting with a digit or pg_; case is kept. Defaults to
+	// "": today's unqualified tables.
+	Schema string
 }
 
 func (c Config) withDefaults() Config {
@@ -48,6 +55,9 @@ func (c Config) validate() error {
 	var errs []error
 	if c.Token != "" && len(c.Token) < MinTokenLength {
 		errs = append(errs, fmt.Errorf("Token must be at least %d bytes, got %d", MinTokenLength, len(c.Token)))
+	}
+	if _, err := tables.Parse(c.Schema); err != nil {
+		errs = append(errs, fmt.Errorf("Schema: %w", err))
 	}
 	if c.ListLimit < 1 || c.ListLimit > 1000 {
 		errs = append(errs, fmt.Errorf("ListLimit must be between 1 and 1000, got %d", c.ListLimit))
