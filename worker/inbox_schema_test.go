@@ -42,9 +42,9 @@ func TestInboxesOfSchemas(t *testing.T) {
 	require.Equal(t, 1, count(`"`+b+`".inbox_events`))
 	require.Equal(t, 1, count("inbox_events"))
 
-	_, err := db.NewRaw(`UPDATE "`+a+`".inbox_events SET handled_at = now() - interval '30 days'`).Exec(ctx)
+	_, err := db.NewRaw(`UPDATE "` + a + `".inbox_events SET handled_at = now() - interval '30 days'`).Exec(ctx)
 	require.NoError(t, err)
-	_, err = db.NewRaw(`UPDATE "`+b+`".inbox_events SET handled_at = now() - interval '30 days'`).Exec(ctx)
+	_, err = db.NewRaw(`UPDATE "` + b + `".inbox_events SET handled_at = now() - interval '30 days'`).Exec(ctx)
 	require.NoError(t, err)
 	c, err := worker.NewInboxCleaner(worker.NewInbox(db, worker.WithInboxSchema(a)),
 		worker.InboxCleanerConfig{Window: 48 * time.Hour, MaxRetry: 3, TaskTimeout: time.Minute})
