@@ -74,7 +74,8 @@ func (tn *tenant) record(t *testing.T, db *bun.DB, queue string, n int) {
 // in schemas (one with uppercase letters) that share one asynq queue, and one with the default names
 // (through search_path) on a queue of its own. Each relay delivers exactly its own rows, once; each
 // reconciler holds the lease of its own schema; the cleanup of one (a short PublishedRetention) deletes
-// only its own rows. No search_path is involved for the schemas, so this runs through the pooler too.
+// only its own rows. Directly, the three relays prepare their statements on the same pool's connections.
+// No search_path is involved for the schemas, so this runs through the pooler too.
 func TestRelaysOfSchemas(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -105,7 +106,8 @@ func TestRelaysOfSchemas(t *testing.T) {
 
 	for i, tn := range tenants {
 		cfg := relay.Config{Schema: tn.schema, Enqueuer: tn.enq, PollInterval: 50 * time.Millisecond,
-			RoundBackoff: 10 * time.Millisecond, Logger: outboxtest.Logger(t)}
+			RoundBackoff: 10 * time.Millisecond, Logger: outboxtest.Logger(t),
+			PreparedStatements: !outboxtest.Pooled()} // the three prepare theirs on the same connections
 		if i == 0 { // the cleanup of the first deletes its rows as soon as it runs
 			cfg.PublishedRetention, cfg.CleanupInterval = time.Nanosecond, 50*time.Millisecond
 		}
