@@ -143,7 +143,7 @@ func withLock(ctx context.Context, db *bun.DB, opts []Option, fn func(*bunmigrat
 	if err != nil {
 		return err
 	}
-	lock, err := acquireLock(ctx, db)
+	lock, err := acquireLock(ctx, db, o.names.LockKey(lockKey)) // per schema: tenants migrate side by side
 	if err != nil {
 		return err
 	}
@@ -162,7 +162,7 @@ func withLock(ctx context.Context, db *bun.DB, opts []Option, fn func(*bunmigrat
 }
 
 // acquireLock returns a transaction that holds the migration lock, waiting while another one holds it.
-func acquireLock(ctx context.Context, db *bun.DB) (bun.Tx, error) {
+func acquireLock(ctx context.Context, db *bun.DB, key int64) (bun.Tx, error) {
 	delay := lockPollMin
 	for {
 		tx, err := db.BeginTx(ctx, nil)
@@ -177,7 +177,7 @@ func acquireLock(ctx context.Context, db *bun.DB) (bun.Tx, error) {
 		_, err = tx.ExecContext(ctx, "SET LOCAL idle_in_transaction_session_timeout = 0")
 		var locked bool
 		if err == nil {
-			err = tx.NewRaw("SELECT pg_try_advisory_xact_lock(?)", int64(lockKey)).Scan(ctx, &locked)
+			err = tx.NewRaw("SELECT pg_try_advisory_xact_lock(?)", key).Scan(ctx, &locked)
 		}
 		if err == nil && locked {
 			return tx, nil
