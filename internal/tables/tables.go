@@ -15,7 +15,7 @@ import (
 	"sync"
 )
 
-// MaxSchemaLen is the longest schema name accepted, in bytes: the NOTIFY channel "bunbox_outbox.<schema>"
+// MaxSchemaLen is the longest schema name accepted, in bytes: the NOTIFY channel "bunbox_outbox:<schema>"
 // must fit PostgreSQL's 63-byte identifiers.
 const MaxSchemaLen = 48
 
@@ -96,12 +96,13 @@ func (n Names) Inbox() string { return n.Qualify("inbox_events") }
 // Leases returns the leases table as SQL.
 func (n Names) Leases() string { return n.Qualify("bunbox_leases") }
 
-// Channel returns the NOTIFY channel of the outbox: base, or base + "." + schema.
+// Channel returns the NOTIFY channel of the outbox: base, or base + ":" + schema (not a dot, which bun.Ident
+// would read as a qualifier).
 func (n Names) Channel(base string) string {
 	if n.schema == "" {
 		return base
 	}
-	return base + "." + n.schema
+	return base + ":" + n.schema
 }
 
 // LockClass returns the first key of the two-key advisory locks of class base for this outbox: base for

@@ -40,7 +40,7 @@ func TestSchemaRewrite(t *testing.T) {
 			t.Errorf("cached SQL(%q) = %q", in, got)
 		}
 	}
-	if n.Channel("bunbox_outbox") != "bunbox_outbox.Tenant_A" {
+	if n.Channel("bunbox_outbox") != "bunbox_outbox:Tenant_A" {
 		t.Errorf("Channel = %q", n.Channel("bunbox_outbox"))
 	}
 	m, _ := Parse("tenant_b")
