@@ -36,15 +36,19 @@ func BlockedKeys(ctx context.Context, db bun.IDB, limit int) ([]BlockedKey, erro
 	if limit <= 0 {
 		limit = BlockedKeysLimitDefault
 	}
+	names, err := namesOf(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var keys []BlockedKey
-	rows, err := db.QueryContext(ctx, `SELECT d.ordering_key, d.event_id, d.event_name, d.queue, d.dead_at, coalesce(d.last_error, ''),
+	rows, err := db.QueryContext(ctx, names.SQL(`SELECT d.ordering_key, d.event_id, d.event_name, d.queue, d.dead_at, coalesce(d.last_error, ''),
   (SELECT count(*) FROM outbox_events w WHERE w.ordering_key = d.ordering_key AND w.completed_at IS NULL AND w.id > d.id)
 FROM outbox_events d
 WHERE d.dead_at IS NOT NULL AND d.ordering_key IS NOT NULL AND d.completed_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM outbox_events p
                   WHERE p.ordering_key = d.ordering_key AND p.completed_at IS NULL AND p.id < d.id)
 ORDER BY d.dead_at, d.id
-LIMIT ?`, limit)
+LIMIT ?`), limit)
 	if err != nil {
 		return nil, fmt.Errorf("admin: list blocked keys: %w", err)
 	}

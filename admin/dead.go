@@ -21,8 +21,16 @@ func ListDead(ctx context.Context, db bun.IDB, limit int) ([]model.Event, error)
 	if limit <= 0 {
 		limit = ListDeadLimitDefault
 	}
+	names, err := namesOf(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var events []model.Event
-	err := db.NewSelect().Model(&events).Where("dead_at IS NOT NULL").OrderExpr("id").Limit(int64(limit)).Scan(ctx)
+	q := db.NewSelect().Model(&events)
+	if !names.IsDefault() {
+		q = q.ModelTableExpr(names.Outbox() + " AS oe")
+	}
+	err = q.Where("dead_at IS NOT NULL").OrderExpr("id").Limit(int64(limit)).Scan(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("admin: list dead events: %w", err)
 	}
@@ -38,8 +46,12 @@ func RetryDead(ctx context.Context, db bun.IDB, eventIDs ...uuid.UUID) (int64, e
 	if len(eventIDs) == 0 {
 		return 0, nil
 	}
-	res, err := db.NewRaw(`UPDATE outbox_events SET dead_at = NULL, attempts = 0, next_attempt_at = NULL, published_at = NULL
-WHERE event_id = ANY(?::uuid[]) AND dead_at IS NOT NULL AND cancelled_at IS NULL`, pgdialect.Array(uuidStrings(eventIDs))).Exec(ctx)
+	names, err := namesOf(ctx)
+	if err != nil {
+		return 0, err
+	}
+	res, err := db.NewRaw(names.SQL(`UPDATE outbox_events SET dead_at = NULL, attempts = 0, next_attempt_at = NULL, published_at = NULL
+WHERE event_id = ANY(?::uuid[]) AND dead_at IS NOT NULL AND cancelled_at IS NULL`), pgdialect.Array(uuidStrings(eventIDs))).Exec(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("admin: retry dead events: %w", err)
 	}
@@ -76,14 +88,18 @@ type Backlog struct {
 func ReadBacklog(ctx context.Context, db bun.IDB) (Backlog, error) {
 	var b Backlog
 	var lagSeconds float64
-	err := db.NewRaw(`SELECT
+	names, err := namesOf(ctx)
+	if err != nil {
+		return Backlog{}, err
+	}
+	err = db.NewRaw(names.SQL(`SELECT
   (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL AND cancelled_at IS NULL),
   (SELECT count(*) FROM outbox_events WHERE dead_at IS NOT NULL),
   coalesce((SELECT extract(epoch FROM clock_timestamp() - created_at)::float8 FROM outbox_events
     WHERE published_at IS NULL AND dead_at IS NULL AND cancelled_at IS NULL ORDER BY id LIMIT 1), 0),
   (SELECT count(*) FROM outbox_events WHERE process_at > now() AND published_at IS NOT NULL AND cancelled_at IS NULL),
   (SELECT count(DISTINCT ordering_key) FROM outbox_events
-    WHERE dead_at IS NOT NULL AND ordering_key IS NOT NULL AND completed_at IS NULL)`).
+    WHERE dead_at IS NOT NULL AND ordering_key IS NOT NULL AND completed_at IS NULL)`)).
 		Scan(ctx, &b.Pending, &b.Dead, &lagSeconds, &b.Scheduled, &b.BlockedKeys)
 	if err != nil {
 		return Backlog{}, fmt.Errorf("admin: read outbox backlog: %w", err)

@@ -9,6 +9,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
+
+	"github.com/bunbox/bunbox/internal/tables"
 )
 
 // DeadFilter selects dead events for RetryDeadWhere, PurgeDead and CountDead. The set fields combine
@@ -49,13 +51,25 @@ func (f DeadFilter) where(q *bun.SelectQuery) (*bun.SelectQuery, error) {
 }
 
 // selectDead returns the ids of the rows f selects, as a subquery.
-func selectDead(db bun.IDB, f DeadFilter) (*bun.SelectQuery, error) {
-	return f.where(db.NewSelect().Table("outbox_events").Column("id"))
+func selectDead(db bun.IDB, names tables.Names, f DeadFilter) (*bun.SelectQuery, error) {
+	return f.where(outboxSelect(db, names).Column("id"))
+}
+
+// outboxSelect is a SELECT from the outbox table of names.
+func outboxSelect(db bun.IDB, names tables.Names) *bun.SelectQuery {
+	if names.IsDefault() {
+		return db.NewSelect().Table("outbox_events")
+	}
+	return db.NewSelect().TableExpr(names.Outbox())
 }
 
 // CountDead counts the dead events f selects.
 func CountDead(ctx context.Context, db bun.IDB, f DeadFilter) (int64, error) {
-	q, err := f.where(db.NewSelect().Table("outbox_events"))
+	names, err := namesOf(ctx)
+	if err != nil {
+		return 0, err
+	}
+	q, err := f.where(outboxSelect(db, names))
 	if err != nil {
 		return 0, err
 	}
@@ -69,11 +83,19 @@ func CountDead(ctx context.Context, db bun.IDB, f DeadFilter) (int64, error) {
 // RetryDeadWhere puts the dead events f selects back in line, like RetryDead, and returns how many; a
 // cancelled one (bunx.Outbox.Cancel) is left alone.
 func RetryDeadWhere(ctx context.Context, db bun.IDB, f DeadFilter) (int64, error) {
-	sub, err := selectDead(db, f)
+	names, err := namesOf(ctx)
 	if err != nil {
 		return 0, err
 	}
-	res, err := db.NewUpdate().Table("outbox_events").
+	sub, err := selectDead(db, names, f)
+	if err != nil {
+		return 0, err
+	}
+	upd := db.NewUpdate().Table("outbox_events")
+	if !names.IsDefault() {
+		upd = db.NewUpdate().TableExpr(names.Outbox())
+	}
+	res, err := upd.
 		Set("dead_at = NULL, attempts = 0, next_attempt_at = NULL, published_at = NULL"). // see RetryDead
 		Where("id IN (?) AND dead_at IS NOT NULL AND cancelled_at IS NULL", sub).Exec(ctx)
 	if err != nil {
@@ -84,11 +106,19 @@ func RetryDeadWhere(ctx context.Context, db bun.IDB, f DeadFilter) (int64, error
 
 // PurgeDead deletes the dead events f selects, for good, and returns how many.
 func PurgeDead(ctx context.Context, db bun.IDB, f DeadFilter) (int64, error) {
-	sub, err := selectDead(db, f)
+	names, err := namesOf(ctx)
 	if err != nil {
 		return 0, err
 	}
-	res, err := db.NewDelete().Table("outbox_events").Where("id IN (?) AND dead_at IS NOT NULL", sub).Exec(ctx)
+	sub, err := selectDead(db, names, f)
+	if err != nil {
+		return 0, err
+	}
+	del := db.NewDelete().Table("outbox_events")
+	if !names.IsDefault() {
+		del = db.NewDelete().TableExpr(names.Outbox())
+	}
+	res, err := del.Where("id IN (?) AND dead_at IS NOT NULL", sub).Exec(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("admin: purge dead events: %w", err)
 	}
@@ -118,13 +148,17 @@ func ReadBacklogByEvent(ctx context.Context, db bun.IDB) ([]EventBacklog, error)
 		Dead      int64   `bun:"dead"`
 		Lag       float64 `bun:"lag"`
 	}
-	err := db.NewRaw(`SELECT queue, event_name, sum(pending)::bigint AS pending, sum(dead)::bigint AS dead, max(lag) AS lag FROM (
+	names, err := namesOf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	err = db.NewRaw(names.SQL(`SELECT queue, event_name, sum(pending)::bigint AS pending, sum(dead)::bigint AS dead, max(lag) AS lag FROM (
   SELECT queue, event_name, count(*) AS pending, 0 AS dead,
     extract(epoch FROM clock_timestamp() - min(created_at))::float8 AS lag
   FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL AND cancelled_at IS NULL GROUP BY queue, event_name
   UNION ALL
   SELECT queue, event_name, 0, count(*), 0 FROM outbox_events WHERE dead_at IS NOT NULL GROUP BY queue, event_name
-) AS b GROUP BY queue, event_name ORDER BY queue, event_name`).Scan(ctx, &rows)
+) AS b GROUP BY queue, event_name ORDER BY queue, event_name`)).Scan(ctx, &rows)
 	if err != nil {
 		return nil, fmt.Errorf("admin: read outbox backlog by event: %w", err)
 	}

@@ -68,6 +68,9 @@ SELECT id FROM unknown ORDER BY id`
 // *UnknownEventError (wrapping ErrUnknownEvent) that names it. If the relay is in the middle of
 // publishing the event, Cancel waits for that round's transaction to end (milliseconds).
 func (o *Outbox) Cancel(ctx context.Context, db bun.IDB, ids ...uuid.UUID) error {
+	if o.reg.err != nil {
+		return o.reg.err
+	}
 	if len(ids) == 0 {
 		return nil
 	}
@@ -76,7 +79,7 @@ func (o *Outbox) Cancel(ctx context.Context, db bun.IDB, ids ...uuid.UUID) error
 		s[i] = id.String()
 	}
 	var unknown []uuid.UUID
-	if err := db.NewRaw(cancelSQL, pgdialect.Array(s), cancelNeverPublished).Scan(ctx, &unknown); err != nil {
+	if err := db.NewRaw(o.reg.tables.SQL(cancelSQL), pgdialect.Array(s), cancelNeverPublished).Scan(ctx, &unknown); err != nil {
 		return fmt.Errorf("bunx: cancel: %w", err)
 	}
 	if len(unknown) > 0 {

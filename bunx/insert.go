@@ -117,12 +117,13 @@ const insertReturning = " RETURNING id, (extract(epoch FROM created_at) * 100000
 
 var insertBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
-// insertSQL returns the INSERT of events for dialect d, with insertReturning when returning is set.
-func insertSQL(d schema.Dialect, events []*model.Event, returning bool) (string, error) {
+// insertSQL returns the INSERT of events into table (tables.Names.Outbox) for dialect d, with
+// insertReturning when returning is set.
+func insertSQL(d schema.Dialect, table string, events []*model.Event, returning bool) (string, error) {
 	used := namedColumns(events)
 	bp := insertBufs.Get().(*[]byte)
 	defer insertBufs.Put(bp)
-	b := append((*bp)[:0], "INSERT INTO outbox_events ("...)
+	b := append(append(append((*bp)[:0], "INSERT INTO "...), table...), " ("...)
 	sep := ""
 	for i, c := range eventColumns {
 		if used.has(i) {

@@ -40,7 +40,7 @@ func BenchmarkInsertStatement(b *testing.B) {
 		b.Run("insertSQL/"+name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := insertSQL(db.Dialect(), events, false); err != nil {
+				if _, err := insertSQL(db.Dialect(), "outbox_events", events, false); err != nil {
 					b.Fatal(err)
 				}
 			}

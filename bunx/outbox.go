@@ -17,6 +17,7 @@ import (
 	"github.com/uptrace/bun/schema"
 
 	"github.com/bunbox/bunbox/internal/pgerr"
+	"github.com/bunbox/bunbox/internal/tables"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -36,6 +37,8 @@ type registry struct {
 	logger     *slog.Logger // WithLogger
 	strict     bool         // WithStrictDispatch
 	codec      *model.Codec // WithCodec; nil writes plain JSON
+	tables     tables.Names // WithSchema
+	err        error        // an invalid option, returned by every write
 
 	mu       sync.RWMutex
 	handlers map[reflect.Type]*handlerSet
@@ -161,8 +164,10 @@ func scanReturning(rows *sql.Rows, events []*model.Event) error {
 // formatter never reads the literals for placeholders.
 func (r *registry) write(ctx context.Context, d schema.Dialect, events []*model.Event, returning bool,
 	stmts *statements, conn sqlConn, raw func(ctx context.Context, query string) error) error {
-	err := r.validate(events)
-	if err != nil {
+	if r.err != nil {
+		return r.err
+	}
+	if err := r.validate(events); err != nil {
 		return err
 	}
 	r.injectTrace(ctx, events) // after validate: what the context adds never fails the write (see injectTrace)
@@ -176,6 +181,7 @@ func (r *registry) write(ctx context.Context, d schema.Dialect, events []*model.
 	}
 	if stmts != nil && r.prepared && conn.db == stmts.db {
 		if key, ok := preparedKey(events, returning); ok {
+			key.table = r.tables.Outbox() // one statement per table: outboxes of several schemas share stmts
 			if stmt := stmts.get(key); stmt != nil {
 				err := writePrepared(ctx, conn.stmt(ctx, stmt), key, events, conn.tx != nil)
 				copyReturned(callers, events, returning)
@@ -190,7 +196,7 @@ func (r *registry) write(ctx context.Context, d schema.Dialect, events []*model.
 			}
 		}
 	}
-	query, err := insertSQL(d, events, returning)
+	query, err := insertSQL(d, r.tables.Outbox(), events, returning)
 	if err != nil {
 		return err
 	}

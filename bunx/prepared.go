@@ -38,6 +38,7 @@ const (
 
 // stmtKey names one shape of the INSERT.
 type stmtKey struct {
+	table     string // the outbox table as SQL (tables.Names.Outbox)
 	rows      int
 	columns   columnSet // the columns it names
 	returning bool
@@ -127,7 +128,7 @@ func preparedKey(events []*model.Event, returning bool) (stmtKey, bool) {
 
 // preparedSQL is the INSERT of key with $n placeholders, the columns in the order of eventColumns.
 func preparedSQL(key stmtKey) string {
-	b := []byte("INSERT INTO outbox_events (")
+	b := []byte("INSERT INTO " + key.table + " (")
 	sep := ""
 	cols := 0
 	for i, c := range eventColumns {

@@ -68,23 +68,26 @@ func Register(m *bunmigrate.Migrations) error {
 
 // NewMigrator returns a migrator for bunbox's migrations that keeps its state in TableName and
 // LocksTableName and marks a migration applied only when it succeeded.
-func NewMigrator(db *bun.DB) (*bunmigrate.Migrator, error) {
-	ms, err := Migrations()
+//
+// With WithSchema, the migrations and both tables are in that schema (which NewMigrator does not create;
+// Up does).
+func NewMigrator(db *bun.DB, opts ...Option) (*bunmigrate.Migrator, error) {
+	o, err := applyOptions(opts)
 	if err != nil {
 		return nil, err
 	}
-	return bunmigrate.NewMigrator(db, ms,
-		bunmigrate.WithTableName(TableName),
-		bunmigrate.WithLocksTableName(LocksTableName),
-		bunmigrate.WithMarkAppliedOnSuccess(true),
-	), nil
+	return migrator(db, o.names)
 }
 
 // Up applies every bunbox migration not applied yet. It is safe to call on every start and from several
 // processes at once, directly or through a pooler in transaction mode: calls are serialised with a
 // transaction-level advisory lock (see withLock), and an up-to-date schema is left alone.
-func Up(ctx context.Context, db *bun.DB) error {
-	return withLock(ctx, db, func(m *bunmigrate.Migrator) error {
+//
+// With WithSchema, Up creates the schema if it does not exist and applies the migrations there, keeping
+// their bookkeeping in that schema's own TableName: each schema is migrated on its own, and again is a
+// no-op.
+func Up(ctx context.Context, db *bun.DB, opts ...Option) error {
+	return withLock(ctx, db, opts, func(m *bunmigrate.Migrator) error {
 		if _, err := m.Migrate(ctx); err != nil {
 			return fmt.Errorf("migrate: up: %w", err)
 		}
@@ -93,8 +96,9 @@ func Up(ctx context.Context, db *bun.DB) error {
 }
 
 // Down rolls back every applied bunbox migration, dropping bunbox's tables and the events in them.
-func Down(ctx context.Context, db *bun.DB) error {
-	return withLock(ctx, db, func(m *bunmigrate.Migrator) error {
+// With WithSchema, it rolls back that schema's migrations (and leaves the schema itself).
+func Down(ctx context.Context, db *bun.DB, opts ...Option) error {
+	return withLock(ctx, db, opts, func(m *bunmigrate.Migrator) error {
 		for {
 			group, err := m.Rollback(ctx)
 			if err != nil {
@@ -108,8 +112,9 @@ func Down(ctx context.Context, db *bun.DB) error {
 }
 
 // Status lists bunbox's migrations with whether and when each was applied.
-func Status(ctx context.Context, db *bun.DB) (bunmigrate.MigrationSlice, error) {
-	m, err := NewMigrator(db)
+// With WithSchema, it lists those of that schema.
+func Status(ctx context.Context, db *bun.DB, opts ...Option) (bunmigrate.MigrationSlice, error) {
+	m, err := NewMigrator(db, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -129,12 +134,16 @@ func Status(ctx context.Context, db *bun.DB) (bunmigrate.MigrationSlice, error) 
 // block inside a transaction, which would hold a server connection each and could starve the holder of the
 // one it needs to migrate: they try, roll back, and try again (every 20ms, doubling up to 500ms) until ctx
 // ends. Behind a pooler, Up thus holds one server connection for the lock and needs a second to migrate.
-func withLock(ctx context.Context, db *bun.DB, fn func(*bunmigrate.Migrator) error) (err error) {
-	m, err := NewMigrator(db)
+func withLock(ctx context.Context, db *bun.DB, opts []Option, fn func(*bunmigrate.Migrator) error) (err error) {
+	o, err := applyOptions(opts)
 	if err != nil {
 		return err
 	}
-	lock, err := acquireLock(ctx, db)
+	m, err := migrator(db, o.names)
+	if err != nil {
+		return err
+	}
+	lock, err := acquireLock(ctx, db, o.names.LockKey(lockKey)) // per schema: tenants migrate side by side
 	if err != nil {
 		return err
 	}
@@ -143,6 +152,9 @@ func withLock(ctx context.Context, db *bun.DB, fn func(*bunmigrate.Migrator) err
 			err = fmt.Errorf("migrate: unlock: %w", uerr)
 		}
 	}()
+	if err := createSchema(ctx, db, o.names); err != nil {
+		return err
+	}
 	if err := m.Init(ctx); err != nil {
 		return fmt.Errorf("migrate: init: %w", err)
 	}
@@ -150,7 +162,7 @@ func withLock(ctx context.Context, db *bun.DB, fn func(*bunmigrate.Migrator) err
 }
 
 // acquireLock returns a transaction that holds the migration lock, waiting while another one holds it.
-func acquireLock(ctx context.Context, db *bun.DB) (bun.Tx, error) {
+func acquireLock(ctx context.Context, db *bun.DB, key int64) (bun.Tx, error) {
 	delay := lockPollMin
 	for {
 		tx, err := db.BeginTx(ctx, nil)
@@ -165,7 +177,7 @@ func acquireLock(ctx context.Context, db *bun.DB) (bun.Tx, error) {
 		_, err = tx.ExecContext(ctx, "SET LOCAL idle_in_transaction_session_timeout = 0")
 		var locked bool
 		if err == nil {
-			err = tx.NewRaw("SELECT pg_try_advisory_xact_lock(?)", int64(lockKey)).Scan(ctx, &locked)
+			err = tx.NewRaw("SELECT pg_try_advisory_xact_lock(?)", key).Scan(ctx, &locked)
 		}
 		if err == nil && locked {
 			return tx, nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/bunbox/bunbox/internal/tables"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -87,10 +88,10 @@ const sampleRows = 8
 // PostgreSQL would read and measure every one of them (BatchSize rows of 1 MiB) to return what fits in
 // BatchBytes. It measures a few rows as the claim does (rowSizeSQL), and leaves the mean unknown when no
 // row is pending.
-func (s *claimSizer) sample(ctx context.Context, db bun.IDB) error {
+func (s *claimSizer) sample(ctx context.Context, db bun.IDB, names tables.Names) error {
 	var size sql.NullInt64
-	if err := db.NewRaw(`SELECT max(`+rowSizeSQL+`) FROM (SELECT payload, metadata, payload_encoded FROM outbox_events
-WHERE published_at IS NULL AND dead_at IS NULL ORDER BY id LIMIT ?) AS head`, sampleRows).Scan(ctx, &size); err != nil {
+	if err := db.NewRaw(names.SQL(`SELECT max(`+rowSizeSQL+`) FROM (SELECT payload, metadata, payload_encoded FROM outbox_events
+WHERE published_at IS NULL AND dead_at IS NULL ORDER BY id LIMIT ?) AS head`), sampleRows).Scan(ctx, &size); err != nil {
 		return fmt.Errorf("sample row sizes: %w", err)
 	}
 	if size.Valid && size.Int64 > 0 {

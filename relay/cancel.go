@@ -60,7 +60,7 @@ func (r *Relay) cancelLoop(ctx context.Context, wake chan<- struct{}) {
 		}
 		wait := r.cfg.CancelCheckInterval
 		var due bool
-		if err := r.db.NewRaw(cancelDueSQL).Scan(ctx, &due); err != nil || !due {
+		if err := r.db.NewRaw(r.names.SQL(cancelDueSQL)).Scan(ctx, &due); err != nil || !due {
 			timer.Reset(wait)
 			continue
 		}
@@ -142,13 +142,13 @@ func (r *Relay) cancelPage(ctx context.Context, after int64, res *cancelResult) 
 		return 0, 0, fmt.Errorf("begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	rows, err := tx.QueryContext(ctx, `SELECT id, event_id, event_name, queue, coalesce(ordering_key, ''),
+	rows, err := tx.QueryContext(ctx, r.names.SQL(`SELECT id, event_id, event_name, queue, coalesce(ordering_key, ''),
   published_at IS NOT NULL, coalesce(cancel_result, '')
 FROM outbox_events
 WHERE cancelled_at IS NOT NULL AND cancel_settled_at IS NULL AND id > ?
 ORDER BY id
 LIMIT ?
-FOR UPDATE SKIP LOCKED`, after, cancelPageSize)
+FOR UPDATE SKIP LOCKED`), after, cancelPageSize)
 	if err != nil {
 		return 0, 0, fmt.Errorf("read cancelled rows: %w", err)
 	}
@@ -181,11 +181,11 @@ FOR UPDATE SKIP LOCKED`, after, cancelPageSize)
 		}
 		settled[i] = results[i] != CancelRunning
 	}
-	if _, err := tx.NewRaw(`UPDATE outbox_events AS o SET cancel_result = u.result,
+	if _, err := tx.NewRaw(r.names.SQL(`UPDATE outbox_events AS o SET cancel_result = u.result,
   cancel_settled_at = CASE WHEN u.settled THEN now() END,
   completed_at = CASE WHEN u.settled AND o.ordering_key IS NOT NULL THEN coalesce(o.completed_at, now()) ELSE o.completed_at END
 FROM unnest(?::bigint[], ?::text[], ?::boolean[]) AS u(id, result, settled)
-WHERE o.id = u.id`, pgdialect.Array(ids), pgdialect.Array(results), pgdialect.Array(settled)).Exec(bg); err != nil {
+WHERE o.id = u.id`), pgdialect.Array(ids), pgdialect.Array(results), pgdialect.Array(settled)).Exec(bg); err != nil {
 		return 0, 0, fmt.Errorf("record cancels: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -268,9 +268,9 @@ func (r *Relay) cleanupCancelled(ctx context.Context) (int64, error) {
 	cutoff := r.cfg.now().Add(-r.cfg.PublishedRetention)
 	var total int64
 	for ctx.Err() == nil {
-		res, err := r.db.NewRaw(`DELETE FROM outbox_events WHERE id IN (
+		res, err := r.db.NewRaw(r.names.SQL(`DELETE FROM outbox_events WHERE id IN (
   SELECT id FROM outbox_events WHERE cancelled_at < ? AND cancel_settled_at IS NOT NULL
-  ORDER BY cancelled_at LIMIT ? FOR UPDATE SKIP LOCKED)`, cutoff, r.cfg.CleanupBatchSize).Exec(ctx)
+  ORDER BY cancelled_at LIMIT ? FOR UPDATE SKIP LOCKED)`), cutoff, r.cfg.CleanupBatchSize).Exec(ctx)
 		if err != nil {
 			return total, err
 		}

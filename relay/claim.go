@@ -36,9 +36,9 @@ FOR UPDATE SKIP LOCKED`
 // follows meets it and backs off.
 func (r *Relay) due(ctx context.Context) bool {
 	var due bool
-	err := r.db.NewRaw(`SELECT EXISTS (SELECT 1 FROM outbox_events
+	err := r.db.NewRaw(r.names.SQL(`SELECT EXISTS (SELECT 1 FROM outbox_events
 WHERE published_at IS NULL AND dead_at IS NULL AND ordering_key IS NULL AND cancelled_at IS NULL
-  AND (next_attempt_at IS NULL OR next_attempt_at <= now()))`).Scan(ctx, &due)
+  AND (next_attempt_at IS NULL OR next_attempt_at <= now()))`)).Scan(ctx, &due)
 	return err != nil || due || r.dueKeyed(ctx)
 }
 

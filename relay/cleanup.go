@@ -55,10 +55,10 @@ func (r *Relay) cleanupBatch(ctx context.Context, cutoff time.Time) (int64, erro
 		return 0, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	res, err := tx.NewRaw(`DELETE FROM outbox_events WHERE id IN (
+	res, err := tx.NewRaw(r.names.SQL(`DELETE FROM outbox_events WHERE id IN (
   SELECT id FROM outbox_events WHERE published_at < ?0 AND (process_at IS NULL OR process_at < ?0)
     AND (ordering_key IS NULL OR completed_at IS NOT NULL)
-  ORDER BY published_at LIMIT ?1 FOR UPDATE SKIP LOCKED)`,
+  ORDER BY published_at LIMIT ?1 FOR UPDATE SKIP LOCKED)`),
 		cutoff, r.cfg.CleanupBatchSize).Exec(ctx)
 	if err != nil {
 		return 0, err

@@ -11,6 +11,7 @@ import (
 	"github.com/bunbox/bunbox/fanout"
 	"github.com/bunbox/bunbox/internal/configcheck"
 	"github.com/bunbox/bunbox/internal/dsncheck"
+	"github.com/bunbox/bunbox/internal/tables"
 	"github.com/bunbox/bunbox/model"
 	"github.com/hibiken/asynq"
 	"go.opentelemetry.io/otel"
@@ -102,6 +103,14 @@ type Config struct {
 	// would fail (SQLSTATE 42P05 or 26000) until the relay turned them off. Defaults to false: plain
 	// statements, safe behind any pooler.
 	PreparedStatements bool
+	// Schema is the schema of the outbox this relay serves (and its reconciler, cleanup and leases):
+	// "tenant_a" relays "tenant_a".outbox_events, qualified and quoted in every statement, so that no
+	// search_path is needed (which a transaction pooler does not keep). Run one relay per schema; each
+	// claims, marks, cleans up and reconciles only its own rows, and listens on its own NOTIFY channel,
+	// NotifyChannel + ":" + Schema (see EnableNotifyTriggerIn). 1 to 48 ASCII letters, digits and
+	// underscores, not starting with a digit or pg_; case is kept. Migrate it with migrate.WithSchema.
+	// Defaults to "": today's unqualified names (outbox_events through search_path) and NotifyChannel.
+	Schema string
 	// TaskRetention is how long asynq keeps a completed task, which is how long its TaskID dedupes a
 	// repeated enqueue of the same event. Defaults to 24h.
 	TaskRetention time.Duration
@@ -283,6 +292,9 @@ func (c Config) validate() error {
 	p.Add(validateBound("StatementTimeout", c.StatementTimeout, time.Second))
 	p.Add(validateBound("LockTimeout", c.LockTimeout, time.Millisecond))
 	check(c.CancelCheckInterval > 0, "CancelCheckInterval must be positive, got %s", c.CancelCheckInterval)
+	if _, err := tables.Parse(c.Schema); err != nil {
+		p.Add(fmt.Errorf("Schema: %w", err))
+	}
 	p.Add(validateQueues(c.Queues))
 	return p.Err(ErrInvalidConfig)
 }
@@ -291,3 +303,6 @@ func (c Config) validate() error {
 func defaultLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
+
+// schema is the outbox's schema, for open.
+func (c Config) schema() string { return c.Schema }

@@ -46,7 +46,7 @@ func (r *Relay) Ready(ctx context.Context) Readiness {
 			rep.Postgres, rep.Schema = err.Error(), "unknown: PostgreSQL does not answer"
 			return
 		}
-		switch err := CheckSchema(ctx, r.db); {
+		switch err := checkSchemaOf(ctx, r.db, r.names); {
 		case errors.Is(err, ErrNoSchema), errors.Is(err, ErrReadOnly):
 			rep.Schema = err.Error() // it says what to run, or why the relay cannot write
 		case err != nil:

@@ -12,6 +12,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/internal/pgerr"
+	"github.com/bunbox/bunbox/internal/tables"
 )
 
 // errNoLeaseTable means that the table bunbox_leases does not exist: the migration
@@ -30,6 +31,7 @@ type lease struct {
 	holder string
 	ttl    time.Duration
 	now    func() time.Time
+	names  tables.Names // the schema of the leases table (Config.Schema)
 }
 
 func newLease(db bun.IDB, name string, ttl time.Duration) *lease {
@@ -56,7 +58,7 @@ RETURNING l.holder`
 func (l *lease) take(ctx context.Context) (until time.Time, err error) {
 	start := l.now()
 	var holders []string
-	err = l.db.NewRaw(leaseTakeSQL, l.name, l.holder, l.ttl.Milliseconds()).Scan(ctx, &holders)
+	err = l.db.NewRaw(l.names.SQL(leaseTakeSQL), l.name, l.holder, l.ttl.Milliseconds()).Scan(ctx, &holders)
 	switch {
 	case pgerr.Is(err, pgerr.UndefinedTable):
 		return time.Time{}, errNoLeaseTable
@@ -71,7 +73,7 @@ func (l *lease) take(ctx context.Context) (until time.Time, err error) {
 // release gives the lease up if this holder has it, so that another takes it at once rather than after
 // the expiry.
 func (l *lease) release(ctx context.Context) error {
-	_, err := l.db.NewRaw("DELETE FROM bunbox_leases WHERE name = ? AND holder = ?", l.name, l.holder).Exec(ctx)
+	_, err := l.db.NewRaw(l.names.SQL("DELETE FROM bunbox_leases WHERE name = ? AND holder = ?"), l.name, l.holder).Exec(ctx)
 	if err != nil && !pgerr.Is(err, pgerr.UndefinedTable) {
 		return fmt.Errorf("relay: release lease %q: %w", l.name, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
+	"github.com/bunbox/bunbox/internal/tables"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -64,7 +65,7 @@ WHERE id = ANY(?)`
 func (r *Relay) markPublished(ctx context.Context, tx bun.Tx, ids []int64) error {
 	stmt := r.stmts.mark.in(ctx, tx)
 	if stmt == nil {
-		_, err := tx.NewRaw(markPublishedSQL, pgdialect.Array(ids)).Exec(ctx)
+		_, err := tx.NewRaw(r.names.SQL(markPublishedSQL), pgdialect.Array(ids)).Exec(ctx)
 		return err
 	}
 	_, err := stmt.ExecContext(ctx, int64Array(ids))
@@ -94,7 +95,7 @@ type failure struct {
 	err      string
 }
 
-func markFailed(ctx context.Context, tx bun.Tx, fs []failure) error {
+func markFailed(ctx context.Context, tx bun.Tx, names tables.Names, fs []failure) error {
 	if len(fs) == 0 {
 		return nil
 	}
@@ -106,13 +107,13 @@ func markFailed(ctx context.Context, tx bun.Tx, fs []failure) error {
 	for i, f := range fs {
 		ids[i], attempts[i], delays[i], dead[i], errs[i] = f.id, int64(f.attempts), f.delay.Microseconds(), f.dead, f.err
 	}
-	_, err := tx.NewRaw(`UPDATE outbox_events AS o SET
+	_, err := tx.NewRaw(names.SQL(`UPDATE outbox_events AS o SET
   attempts = f.attempts,
   last_error = f.err,
   next_attempt_at = CASE WHEN f.dead THEN NULL ELSE now() + f.delay * interval '1 microsecond' END,
   dead_at = CASE WHEN f.dead THEN now() END
 FROM unnest(?::bigint[], ?::int[], ?::bigint[], ?::boolean[], ?::text[]) AS f(id, attempts, delay, dead, err)
-WHERE o.id = f.id`,
+WHERE o.id = f.id`),
 		pgdialect.Array(ids), pgdialect.Array(attempts), pgdialect.Array(delays), pgdialect.Array(dead),
 		pgdialect.Array(errs)).Exec(ctx)
 	return err

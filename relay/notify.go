@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"time"
@@ -10,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/driver/pgdriver"
+
+	"github.com/bunbox/bunbox/internal/tables"
 )
 
 // EnableNotifyTrigger installs, in the schema of the outbox table, a statement-level trigger that sends a
@@ -18,13 +21,30 @@ import (
 // for a commit. Its cost: a NOTIFY takes a database-wide lock at commit, which serializes committing
 // writers that notify; see the package's benchmarks before enabling it on a hot write path.
 func EnableNotifyTrigger(ctx context.Context, db bun.IDB) error {
+	return enableNotifyTrigger(ctx, db, tables.Names{})
+}
+
+// EnableNotifyTriggerIn is EnableNotifyTrigger for the outbox in schema (Config.Schema): the trigger on
+// "schema".outbox_events notifies the channel of that outbox, NotifyChannel + ":" + schema, on which only
+// the relays of that schema listen. "" is EnableNotifyTrigger. An invalid schema name gives an error
+// wrapping ErrInvalidConfig that names it.
+func EnableNotifyTriggerIn(ctx context.Context, db bun.IDB, schema string) error {
+	names, err := tables.Parse(schema)
+	if err != nil {
+		return fmt.Errorf("%w: Schema: %w", ErrInvalidConfig, err)
+	}
+	return enableNotifyTrigger(ctx, db, names)
+}
+
+func enableNotifyTrigger(ctx context.Context, db bun.IDB, names tables.Names) error {
+	fn := names.Qualify("bunbox_outbox_notify")
 	return db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		for _, q := range []string{
-			`CREATE OR REPLACE FUNCTION bunbox_outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN PERFORM pg_notify('` + NotifyChannel + `', ''); RETURN NULL; END $$`,
-			`DROP TRIGGER IF EXISTS bunbox_outbox_notify ON outbox_events`,
-			`CREATE TRIGGER bunbox_outbox_notify AFTER INSERT ON outbox_events
-FOR EACH STATEMENT EXECUTE FUNCTION bunbox_outbox_notify()`,
+			`CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_notify('` + names.Channel(NotifyChannel) + `', ''); RETURN NULL; END $$`,
+			names.SQL(`DROP TRIGGER IF EXISTS bunbox_outbox_notify ON outbox_events`),
+			names.SQL(`CREATE TRIGGER bunbox_outbox_notify AFTER INSERT ON outbox_events
+FOR EACH STATEMENT EXECUTE FUNCTION `) + fn + `()`,
 		} {
 			if _, err := tx.ExecContext(ctx, q); err != nil {
 				return err
@@ -37,6 +57,16 @@ FOR EACH STATEMENT EXECUTE FUNCTION bunbox_outbox_notify()`,
 // DisableNotifyTrigger removes the trigger of EnableNotifyTrigger; relays fall back to polling.
 func DisableNotifyTrigger(ctx context.Context, db bun.IDB) error {
 	_, err := db.ExecContext(ctx, `DROP TRIGGER IF EXISTS bunbox_outbox_notify ON outbox_events`)
+	return err
+}
+
+// DisableNotifyTriggerIn removes the trigger of EnableNotifyTriggerIn from the outbox in schema.
+func DisableNotifyTriggerIn(ctx context.Context, db bun.IDB, schema string) error {
+	names, err := tables.Parse(schema)
+	if err != nil {
+		return fmt.Errorf("%w: Schema: %w", ErrInvalidConfig, err)
+	}
+	_, err = db.ExecContext(ctx, names.SQL(`DROP TRIGGER IF EXISTS bunbox_outbox_notify ON outbox_events`))
 	return err
 }
 
@@ -75,12 +105,12 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 	for ctx.Err() == nil {
 		var err error
 		if !listening {
-			if err = ln.Listen(ctx, NotifyChannel); err == nil {
+			if err = ln.Listen(ctx, r.names.Channel(NotifyChannel)); err == nil {
 				listening, confirmed = true, false
 				// What was committed before LISTEN took effect sent no notification we can see: look
 				// now. Then notify ourselves: receiving it proves the LISTEN is active.
 				signal()
-				if err = pgdriver.Notify(ctx, db, NotifyChannel, "listen-check"); err == nil {
+				if err = pgdriver.Notify(ctx, db, r.names.Channel(NotifyChannel), "listen-check"); err == nil {
 					failures = 0
 					continue
 				}
@@ -95,7 +125,7 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 				if !confirmed {
 					confirmed = true
 					r.log.LogAttrs(ctx, slog.LevelDebug, "bunbox relay: listening for notifications",
-						slog.String("channel", NotifyChannel))
+						slog.String("channel", r.names.Channel(NotifyChannel)))
 				}
 				signal()
 				continue
@@ -105,7 +135,7 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 					continue
 				}
 				// The check may have raced the LISTEN (pgdriver does not wait for its reply): again.
-				if err = pgdriver.Notify(ctx, db, NotifyChannel, "listen-check"); err == nil {
+				if err = pgdriver.Notify(ctx, db, r.names.Channel(NotifyChannel), "listen-check"); err == nil {
 					continue
 				}
 			}

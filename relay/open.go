@@ -18,10 +18,11 @@ const openTimeout = 15 * time.Second
 type config[C any] interface {
 	withDefaults() C
 	validate() error
+	schema() string
 }
 
 // open is the start that NewContext and NewReconcilerContext share: a database, a valid configuration
-// with its defaults, the outbox table. fn names the constructor in its errors.
+// with its defaults, the outbox table (in the configuration's schema). fn names the constructor in its errors.
 func open[C config[C]](ctx context.Context, fn string, db *bun.DB, cfg C) (C, error) {
 	if db == nil {
 		var zero C
@@ -31,7 +32,7 @@ func open[C config[C]](ctx context.Context, fn string, db *bun.DB, cfg C) (C, er
 	if err := cfg.validate(); err != nil {
 		return cfg, err
 	}
-	return cfg, checkSchema(ctx, db)
+	return cfg, checkSchema(ctx, db, mustNames(cfg.schema()))
 }
 
 // pingOpened checks, within ctx, that the Redis of a new Relay or Reconciler answers: through the go-redis

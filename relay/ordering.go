@@ -217,11 +217,11 @@ func (r *Relay) trackPage(ctx context.Context, after int64, res *trackResult) (n
 		return 0, 0, fmt.Errorf("begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	rows, err := tx.QueryContext(ctx, `SELECT id, event_id, event_name, queue, ordering_key FROM outbox_events
+	rows, err := tx.QueryContext(ctx, r.names.SQL(`SELECT id, event_id, event_name, queue, ordering_key FROM outbox_events
 WHERE ordering_key IS NOT NULL AND completed_at IS NULL AND published_at IS NOT NULL AND dead_at IS NULL AND id > ?
 ORDER BY id
 LIMIT ?
-FOR UPDATE SKIP LOCKED`, after, trackPageSize)
+FOR UPDATE SKIP LOCKED`), after, trackPageSize)
 	if err != nil {
 		return 0, 0, fmt.Errorf("read keyed rows in flight: %w", err)
 	}
@@ -263,20 +263,20 @@ FOR UPDATE SKIP LOCKED`, after, trackPageSize)
 		return len(inflight), inflight[len(inflight)-1].ID, nil
 	}
 	if len(completed) > 0 {
-		if _, err := tx.NewRaw(`UPDATE outbox_events SET completed_at = clock_timestamp() WHERE id = ANY(?)`,
+		if _, err := tx.NewRaw(r.names.SQL(`UPDATE outbox_events SET completed_at = clock_timestamp() WHERE id = ANY(?)`),
 			pgdialect.Array(completed)).Exec(bg); err != nil {
 			return 0, 0, fmt.Errorf("mark completed: %w", err)
 		}
 	}
 	if len(missing) > 0 {
-		if _, err := tx.NewRaw(`UPDATE outbox_events SET published_at = NULL, next_attempt_at = NULL, last_error = ?
-WHERE id = ANY(?)`, keyMissingLastError, pgdialect.Array(missing)).Exec(bg); err != nil {
+		if _, err := tx.NewRaw(r.names.SQL(`UPDATE outbox_events SET published_at = NULL, next_attempt_at = NULL, last_error = ?
+WHERE id = ANY(?)`), keyMissingLastError, pgdialect.Array(missing)).Exec(bg); err != nil {
 			return 0, 0, fmt.Errorf("requeue missing: %w", err)
 		}
 	}
 	if len(dead) > 0 {
-		if _, err := tx.NewRaw(`UPDATE outbox_events AS o SET dead_at = now(), last_error = d.err
-FROM unnest(?::bigint[], ?::text[]) AS d(id, err) WHERE o.id = d.id`,
+		if _, err := tx.NewRaw(r.names.SQL(`UPDATE outbox_events AS o SET dead_at = now(), last_error = d.err
+FROM unnest(?::bigint[], ?::text[]) AS d(id, err) WHERE o.id = d.id`),
 			pgdialect.Array(dead), pgdialect.Array(deadErrs)).Exec(bg); err != nil {
 			return 0, 0, fmt.Errorf("mark archived dead: %w", err)
 		}
@@ -500,8 +500,8 @@ func (r *Relay) warnKeyedWithoutInspector(ctx context.Context, db bun.IDB) {
 		return
 	}
 	var keyed bool
-	if err := db.NewRaw(`SELECT EXISTS (SELECT 1 FROM outbox_events
-WHERE ordering_key IS NOT NULL AND completed_at IS NULL AND published_at IS NULL AND dead_at IS NULL)`).Scan(ctx, &keyed); err == nil && keyed {
+	if err := db.NewRaw(r.names.SQL(`SELECT EXISTS (SELECT 1 FROM outbox_events
+WHERE ordering_key IS NOT NULL AND completed_at IS NULL AND published_at IS NULL AND dead_at IS NULL)`)).Scan(ctx, &keyed); err == nil && keyed {
 		r.log.LogAttrs(ctx, slog.LevelWarn, "bunbox relay: keyed events are waiting, but this relay relays none: "+
 			"give relay.New the Redis options or Config.Inspector")
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
+	"github.com/bunbox/bunbox/internal/tables"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -73,7 +74,7 @@ const keyLockClass = 0x62627831
 // that starts after they were taken, so READ COMMITTED shows every round that held them before), has
 // another row in hand: its claimed row is left out, not tried and not charged, and stays locked until the
 // round ends. Two keys with one hash only wait for each other.
-func holdKeys(ctx context.Context, tx bun.Tx, events []model.Event, bad map[int]error) ([]model.Event, map[int]error, error) {
+func holdKeys(ctx context.Context, tx bun.Tx, names tables.Names, events []model.Event, bad map[int]error) ([]model.Event, map[int]error, error) {
 	var keys []string
 	for i := range events {
 		if events[i].OrderingKey != "" {
@@ -100,10 +101,10 @@ func holdKeys(ctx context.Context, tx bun.Tx, events []model.Event, bad map[int]
 		return rows.Err()
 	}
 	if err := scan(`SELECT k FROM unnest(?::text[]) AS k WHERE NOT pg_try_advisory_xact_lock(?, hashtext(k))`,
-		pgdialect.Array(keys), keyLockClass); err != nil {
+		pgdialect.Array(keys), names.LockClass(keyLockClass)); err != nil {
 		return nil, nil, fmt.Errorf("lock ordering keys: %w", err)
 	}
-	if err := scan(`SELECT DISTINCT ordering_key FROM (`+keyInFlightSQL+`) AS f WHERE ordering_key = ANY(?)`,
+	if err := scan(names.SQL(`SELECT DISTINCT ordering_key FROM (`+keyInFlightSQL+`) AS f WHERE ordering_key = ANY(?)`),
 		pgdialect.Array(keys)); err != nil {
 		return nil, nil, fmt.Errorf("check ordering keys: %w", err)
 	}
@@ -138,7 +139,7 @@ func (r *Relay) claimRound(ctx context.Context, tx bun.Tx, n int) ([]model.Event
 	if first {
 		// The first claim: sized from the rows at the head of the line, not BatchSize of them, and cut
 		// at the budget in PostgreSQL, as before the sample.
-		if err := r.sizer.sample(ctx, tx); err != nil {
+		if err := r.sizer.sample(ctx, tx, r.names); err != nil {
 			return nil, nil, err
 		}
 		n = r.sizer.limit(n, budget)
@@ -151,7 +152,7 @@ func (r *Relay) claimRound(ctx context.Context, tx bun.Tx, n int) ([]model.Event
 	var bad map[int]error
 	var err error
 	if windowed {
-		events, bad, err = claimBy(ctx, tx, make([]model.Event, 0, n), nil, keyedClaimBudgetSQL, true, budget, max(1, n/2))
+		events, bad, err = claimBy(ctx, tx, make([]model.Event, 0, n), nil, r.names.SQL(keyedClaimBudgetSQL), true, budget, max(1, n/2))
 	} else {
 		var rows *sql.Rows
 		if rows, err = r.queryKeyedClaim(ctx, tx, max(1, n/2)); err == nil {
@@ -159,7 +160,7 @@ func (r *Relay) claimRound(ctx context.Context, tx bun.Tx, n int) ([]model.Event
 		}
 	}
 	if err == nil {
-		events, bad, err = holdKeys(ctx, tx, events, bad)
+		events, bad, err = holdKeys(ctx, tx, r.names, events, bad)
 	}
 	if err != nil || len(events) == n {
 		return events, bad, err
@@ -177,9 +178,9 @@ func (r *Relay) dueKeyed(ctx context.Context) bool {
 		return false
 	}
 	var due bool
-	err := r.db.NewRaw(keyedHeadsSQL+`SELECT EXISTS (SELECT 1 FROM outbox_events
+	err := r.db.NewRaw(r.names.SQL(keyedHeadsSQL+`SELECT EXISTS (SELECT 1 FROM outbox_events
 WHERE id IN (SELECT id FROM heads WHERE heads.ordering_key NOT IN (`+keyInFlightSQL+`))
   AND published_at IS NULL AND dead_at IS NULL AND cancelled_at IS NULL
-  AND (next_attempt_at IS NULL OR next_attempt_at <= now()))`).Scan(ctx, &due)
+  AND (next_attempt_at IS NULL OR next_attempt_at <= now()))`)).Scan(ctx, &due)
 	return err != nil || due
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/internal/pgerr"
+	"github.com/bunbox/bunbox/internal/tables"
 )
 
 // prepared is one of the relay's hottest statements, prepared once per connection. PostgreSQL plans a
@@ -76,10 +77,10 @@ type statements struct {
 
 // newStatements prepares the statements on db when enabled (Config.PreparedStatements); else they stay off
 // and run plain.
-func newStatements(ctx context.Context, db *bun.DB, enabled bool) *statements {
+func newStatements(ctx context.Context, db *bun.DB, enabled bool, names tables.Names) *statements {
 	s := &statements{}
-	s.keyedClaim = prepared{sql: strings.Replace(keyedClaimSizedSQL, "LIMIT ?", "LIMIT $1", 1), off: &s.off}
-	s.mark = prepared{sql: strings.Replace(markPublishedSQL, "?", "$1::bigint[]", 1), off: &s.off}
+	s.keyedClaim = prepared{sql: strings.Replace(names.SQL(keyedClaimSizedSQL), "LIMIT ?", "LIMIT $1", 1), off: &s.off}
+	s.mark = prepared{sql: strings.Replace(names.SQL(markPublishedSQL), "?", "$1::bigint[]", 1), off: &s.off}
 	if !enabled {
 		s.off.Store(true)
 		return s
@@ -100,7 +101,7 @@ func (s *statements) close() error {
 func (r *Relay) queryKeyedClaim(ctx context.Context, tx bun.Tx, n int) (*sql.Rows, error) {
 	stmt := r.stmts.keyedClaim.in(ctx, tx)
 	if stmt == nil {
-		return tx.QueryContext(ctx, keyedClaimSizedSQL, n)
+		return tx.QueryContext(ctx, r.names.SQL(keyedClaimSizedSQL), n)
 	}
 	rows, err := stmt.QueryContext(ctx, n)
 	r.stmts.keyedClaim.failed(err)

@@ -161,11 +161,11 @@ func (r *Relay) claimUnkeyed(ctx context.Context, tx bun.Tx, events []model.Even
 ) ([]model.Event, map[int]error, error) {
 	fq := r.queues
 	if fq == nil {
-		return claimBy(ctx, tx, events, bad, claimQuery(false, windowed), windowed, budget, n)
+		return claimBy(ctx, tx, events, bad, r.names.SQL(claimQuery(false, windowed)), windowed, budget, n)
 	}
 	shares := fq.named
 	var rest []string
-	if err := tx.NewRaw(restQueuesSQL, pgdialect.Array(fq.names)).Scan(ctx, &rest); err != nil {
+	if err := tx.NewRaw(r.names.SQL(restQueuesSQL), pgdialect.Array(fq.names)).Scan(ctx, &rest); err != nil {
 		return nil, nil, fmt.Errorf("list the queues not named in Queues: %w", err)
 	}
 	if len(rest) > 0 {
@@ -188,7 +188,7 @@ func (r *Relay) claimUnkeyed(ctx context.Context, tx bun.Tx, events []model.Even
 	}()
 	claimShare := func(i, limit int) bool {
 		before := len(events)
-		events, bad, err = claimBy(ctx, tx, events, bad, query, windowed, leftBytes,
+		events, bad, err = claimBy(ctx, tx, events, bad, r.names.SQL(query), windowed, leftBytes,
 			pgdialect.Array(shares[i].queues), after[i], limit, limit)
 		if err != nil {
 			return false

@@ -14,6 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
+
+	"github.com/bunbox/bunbox/internal/tables"
 )
 
 // ReconcileResult describes one pass of a Reconciler.
@@ -108,6 +110,8 @@ type Reconciler struct {
 	rdb     redis.UniversalClient // otherwise: the client NewReconciler made, closed by Close
 	running atomic.Bool
 
+	names tables.Names // ReconcilerConfig.Schema
+
 	passMu sync.Mutex // one pass at a time
 	cursor reconcileCursor
 }
@@ -146,7 +150,7 @@ func NewReconcilerContext(ctx context.Context, db *bun.DB, redisOpt asynq.RedisC
 // newReconciler makes a Reconciler of a valid cfg, with a Redis client of its own made from redisOpt
 // unless cfg.Inspector is set; it checks nothing.
 func newReconciler(db *bun.DB, redisOpt asynq.RedisConnOpt, cfg ReconcilerConfig) (*Reconciler, error) {
-	r := &Reconciler{db: db, cfg: cfg, log: cfg.Logger, ins: cfg.Inspector, cursor: newReconcileCursor()}
+	r := &Reconciler{db: db, cfg: cfg, log: cfg.Logger, ins: cfg.Inspector, cursor: newReconcileCursor(), names: mustNames(cfg.Schema)}
 	if r.ins != nil {
 		return r, nil
 	}
@@ -370,7 +374,7 @@ func (r *Reconciler) scan(ctx context.Context, res *ReconcileResult, rg scanRang
 	}
 	for {
 		var rows []reconcileRow
-		if err := r.db.NewRaw(query, rg.from, rg.to, afterAt, afterID, queues, notQueues,
+		if err := r.db.NewRaw(r.names.SQL(query), rg.from, rg.to, afterAt, afterID, queues, notQueues,
 			r.cfg.BatchSize).Scan(ctx, &rows); err != nil {
 			return fmt.Errorf("relay: reconciler: read published rows: %w", err)
 		}
@@ -383,7 +387,7 @@ func (r *Reconciler) scan(ctx context.Context, res *ReconcileResult, rg scanRang
 		res.Checked += len(rows)
 		res.Missing += len(missing)
 		if len(missing) > 0 {
-			n, rerr := requeueBounded(context.WithoutCancel(ctx), r.db, missing)
+			n, rerr := requeueBounded(context.WithoutCancel(ctx), r.db, r.names, missing)
 			res.Requeued += n
 			for _, row := range missing {
 				if len(res.MissingTasks) < MaxReportedMissing {
@@ -406,6 +410,15 @@ func (r *Reconciler) scan(ctx context.Context, res *ReconcileResult, rg scanRang
 	}
 }
 
+// mustNames returns the Names of schema, which the config's validate has checked.
+func mustNames(schema string) tables.Names {
+	names, err := tables.Parse(schema)
+	if err != nil {
+		panic("relay: unchecked schema: " + err.Error())
+	}
+	return names
+}
+
 func nonNil(s []string) []string {
 	if s == nil {
 		return []string{}
@@ -416,16 +429,16 @@ func nonNil(s []string) []string {
 // requeue clears published_at of the rows that are still exactly as read (same published_at), so the
 // relay enqueues them again; never of a keyed row seen completed, which would be handled after the events
 // of its key that followed it. It returns how many rows it changed.
-func requeue(ctx context.Context, db bun.IDB, rows []reconcileRow) (int, error) {
+func requeue(ctx context.Context, db bun.IDB, names tables.Names, rows []reconcileRow) (int, error) {
 	ids := make([]int64, len(rows))
 	at := make([]time.Time, len(rows))
 	for i, row := range rows {
 		ids[i], at[i] = row.ID, row.PublishedAt
 	}
-	res, err := db.NewRaw(`UPDATE outbox_events AS o
+	res, err := db.NewRaw(names.SQL(`UPDATE outbox_events AS o
 SET published_at = NULL, next_attempt_at = NULL, last_error = ?
 FROM unnest(?::bigint[], ?::timestamptz[]) AS m(id, published_at)
-WHERE o.id = m.id AND o.published_at = m.published_at AND o.completed_at IS NULL AND o.cancelled_at IS NULL`,
+WHERE o.id = m.id AND o.published_at = m.published_at AND o.completed_at IS NULL AND o.cancelled_at IS NULL`),
 		reconcileLastError, pgdialect.Array(ids), pgdialect.Array(at)).Exec(ctx)
 	if err != nil {
 		return 0, err

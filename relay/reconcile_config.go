@@ -2,11 +2,13 @@ package relay
 
 import (
 	"cmp"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/bunbox/bunbox/fanout"
 	"github.com/bunbox/bunbox/internal/configcheck"
+	"github.com/bunbox/bunbox/internal/tables"
 )
 
 // Defaults applied by NewReconciler to the zero fields of a ReconcilerConfig.
@@ -75,6 +77,9 @@ type ReconcilerConfig struct {
 	// what the pass returned, on Run's goroutine: e.g. relaymetrics.Metrics.ObserveReconcile. Defaults to
 	// nil.
 	OnPass func(res ReconcileResult, err error)
+	// Schema is the schema of the outbox to reconcile, as Config.Schema (the relay's own reconciler takes
+	// the relay's). Defaults to "": today's unqualified outbox_events.
+	Schema string
 
 	now func() time.Time
 }
@@ -97,6 +102,9 @@ func (c ReconcilerConfig) validate() error {
 	var p configcheck.Problems
 	p.Prefixed("", c.problems())
 	p.Add(c.Routes.Validate())
+	if _, err := tables.Parse(c.Schema); err != nil {
+		p.Add(fmt.Errorf("Schema: %w", err))
+	}
 	return p.Err(ErrInvalidConfig)
 }
 
@@ -116,3 +124,6 @@ func (c ReconcilerConfig) problems() []error {
 	check(c.LeaseTTL >= time.Second && c.LeaseTTL <= time.Hour, "LeaseTTL must be between 1s and 1h, got %s", c.LeaseTTL)
 	return p.List()
 }
+
+// schema is the outbox's schema, for open.
+func (c ReconcilerConfig) schema() string { return c.Schema }

@@ -15,6 +15,7 @@ func (c Config) reconcilerDefaults() ReconcilerConfig {
 	rc := c.Reconciler
 	rc.TaskRetention = c.TaskRetention
 	rc.Routes = c.Routes
+	rc.Schema = c.Schema
 	if rc.Window == 0 {
 		rc.Window = min(ReconcileWindowDefault, c.TaskRetention/2)
 	}
@@ -46,6 +47,7 @@ func (r *Relay) reconcileLoop(ctx context.Context) {
 	defer func() { _ = rc.Close() }()
 
 	l := newLease(r.db, reconcileLeaseName, cfg.LeaseTTL)
+	l.names = r.names // the lease is per outbox: in the table of its schema
 	lead := &leadership{}
 	defer lead.stop()
 	gained := make(chan struct{}, 1)

@@ -12,6 +12,8 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
+
+	"github.com/bunbox/bunbox/internal/tables"
 )
 
 var (
@@ -43,6 +45,8 @@ type Relay struct {
 	wake     wakeState          // shared with the wake-up (wake.go)
 
 	counters counters
+
+	names tables.Names // Config.Schema: the outbox's tables, qualified (internal/tables)
 }
 
 // New checks that the outbox table exists and that Redis answers, and returns a Relay ready to Run.
@@ -67,6 +71,7 @@ func NewContext(ctx context.Context, db *bun.DB, redis asynq.RedisConnOpt, cfg C
 	}
 	r := &Relay{db: db, cfg: cfg, log: cfg.Logger, enq: cfg.Enqueuer, sem: make(chan struct{}, cfg.Concurrency)}
 	r.redisOpt = redis
+	r.names = mustNames(cfg.Schema) // validated by open
 	r.queues = newFairQueues(cfg)
 	if r.enq == nil {
 		if redis == nil {
@@ -78,7 +83,7 @@ func NewContext(ctx context.Context, db *bun.DB, redis asynq.RedisConnOpt, cfg C
 		}
 		r.rdb, r.enq = rdb, client
 	}
-	r.stmts = newStatements(ctx, db, cfg.PreparedStatements)
+	r.stmts = newStatements(ctx, db, cfg.PreparedStatements, r.names)
 	if err := r.newKeyTracker(redis); err != nil {
 		_ = r.Close()
 		return nil, err
@@ -102,16 +107,22 @@ func fromRedisOpt[T any](redis asynq.RedisConnOpt, mk func(asynq.RedisConnOpt) T
 	return mk(redis), nil
 }
 
-func checkSchema(ctx context.Context, db bun.IDB) error {
+func checkSchema(ctx context.Context, db bun.IDB, names tables.Names) error {
 	var exists bool
-	if err := db.NewRaw("SELECT to_regclass('outbox_events') IS NOT NULL").Scan(ctx, &exists); err != nil {
+	if err := db.NewRaw(names.SQL("SELECT to_regclass('outbox_events') IS NOT NULL")).Scan(ctx, &exists); err != nil {
 		return fmt.Errorf("relay: PostgreSQL: %w", err)
+	}
+	if !exists && !names.IsDefault() {
+		return fmt.Errorf("%w (schema %s: migrate.Up with migrate.WithSchema, or `bunbox migrate up --schema`)", ErrNoSchema, names.QuotedSchema())
 	}
 	if !exists {
 		return ErrNoSchema
 	}
 	return nil
 }
+
+// Schema returns the schema of the outbox the relay serves (Config.Schema); "" for the default names.
+func (r *Relay) Schema() string { return r.names.Schema() }
 
 // Close releases the Redis connections of the client that New made (none when Config.Enqueuer was
 // given). Call it after Run has returned.

@@ -146,7 +146,7 @@ func (r *Relay) settle(ctx context.Context, tx bun.Tx, events []model.Event, d d
 	if d.marked == 0 && len(fails) == 0 {
 		return
 	}
-	if err := markFailed(ctx, tx, fails); err != nil {
+	if err := markFailed(ctx, tx, r.names, fails); err != nil {
 		res.Err = errors.Join(res.Err, fmt.Errorf("mark failed: %w", err))
 		return
 	}

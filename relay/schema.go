@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/uptrace/bun"
+
+	"github.com/bunbox/bunbox/internal/tables"
 )
 
 // ErrReadOnly means the database the relay was given cannot be written: a standby in recovery, or
@@ -19,14 +21,28 @@ var ErrReadOnly = errors.New("relay: the database is read-only")
 // a database the relay cannot write (see checkWritable) one wrapping ErrReadOnly. It is what a readiness
 // probe asks (the standalone relay's /readyz does).
 func CheckSchema(ctx context.Context, db bun.IDB) error {
-	if err := checkSchema(ctx, db); err != nil {
+	return checkSchemaOf(ctx, db, tables.Names{})
+}
+
+// CheckSchemaIn is CheckSchema for the outbox in schema (Config.Schema); "" is CheckSchema. An invalid
+// schema name gives an error wrapping ErrInvalidConfig that names it.
+func CheckSchemaIn(ctx context.Context, db bun.IDB, schema string) error {
+	names, err := tables.Parse(schema)
+	if err != nil {
+		return fmt.Errorf("%w: Schema: %w", ErrInvalidConfig, err)
+	}
+	return checkSchemaOf(ctx, db, names)
+}
+
+func checkSchemaOf(ctx context.Context, db bun.IDB, names tables.Names) error {
+	if err := checkSchema(ctx, db, names); err != nil {
 		return err
 	}
 	if err := checkWritable(ctx, db); err != nil {
 		return err
 	}
 	for _, query := range []string{claimSQL, keyedClaimSQL} {
-		rows, err := db.QueryContext(ctx, query, 0)
+		rows, err := db.QueryContext(ctx, names.SQL(query), 0)
 		if err != nil {
 			return fmt.Errorf("relay: the outbox table does not have the relay's columns (apply the migrations): %w", err)
 		}

@@ -3,12 +3,14 @@ package ui
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 
 	"github.com/hibiken/asynq"
 
 	"github.com/bunbox/bunbox/internal/configcheck"
+	"github.com/bunbox/bunbox/internal/tables"
 )
 
 // Defaults applied by New to the zero fields of a Config.
@@ -32,6 +34,11 @@ type Config struct {
 	Logger *slog.Logger
 	// ListLimit is how many rows each list shows, 1 to 1000. Defaults to 50.
 	ListLimit int
+	// Schema is the schema of the outbox the page shows and changes ("tenant_a" for
+	// "tenant_a".outbox_events and its leases, as relay.Config.Schema): one Handler per outbox. 1 to 48
+	// ASCII letters, digits and underscores, not starting with a digit or pg_; case is kept. Defaults to
+	// "": today's unqualified tables.
+	Schema string
 }
 
 func (c Config) withDefaults() Config {
@@ -48,6 +55,9 @@ var ErrInvalidConfig = errors.New("ui: invalid config")
 func (c Config) validate() error {
 	var p configcheck.Problems
 	p.Check(c.Token == "" || len(c.Token) >= MinTokenLength, "Token must be at least %d bytes, got %d", MinTokenLength, len(c.Token))
+	if _, err := tables.Parse(c.Schema); err != nil {
+		p.Add(fmt.Errorf("Schema: %w", err))
+	}
 	p.Check(c.ListLimit >= 1 && c.ListLimit <= 1000, "ListLimit must be between 1 and 1000, got %d", c.ListLimit)
 	return p.Err(ErrInvalidConfig)
 }

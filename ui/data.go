@@ -132,11 +132,11 @@ func (h *Handler) readAsynq(byQueue map[string]*queueRow, o *overview) error {
 // readReconcile reads the reconciler's lease when the schema has one (bunbox_leases); nil otherwise.
 func (h *Handler) readReconcile(ctx context.Context) *reconcileState {
 	var exists bool
-	if err := h.db.NewRaw("SELECT to_regclass('bunbox_leases') IS NOT NULL").Scan(ctx, &exists); err != nil || !exists {
+	if err := h.db.NewRaw(h.names.SQL("SELECT to_regclass('bunbox_leases') IS NOT NULL")).Scan(ctx, &exists); err != nil || !exists {
 		return nil
 	}
 	var st reconcileState
-	err := h.db.NewRaw("SELECT holder, expires_at FROM bunbox_leases WHERE name = 'bunbox.reconciler'").Scan(ctx, &st.Holder, &st.ExpiresAt)
+	err := h.db.NewRaw(h.names.SQL("SELECT holder, expires_at FROM bunbox_leases WHERE name = 'bunbox.reconciler'")).Scan(ctx, &st.Holder, &st.ExpiresAt)
 	if err != nil {
 		return nil
 	}
@@ -153,6 +153,9 @@ var errUnknownState = errors.New("unknown state")
 
 func (h *Handler) readEvents(ctx context.Context, state string) (eventList, error) {
 	q := h.db.NewSelect().Model((*model.Event)(nil)).Limit(int64(h.cfg.ListLimit))
+	if !h.names.IsDefault() {
+		q = q.ModelTableExpr(h.names.Outbox() + " AS oe")
+	}
 	switch state {
 	case "pending":
 		q = q.Where("published_at IS NULL AND dead_at IS NULL").Order("id")
@@ -178,7 +181,11 @@ type eventDetail struct {
 
 func (h *Handler) readEvent(ctx context.Context, id uuid.UUID) (*eventDetail, error) {
 	var ev model.Event
-	err := h.db.NewSelect().Model(&ev).Where("event_id = ?", id).Scan(ctx)
+	q := h.db.NewSelect().Model(&ev)
+	if !h.names.IsDefault() {
+		q = q.ModelTableExpr(h.names.Outbox() + " AS oe")
+	}
+	err := q.Where("event_id = ?", id).Scan(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/admin"
+	"github.com/bunbox/bunbox/internal/tables"
 )
 
 //go:embed assets
@@ -38,6 +39,7 @@ type Handler struct {
 	origin    *http.CrossOriginProtection
 	pages     *template.Template
 	mux       *http.ServeMux
+	names     tables.Names // Config.Schema
 }
 
 // New returns the Handler of the page on db. Invalid settings give an error wrapping ErrInvalidConfig
@@ -56,6 +58,7 @@ func New(db *bun.DB, cfg Config) (*Handler, error) {
 	}
 	h := &Handler{db: db, cfg: cfg, log: cfg.Logger, sessions: newSessions(cfg.Token),
 		origin: http.NewCrossOriginProtection(), pages: pages, mux: http.NewServeMux()}
+	h.names, _ = tables.Parse(cfg.Schema) // validated above
 	if cfg.Redis != nil {
 		if h.inspector, err = newInspector(cfg.Redis); err != nil {
 			return nil, err
@@ -94,6 +97,9 @@ func (h *Handler) Close() error {
 
 // ServeHTTP serves the page, its stylesheet and its write actions.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !h.names.IsDefault() { // the admin queries of every page and action read the outbox of the schema
+		r = r.WithContext(admin.WithSchema(r.Context(), h.names.Schema()))
+	}
 	hdr := w.Header()
 	hdr.Set("Content-Security-Policy", contentSecurityPolicy)
 	hdr.Set("X-Content-Type-Options", "nosniff")

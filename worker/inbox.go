@@ -15,6 +15,7 @@ import (
 
 	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/internal/pgerr"
+	"github.com/bunbox/bunbox/internal/tables"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -32,6 +33,8 @@ type Inbox struct {
 	logger  *slog.Logger
 	tracing *tracing
 	codec   *model.Codec // WithInboxCodec
+	tables  tables.Names // WithInboxSchema
+	err     error        // an invalid option: every task fails with it
 }
 
 // NewInbox returns an Inbox that records handled events in db's inbox_events table (see the migrate package).
@@ -40,7 +43,8 @@ func NewInbox(db *bun.DB, opts ...Option) *Inbox {
 		panic("worker.NewInbox: db must not be nil")
 	}
 	o := applyOptions(opts)
-	return &Inbox{db: db, logger: cmp.Or(o.logger, defaultInboxLogger()), tracing: newTracing(o.tp), codec: o.codec}
+	return &Inbox{db: db, logger: cmp.Or(o.logger, defaultInboxLogger()), tracing: newTracing(o.tp), codec: o.codec,
+		tables: o.tables, err: o.err}
 }
 
 // ErrMalformedTask is wrapped (with asynq.SkipRetry, so asynq archives the task instead of retrying it
@@ -78,6 +82,10 @@ func (in *Inbox) handle(ctx context.Context, name string, t *asynq.Task, fn func
 			slog.String("handler", name), slog.String("task_type", t.Type()), slog.Any("err", err))
 		return err
 	}
+	if in.err != nil {
+		in.logger.LogAttrs(ctx, slog.LevelError, "bunbox inbox: misconfigured", slog.String("handler", name), slog.Any("err", in.err))
+		return in.err
+	}
 	if t, err = DecodeTask(in.codec, t); err != nil {
 		in.logger.LogAttrs(ctx, slog.LevelError, "bunbox inbox: payload does not decode",
 			slog.String("handler", name), slog.String("event_id", id.String()), slog.Any("err", err))
@@ -85,7 +93,7 @@ func (in *Inbox) handle(ctx context.Context, name string, t *asynq.Task, fn func
 	}
 	var duplicate bool
 	err = in.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		res, err := tx.NewRaw("INSERT INTO inbox_events (event_id, handler) VALUES (?, ?) ON CONFLICT DO NOTHING", id, name).
+		res, err := tx.NewRaw(in.tables.SQL("INSERT INTO inbox_events (event_id, handler) VALUES (?, ?) ON CONFLICT DO NOTHING"), id, name).
 			Exec(ctx)
 		if err != nil {
 			return inboxError(err)

@@ -205,6 +205,9 @@ func NewInboxCleaner(in *Inbox, cfg InboxCleanerConfig) (*InboxCleaner, error) {
 	if in == nil {
 		return nil, errors.New("worker: NewInboxCleaner: the inbox must not be nil")
 	}
+	if in.err != nil {
+		return nil, in.err
+	}
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -241,7 +244,7 @@ const cleanupSQL = `DELETE FROM inbox_events WHERE (event_id, handler) IN (
 func (c *InboxCleaner) Cleanup(ctx context.Context) (int64, error) {
 	var total int64
 	for ctx.Err() == nil {
-		res, err := c.in.db.NewRaw(cleanupSQL, c.cfg.Window.Microseconds(), c.cfg.BatchSize).Exec(ctx)
+		res, err := c.in.db.NewRaw(c.in.tables.SQL(cleanupSQL), c.cfg.Window.Microseconds(), c.cfg.BatchSize).Exec(ctx)
 		if err != nil {
 			if pgerr.Is(err, pgerr.UndefinedTable) {
 				return total, fmt.Errorf("worker: the inbox table is missing: apply the migrations (bunboxmigrate.Up, or `bunbox migrate up`): %w", err)

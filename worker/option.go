@@ -3,6 +3,7 @@ package worker
 import (
 	"log/slog"
 
+	"github.com/bunbox/bunbox/internal/tables"
 	"github.com/bunbox/bunbox/model"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -14,6 +15,8 @@ type options struct {
 	logger *slog.Logger
 	tp     trace.TracerProvider
 	codec  *model.Codec // WithInboxCodec; TraceMiddleware ignores it
+	tables tables.Names // WithInboxSchema; TraceMiddleware ignores it
+	err    error        // an invalid option of the Inbox's
 }
 
 func applyOptions(opts []Option) options {

@@ -13,6 +13,7 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/bunbox/bunbox/bunx"
+	"github.com/bunbox/bunbox/internal/tables"
 )
 
 // cancelledJSON is one event in `cancel -json`.
@@ -50,13 +51,13 @@ func (c *cli) cancel(ctx context.Context, args []string) error {
 		return err
 	}
 	defer db.Close()
-	ob := bunx.New(db)
+	ob := bunx.New(db, bunx.WithSchema(c.dbSchema))
 	if err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		return ob.Cancel(ctx, tx, ids...)
 	}); err != nil {
 		return fmt.Errorf("cancel: %w", err)
 	}
-	states, err := readCancelled(ctx, db, ids)
+	states, err := readCancelled(ctx, db, c.names(), ids)
 	deadline := time.Now().Add(*wait)
 	for err == nil && !allSettled(states) && time.Now().Before(deadline) {
 		select {
@@ -64,7 +65,7 @@ func (c *cli) cancel(ctx context.Context, args []string) error {
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
-		states, err = readCancelled(ctx, db, ids)
+		states, err = readCancelled(ctx, db, c.names(), ids)
 	}
 	if err != nil {
 		return fmt.Errorf("read the cancelled events: %w", err)
@@ -85,7 +86,7 @@ func (c *cli) cancel(ctx context.Context, args []string) error {
 }
 
 // readCancelled reads the cancel state of the events, in the order of ids.
-func readCancelled(ctx context.Context, db bun.IDB, ids []uuid.UUID) ([]cancelledJSON, error) {
+func readCancelled(ctx context.Context, db bun.IDB, names tables.Names, ids []uuid.UUID) ([]cancelledJSON, error) {
 	s := make([]string, len(ids))
 	for i, id := range ids {
 		s[i] = id.String()
@@ -98,9 +99,9 @@ func readCancelled(ctx context.Context, db bun.IDB, ids []uuid.UUID) ([]cancelle
 		Settled   bool      `bun:"settled"`
 		Result    string    `bun:"result"`
 	}
-	if err := db.NewRaw(`SELECT event_id, event_name, queue, published_at IS NOT NULL AS published,
+	if err := db.NewRaw(names.SQL(`SELECT event_id, event_name, queue, published_at IS NOT NULL AS published,
   cancel_settled_at IS NOT NULL AS settled, coalesce(cancel_result, '') AS result
-FROM outbox_events WHERE event_id = ANY(?::uuid[])`, pgdialect.Array(s)).Scan(ctx, &rows); err != nil {
+FROM outbox_events WHERE event_id = ANY(?::uuid[])`), pgdialect.Array(s)).Scan(ctx, &rows); err != nil {
 		return nil, err
 	}
 	by := map[uuid.UUID]cancelledJSON{}

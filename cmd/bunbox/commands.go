@@ -49,17 +49,17 @@ func (c *cli) migrate(ctx context.Context, args []string) error {
 	defer db.Close()
 	switch sub {
 	case "up":
-		if err := bunboxmigrate.Up(ctx, db); err != nil {
+		if err := bunboxmigrate.Up(ctx, db, bunboxmigrate.WithSchema(c.dbSchema)); err != nil {
 			return fmt.Errorf("migrate up: %w", err)
 		}
 		fmt.Fprintln(c.stdout, "bunbox schema is up to date")
 	case "down":
-		if err := bunboxmigrate.Down(ctx, db); err != nil {
+		if err := bunboxmigrate.Down(ctx, db, bunboxmigrate.WithSchema(c.dbSchema)); err != nil {
 			return fmt.Errorf("migrate down: %w", err)
 		}
 		fmt.Fprintln(c.stdout, "bunbox schema rolled back")
 	case "status":
-		ms, err := bunboxmigrate.Status(ctx, db)
+		ms, err := bunboxmigrate.Status(ctx, db, bunboxmigrate.WithSchema(c.dbSchema))
 		if err != nil {
 			return fmt.Errorf("migrate status: %w", err)
 		}
@@ -118,11 +118,12 @@ func (c *cli) status(ctx context.Context, args []string) error {
 		return err
 	}
 	defer db.Close()
+	ctx = c.inSchema(ctx)
 	b, err := admin.ReadBacklog(ctx, db)
 	if err != nil {
 		return fmt.Errorf("read backlog: %w", err)
 	}
-	published, err := db.NewSelect().Table("outbox_events").Where("published_at IS NOT NULL").Count(ctx)
+	published, err := db.NewSelect().TableExpr(c.names().Outbox()).Where("published_at IS NOT NULL").Count(ctx)
 	if err != nil {
 		return fmt.Errorf("count published: %w", err)
 	}

@@ -62,6 +62,7 @@ func (c *cli) deadList(ctx context.Context, args []string) error {
 		return err
 	}
 	defer db.Close()
+	ctx = c.inSchema(ctx)
 	events, err := admin.ListDead(ctx, db, *limit)
 	if err != nil {
 		return fmt.Errorf("list dead events: %w", err)
@@ -122,6 +123,7 @@ func (c *cli) deadRetry(ctx context.Context, args []string) error {
 		return err
 	}
 	defer db.Close()
+	ctx = c.inSchema(ctx)
 	n, err := admin.RetryDeadWhere(ctx, db, f)
 	if err != nil {
 		return fmt.Errorf("retry dead events: %w", err)
@@ -167,6 +169,7 @@ func (c *cli) deadPurge(ctx context.Context, args []string) error {
 		return err
 	}
 	defer db.Close()
+	ctx = c.inSchema(ctx)
 	if !*yes {
 		n, err := admin.CountDead(ctx, db, f)
 		if err != nil {

@@ -38,7 +38,7 @@ import (
 	"github.com/bunbox/bunbox/internal/pgerr"
 )
 
-const usage = `usage: bunbox [-database-url URL] [-database-driver pgdriver|pgx] [-redis-url URL | -redis-addr host:port] <command> [arguments]
+const usage = `usage: bunbox [-database-url URL] [-database-driver pgdriver|pgx] [-redis-url URL | -redis-addr host:port] [-schema S] <command> [arguments]
 
 commands:
   migrate up              apply bunbox's migrations (creates outbox_events)
@@ -87,6 +87,9 @@ environment:
                 the CA (PEM) a rediss URL trusts instead of the system's roots, when the URL
                 has no ?tls_ca_file=
   REDIS_ADDR    Redis host:port, when REDIS_URL is not set (default 127.0.0.1:6379)
+  OUTBOX_SCHEMA the schema of the outbox every command works on (-schema, before or after the
+                command): "tenant_a" means "tenant_a".outbox_events and its inbox and leases;
+                unset: today's unqualified tables. bunbox migrate up -schema S creates the schema
   OUTBOX_*      relay settings: OUTBOX_BATCH_SIZE, OUTBOX_POLL_INTERVAL, OUTBOX_TASK_RETENTION, ...
 
 exit codes: 0 success, 1 failure, 2 bad usage
@@ -115,6 +118,7 @@ type cli struct {
 	redisURL    string // wins over redisAddr
 	redisAddr   string
 	uiToken     string // BUNBOX_UI_TOKEN, for bunbox ui
+	dbSchema    string // -schema, OUTBOX_SCHEMA: the schema of the outbox ("" for today's tables)
 	stdout      io.Writer
 	stderr      io.Writer
 }
@@ -125,7 +129,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// value (a blank REDIS_URL does not hide OUTBOX_REDIS_URL).
 	rawGetenv := getenv
 	getenv = func(k string) string { return strings.TrimSpace(rawGetenv(k)) }
-	c := &cli{stdout: stdout, stderr: stderr, uiToken: getenv(uiTokenEnv)}
+	c := &cli{stdout: stdout, stderr: stderr, uiToken: getenv(uiTokenEnv), dbSchema: getenv(outboxSchemaEnv)}
 	fs := flag.NewFlagSet("bunbox", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage) }
@@ -133,6 +137,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.StringVar(&c.dbDriver, "database-driver", or(getenv("DATABASE_DRIVER"), string(connect.DriverPgdriver)), "database/sql driver: pgdriver or pgx (default $DATABASE_DRIVER, else pgdriver)")
 	fs.StringVar(&c.redisURL, "redis-url", or(getenv("REDIS_URL"), getenv("OUTBOX_REDIS_URL")), "Redis URL, wins over -redis-addr (default $REDIS_URL, else $OUTBOX_REDIS_URL)")
 	fs.StringVar(&c.redisAddr, "redis-addr", or(getenv("REDIS_ADDR"), "127.0.0.1:6379"), "Redis host:port (default $REDIS_ADDR)")
+	c.schemaFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -200,11 +205,17 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 // flags parses a subcommand's flags; positional arguments are returned.
 func (c *cli) flags(fs *flag.FlagSet, args []string) ([]string, error) {
 	fs.SetOutput(c.stderr)
+	if fs.Lookup("schema") == nil {
+		c.schemaFlag(fs)
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
 		}
 		return nil, errUsage
+	}
+	if err := c.checkSchema(); err != nil {
+		return nil, err
 	}
 	return fs.Args(), nil
 }

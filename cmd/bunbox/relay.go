@@ -39,6 +39,7 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level}))
+	cfg.Schema = c.dbSchema // -schema, else OUTBOX_SCHEMA, as ConfigFromEnv read it
 	if *reconcileWindow < 0 {
 		return usageError(c.stderr, "-reconcile-window must not be negative, got %s", *reconcileWindow)
 	}
@@ -61,7 +62,7 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 	cfg.Observer = metrics.Observer(cfg.Observer)
 	cfg.Reconciler.OnPass = metrics.ObserveReconcile
 	if *enableNotify {
-		if err := relay.EnableNotifyTrigger(ctx, db); err != nil {
+		if err := relay.EnableNotifyTriggerIn(ctx, db, c.dbSchema); err != nil {
 			return fmt.Errorf("install the notify trigger: %w", err)
 		}
 	}

@@ -218,6 +218,7 @@ func (c *cli) schema(args []string) error {
 	if err != nil {
 		return usageError(c.stderr, "%v", err)
 	}
+	ms = c.schemaMigrations(ms)
 	switch *format {
 	case formatGoose:
 		text := gooseSchema(ms, *after)
@@ -232,7 +233,11 @@ func (c *cli) schema(args []string) error {
 		return c.writeSchemaFiles(*dir, map[string]string{v + "_bunbox.up.sql": up, v + "_bunbox.down.sql": down})
 	}
 	if *after == "" {
-		_, err = fmt.Fprint(c.stdout, bunboxmigrate.SchemaSQL())
+		text, err := bunboxmigrate.SchemaSQLFor(bunboxmigrate.WithSchema(c.dbSchema))
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprint(c.stdout, text)
 		return err
 	}
 	_, err = fmt.Fprint(c.stdout, plainSchema(ms, *after))

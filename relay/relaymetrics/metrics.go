@@ -31,6 +31,9 @@ type MetricsConfig struct {
 	// DB is the outbox's database: each scrape reads the backlog, dead rows, lag and blocked keys from it
 	// (bunbox_outbox_*). Defaults to nil: no table gauges.
 	DB bun.IDB
+	// Schema is the schema of the outbox whose table DB's gauges read (relay.Config.Schema). Defaults to
+	// the schema of the relay given to SetRelay, or the default outbox without one.
+	Schema string
 }
 
 // Metrics is the one prometheus.Collector of a relay: the outbox table's state at scrape time
@@ -63,8 +66,9 @@ type MetricsConfig struct {
 // The delivery lag starts at created_at, the start of the transaction that wrote the row on PostgreSQL's
 // clock: it includes that transaction's own duration, and any offset between that clock and the relay's.
 type Metrics struct {
-	db    bun.IDB
-	relay atomic.Pointer[relay.Relay]
+	db     bun.IDB
+	schema string // MetricsConfig.Schema
+	relay  atomic.Pointer[relay.Relay]
 
 	queues, names *labels
 
@@ -90,6 +94,7 @@ func NewMetrics(cfg MetricsConfig) (*Metrics, error) {
 	}
 	return &Metrics{
 		db:     cfg.DB,
+		schema: cfg.Schema,
 		queues: newLabels(maxValues),
 		names:  newLabels(maxValues),
 		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{

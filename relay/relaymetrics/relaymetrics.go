@@ -73,6 +73,13 @@ func (m *Metrics) collectState(ch chan<- prometheus.Metric) {
 func collectTable(ch chan<- prometheus.Metric, m *Metrics) {
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
+	schema := m.schema
+	if r := m.relay.Load(); schema == "" && r != nil {
+		schema = r.Schema()
+	}
+	if schema != "" {
+		ctx = admin.WithSchema(ctx, schema)
+	}
 	b, err := admin.ReadBacklog(ctx, m.db)
 	if err != nil {
 		ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, 0)

@@ -1,0 +1,206 @@
+// Package tables names bunbox's tables for one outbox: the unqualified names of today (outbox_events,
+// inbox_events, bunbox_leases, resolved through search_path) by default, or the same tables in a schema of
+// the user's choice, qualified and quoted ("tenant_a".outbox_events), so that they are found without
+// search_path (which a transaction pooler does not keep) and several outboxes live in one database.
+//
+// The SQL of every package is written with today's names; Names.SQL rewrites it for a schema. For the
+// default Names it returns its argument unchanged, so the default path runs exactly the SQL of before.
+package tables
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"sync"
+)
+
+// MaxSchemaLen is the longest schema name accepted, in bytes: the NOTIFY channel "bunbox_outbox:<schema>"
+// must fit PostgreSQL's 63-byte identifiers.
+const MaxSchemaLen = 48
+
+// ErrInvalidSchema is wrapped by the error of a schema name that bunbox refuses.
+var ErrInvalidSchema = errors.New("invalid schema name")
+
+// The names that SQL rewrites: the tables of the migrations.
+var tableNames = map[string]bool{"outbox_events": true, "inbox_events": true, "bunbox_leases": true}
+
+// keywords may follow DROP INDEX before the index's name.
+var keywords = map[string]bool{"IF": true, "EXISTS": true, "CONCURRENTLY": true}
+
+// Names are the names of one outbox's tables. The zero value is the default: today's unqualified names.
+type Names struct {
+	schema string    // as the user wrote it; "" for the default
+	quoted string    // the schema as a quoted identifier
+	cache  *sync.Map // SQL text -> its rewrite
+}
+
+// Default returns the default Names: today's unqualified names.
+func Default() Names { return Names{} }
+
+// Parse returns the Names of schema, validated: "" is the default; else 1 to MaxSchemaLen bytes of ASCII
+// letters, digits and underscores, not starting with a digit. Case is kept ("TenantA" is the schema
+// "TenantA", quoted everywhere), so a name means the same in every statement.
+func Parse(schema string) (Names, error) {
+	if schema == "" {
+		return Names{}, nil
+	}
+	if err := validate(schema); err != nil {
+		return Names{}, err
+	}
+	return Names{schema: schema, quoted: `"` + schema + `"`, cache: new(sync.Map)}, nil
+}
+
+func validate(s string) error {
+	if len(s) > MaxSchemaLen {
+		return fmt.Errorf("%w %q: longer than %d bytes", ErrInvalidSchema, s, MaxSchemaLen)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '_', 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case '0' <= c && c <= '9' && i > 0:
+		default:
+			return fmt.Errorf("%w %q: use ASCII letters, digits and underscores, not starting with a digit", ErrInvalidSchema, s)
+		}
+	}
+	if strings.HasPrefix(strings.ToLower(s), "pg_") {
+		return fmt.Errorf("%w %q: names starting with pg_ are reserved by PostgreSQL", ErrInvalidSchema, s)
+	}
+	return nil
+}
+
+// IsDefault reports whether n are today's unqualified names.
+func (n Names) IsDefault() bool { return n.schema == "" }
+
+// Schema returns the schema as given ("" for the default).
+func (n Names) Schema() string { return n.schema }
+
+// QuotedSchema returns the schema as a quoted identifier ("" for the default).
+func (n Names) QuotedSchema() string { return n.quoted }
+
+// Qualify returns name (a table, index or function of bunbox) in n's schema: name itself by default.
+func (n Names) Qualify(name string) string {
+	if n.schema == "" {
+		return name
+	}
+	return n.quoted + "." + name
+}
+
+// Outbox returns the outbox table as SQL: outbox_events or "schema".outbox_events.
+func (n Names) Outbox() string { return n.Qualify("outbox_events") }
+
+// Inbox returns the inbox table as SQL.
+func (n Names) Inbox() string { return n.Qualify("inbox_events") }
+
+// Leases returns the leases table as SQL.
+func (n Names) Leases() string { return n.Qualify("bunbox_leases") }
+
+// Channel returns the NOTIFY channel of the outbox: base, or base + ":" + schema (not a dot, which bun.Ident
+// would read as a qualifier).
+func (n Names) Channel(base string) string {
+	if n.schema == "" {
+		return base
+	}
+	return base + ":" + n.schema
+}
+
+// LockClass returns the first key of the two-key advisory locks of class base for this outbox: base for
+// the default, else a value derived from the schema, so two outboxes never wait on each other's locks.
+func (n Names) LockClass(base int32) int32 {
+	if n.schema == "" {
+		return base
+	}
+	h := fnv.New32a()
+	h.Write([]byte(n.schema))
+	return base ^ int32(h.Sum32()&0x7fffffff)
+}
+
+// LockKey returns the advisory lock key base for this outbox: base for the default, else one derived
+// from the schema.
+func (n Names) LockKey(base int64) int64 {
+	if n.schema == "" {
+		return base
+	}
+	h := fnv.New64a()
+	h.Write([]byte(n.schema))
+	return base ^ int64(h.Sum64()&0x7fffffffffffffff)
+}
+
+// SQL returns query for n's tables: query itself for the default Names; else every bunbox table name in
+// it (outbox_events, inbox_events, bunbox_leases, as whole words) qualified with the quoted schema, and the
+// index named after DROP INDEX [IF EXISTS] too (an index is created in its table's schema, but dropped by
+// a name that search_path would resolve). Rewrites are cached: use it for constant SQL text, and Rewrite
+// for text built at run time.
+func (n Names) SQL(query string) string {
+	if n.schema == "" {
+		return query
+	}
+	if v, ok := n.cache.Load(query); ok {
+		return v.(string)
+	}
+	out := n.rewrite(query)
+	n.cache.Store(query, out)
+	return out
+}
+
+// Rewrite is SQL without the cache.
+func (n Names) Rewrite(query string) string {
+	if n.schema == "" {
+		return query
+	}
+	return n.rewrite(query)
+}
+
+func (n Names) rewrite(q string) string {
+	var b strings.Builder
+	b.Grow(len(q) + 32)
+	for i := 0; i < len(q); {
+		if !isIdent(q[i]) {
+			b.WriteByte(q[i])
+			i++
+			continue
+		}
+		j := i
+		for j < len(q) && isIdent(q[j]) {
+			j++
+		}
+		word := q[i:j]
+		qualified := i > 0 && q[i-1] == '.' // already qualified, or a column of an alias
+		if !qualified && (tableNames[word] || !keywords[strings.ToUpper(word)] && afterDropIndex(q[:i])) {
+			b.WriteString(n.quoted)
+			b.WriteByte('.')
+		}
+		b.WriteString(word)
+		i = j
+	}
+	return b.String()
+}
+
+func isIdent(c byte) bool {
+	return c == '_' || c == '$' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
+
+// afterDropIndex reports whether before ends with DROP INDEX, DROP INDEX IF EXISTS or the same with
+// CONCURRENTLY, followed by blanks.
+func afterDropIndex(before string) bool {
+	f := strings.Fields(strings.ToUpper(before[max(0, len(before)-48):]))
+	if len(f) == 0 || !strings.HasSuffix(before, " ") && !strings.HasSuffix(before, "\n") && !strings.HasSuffix(before, "\t") {
+		return false
+	}
+	for _, tail := range [][]string{{"DROP", "INDEX"}, {"DROP", "INDEX", "IF", "EXISTS"}, {"DROP", "INDEX", "CONCURRENTLY"}, {"DROP", "INDEX", "CONCURRENTLY", "IF", "EXISTS"}} {
+		if len(f) >= len(tail) && equal(f[len(f)-len(tail):], tail) {
+			return true
+		}
+	}
+	return false
+}
+
+func equal(a, b []string) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
