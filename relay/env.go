@@ -26,7 +26,7 @@ import (
 // "queue:weight,queue:weight" (e.g. "critical:6,default:3,bulk:1"), OUTBOX_STRICT_PRIORITY,
 // OUTBOX_CANCEL_CHECK_INTERVAL and OUTBOX_WAKE_INTERVAL (Config.WakeInterval; "-1ms" turns the wake-up
 // off). The Redis to relay to is not in Config: RedisFromEnv reads it from OUTBOX_REDIS_URL. The fields
-// that hold Go values (Logger, Enqueuer, Observer, TracerProvider, Inspector) and the reconciler's
+// that hold Go values (Logger, Enqueuer, Observer, TracerProvider, Inspector, Codec) and the reconciler's
 // (DisableReconciler, Reconciler; flags of `bunbox relay`) have no variable.
 func ConfigFromEnv() (Config, error) { return configFromLookup(os.LookupEnv) }
 

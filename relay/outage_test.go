@@ -90,6 +90,7 @@ func aclUser(t *testing.T, admin *redis.Client, denied ...string) (user, passwor
 // EVALSHA/EVAL, a rotated password) is an outage. Rounds fail and back off, no row is charged or dies, and
 // once Redis is fixed every event is delivered, once.
 func TestRedisRefusingEverythingChargesNoRow(t *testing.T) {
+	outboxtest.SkipShort(t)
 	t.Parallel()
 	admin := redis.NewClient(&redis.Options{Addr: outboxtest.RedisAddr()})
 	t.Cleanup(func() { _ = admin.Close() })
