@@ -183,10 +183,11 @@ func FuzzRedact(f *testing.F) {
 			case 9:
 				return "redis-cluster://app:" + p + "@n1.example.com:7000,n2.example.com:7001"
 			case 10:
-				// A lone userinfo, which redis-cli reads as the password.
-				return "redis://" + url.PathEscape(p) + "@cache.example.com:6379/0"
+				// A lone userinfo, which redis-cli reads as the password. A ':' in it would make it a user
+				// and a password (what is after the ':'), so it is escaped too.
+				return "redis://" + lone(p) + "@cache.example.com:6379/0"
 			case 11:
-				return "rediss-sentinel://" + url.PathEscape(p) + "@s1.example.com,s2.example.com?master=m"
+				return "rediss-sentinel://" + lone(p) + "@s1.example.com,s2.example.com?master=m"
 			default:
 				// White space around the string, as a variable written with a trailing newline has it.
 				return "  postgres://user:" + url.UserPassword("user", p).String()[len("user:"):] + "@db.example.com/app?sslmode=verify-full\n"
@@ -207,5 +208,8 @@ func FuzzRedact(f *testing.F) {
 		}
 	})
 }
+
+// lone escapes p as the lone userinfo of a URL: PathEscape leaves ':' as it is.
+func lone(p string) string { return strings.ReplaceAll(url.PathEscape(p), ":", "%3A") }
 
 func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "") == s }
