@@ -47,12 +47,16 @@ FROM (SELECT pg_get_serial_sequence('outbox_events', 'id') AS s) q`
 // many times the watcher read the sequence (for the tests).
 type wakeState struct {
 	claimed atomic.Int64
+	rowsAt  atomic.Int64 // when a claim last returned rows, in Unix nanoseconds
 	reads   atomic.Int64
 	role    string // the relay's role, quoted, for the GRANT a warning names
 }
 
 // note records the ids of a claim.
 func (c *wakeState) note(events []model.Event) {
+	if len(events) > 0 {
+		c.rowsAt.Store(time.Now().UnixNano())
+	}
 	for i := range events {
 		for {
 			old := c.claimed.Load()
@@ -69,7 +73,7 @@ func (r *Relay) wakeSequence(ctx context.Context) (string, bool) {
 		var seq sql.NullString
 		var allowed sql.NullBool
 		var cache sql.NullInt64
-		err := r.db.NewRaw(wakeSequenceSQL).Scan(ctx, &seq, &allowed, &cache, &r.wake.role)
+		err := r.db.NewRaw(r.names.SQL(wakeSequenceSQL)).Scan(ctx, &seq, &allowed, &cache, &r.wake.role)
 		if err == nil {
 			return r.wakeUsable(ctx, seq.String, allowed.Bool, cache)
 		}
@@ -146,11 +150,21 @@ func (r *Relay) watchInserts(ctx context.Context, wake chan<- struct{}) {
 	var target int64      // the moved value no round has claimed up to yet; 0: none
 	var movedAt time.Time // when it moved
 	retries, skip := 0, 0
+	// A relay that claimed rows within hotWindow polls at MinPollInterval (pollDelay): when that is as
+	// often as the wake-up would look, a read then buys nothing, and under traffic it would only add
+	// statements and small rounds.
+	busy := func() bool {
+		return r.cfg.MinPollInterval <= r.cfg.WakeInterval &&
+			time.Since(time.Unix(0, r.wake.rowsAt.Load())) < hotWindow
+	}
 	for failures := 0; ; {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
+		}
+		if busy() {
+			continue
 		}
 		var v sql.NullInt64
 		err := r.db.DB.QueryRowContext(ctx, read).Scan(&v)

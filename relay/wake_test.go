@@ -140,3 +140,17 @@ func TestWakeIntervalFromEnv(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	require.ErrorContains(t, err, "OUTBOX_WAKE_INTERVAL")
 }
+
+// A relay of a schema (Config.Schema) watches the sequence of that schema's outbox, not the one
+// search_path finds.
+func TestWakeUpWatchesItsSchema(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	s := outboxtest.TenantSchema(t, b.db, "tenant_w_")
+	cfg := quietConfig()
+	cfg.Schema = s
+	r := b.newRelay(t, cfg)
+	seq, ok := r.wakeSequence(context.Background())
+	require.True(t, ok)
+	require.Contains(t, []string{s + ".outbox_events_id_seq", `"` + s + `".outbox_events_id_seq`}, seq)
+}
