@@ -154,8 +154,15 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 // listenerBackoff logs a listener's failure and waits the round backoff for its failures in a row, for
 // either driver's listener; it reports false when ctx ended first.
 func (r *Relay) listenerBackoff(ctx context.Context, failures int, err error) bool {
+	return r.helperBackoff(ctx, "bunbox relay: listener failed, retrying", failures, err)
+}
+
+// helperBackoff logs msg (at Debug) for a failure of one of the relay's helper goroutines, the listener
+// or the wake-up, and waits the round backoff for its failures in a row; it reports false when ctx ended
+// first.
+func (r *Relay) helperBackoff(ctx context.Context, msg string, failures int, err error) bool {
 	delay := r.cfg.roundBackoff(failures)
-	r.log.LogAttrs(ctx, slog.LevelDebug, "bunbox relay: listener failed, retrying",
+	r.log.LogAttrs(ctx, slog.LevelDebug, msg,
 		slog.Int("attempt", failures), slog.Duration("delay", delay), slog.Any("err", err))
 	t := time.NewTimer(delay)
 	defer t.Stop()

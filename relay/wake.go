@@ -97,17 +97,7 @@ func wakeReadSQL(seq string) string {
 // wakeBackoff logs a failed read of the watcher and waits the round backoff for its failures in a row;
 // it reports false when ctx ended first.
 func (r *Relay) wakeBackoff(ctx context.Context, failures int, err error) bool {
-	delay := r.cfg.roundBackoff(failures)
-	r.log.LogAttrs(ctx, slog.LevelDebug, "bunbox relay: wake-up read failed, retrying",
-		slog.Int("attempt", failures), slog.Duration("delay", delay), slog.Any("err", err))
-	t := time.NewTimer(delay)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return r.helperBackoff(ctx, "bunbox relay: wake-up read failed, retrying", failures, err)
 }
 
 // wakeUsable says, with a warning, why the sequence seq cannot drive the wake-up, or returns it.
