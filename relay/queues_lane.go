@@ -153,7 +153,7 @@ func (r *Relay) lane(ctx context.Context) {
 // another round, which delivers or releases them: the lane need not look at them again.
 func (r *Relay) laneRound(ctx context.Context, queues []string, seen int64) (int64, BatchEvent) {
 	var top int64
-	if err := r.db.NewRaw(laneTopSQL, pgdialect.Array(queues)).Scan(ctx, &top); err != nil {
+	if err := r.db.NewRaw(r.names.SQL(laneTopSQL), pgdialect.Array(queues)).Scan(ctx, &top); err != nil {
 		if ctx.Err() != nil {
 			return seen, BatchEvent{}
 		}
@@ -175,7 +175,7 @@ func (r *Relay) laneClaim(ctx context.Context, tx bun.Tx, queues []string, res *
 	if windowed {
 		query = queueClaimBudgetSQL
 	}
-	events, bad, err := claimBy(ctx, tx, make([]model.Event, 0, n), nil, query, windowed, budget,
+	events, bad, err := claimBy(ctx, tx, make([]model.Event, 0, n), nil, r.names.SQL(query), windowed, budget,
 		pgdialect.Array(queues), int64(0), n, n)
 	if err != nil {
 		if ctx.Err() == nil {
