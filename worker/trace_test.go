@@ -86,8 +86,11 @@ func TestTraceFromProducerToHandler(t *testing.T) {
 			t.Fatal("the handlers did not run within 30s")
 		}
 	}
-	outboxtest.WaitFor(t, 10*time.Second, "the consumer spans ended", func() bool {
-		return len(spansOfKind(exp.GetSpans(), trace.SpanKindConsumer)) == 2
+	// The relay ends its publish spans after the enqueue returns, and a handler can run before that: wait
+	// for both kinds (the producer kind holds "place order" and the two sends).
+	outboxtest.WaitFor(t, 10*time.Second, "the consumer and publish spans ended", func() bool {
+		spans := exp.GetSpans()
+		return len(spansOfKind(spans, trace.SpanKindConsumer)) == 2 && len(spansOfKind(spans, trace.SpanKindProducer)) == 3
 	})
 
 	spans := exp.GetSpans()
