@@ -73,7 +73,7 @@ func threeOutboxes(t *testing.T, db *bun.DB, client *asynq.Client) []*prefixed {
 func TestRelaysOfTablePrefixes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := outboxtest.Open(t, nil)
+	db, _ := outboxtest.Schema(t) // in the pooler pass a database of its own
 	redis := asynq.RedisClientOpt{Addr: outboxtest.RedisAddr()}
 	ins := asynq.NewInspector(redis)
 	queue := outboxtest.RandomName("prefixes_")
@@ -151,7 +151,7 @@ func TestRelaysOfTablePrefixes(t *testing.T) {
 func TestReconcilersOfTablePrefixes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := outboxtest.Open(t, nil)
+	db, _ := outboxtest.Schema(t)
 	redis := asynq.RedisClientOpt{Addr: outboxtest.RedisAddr()}
 	ins := asynq.NewInspector(redis)
 	queue := outboxtest.RandomName("prefixes_reconcile_")
@@ -280,7 +280,7 @@ func TestTablePrefixConfigRefusesBadNames(t *testing.T) { // not parallel: it se
 // table and the options that create it.
 func TestTablePrefixNeverMigrated(t *testing.T) {
 	t.Parallel()
-	db := outboxtest.Open(t, nil)
+	db, _ := outboxtest.Schema(t)
 	s := outboxtest.TenantSchema(t, db, "tenant_pn_")
 	_, err := relay.New(db, asynq.RedisClientOpt{Addr: outboxtest.RedisAddr()}, relay.Config{Schema: s, TablePrefix: "never_", Logger: outboxtest.Logger(t)})
 	require.ErrorIs(t, err, relay.ErrNoSchema)
