@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/bunbox/bunbox/internal/tables"
@@ -9,6 +10,9 @@ import (
 
 // schemaKey is the context key of WithSchema.
 type schemaKey struct{}
+
+// tablePrefixKey is the context key of WithTablePrefix.
+type tablePrefixKey struct{}
 
 // WithSchema returns a context under which every function of the package reads and changes the outbox in
 // schema ("schema".outbox_events, qualified and quoted, no search_path needed) rather than the one that
@@ -20,12 +24,26 @@ func WithSchema(ctx context.Context, schema string) context.Context {
 	return context.WithValue(ctx, schemaKey{}, schema)
 }
 
-// namesOf returns the table names of ctx's schema (WithSchema).
+// WithTablePrefix returns a context under which every function of the package reads and changes the
+// outbox whose table names start with prefix (orders_outbox_events for "orders_", in WithSchema's schema
+// if ctx has one), as migrate.WithTablePrefix named them: one context per outbox of a schema. A prefix
+// bunbox refuses (it takes 1 to 24 lowercase ASCII letters, digits and underscores, not starting with a
+// digit or pg_) makes every function fail with an error naming it. Without it (or with ""), the
+// functions use today's table names.
+func WithTablePrefix(ctx context.Context, prefix string) context.Context {
+	return context.WithValue(ctx, tablePrefixKey{}, prefix)
+}
+
+// namesOf returns the table names of ctx's schema and prefix (WithSchema, WithTablePrefix).
 func namesOf(ctx context.Context) (tables.Names, error) {
 	s, _ := ctx.Value(schemaKey{}).(string)
-	names, err := tables.Parse(s)
-	if err != nil {
+	p, _ := ctx.Value(tablePrefixKey{}).(string)
+	names, err := tables.New(s, p)
+	switch {
+	case errors.Is(err, tables.ErrInvalidSchema):
 		return tables.Names{}, fmt.Errorf("admin: WithSchema: %w", err)
+	case err != nil:
+		return tables.Names{}, fmt.Errorf("admin: WithTablePrefix: %w", err)
 	}
 	return names, nil
 }

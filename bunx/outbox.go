@@ -37,7 +37,9 @@ type registry struct {
 	logger     *slog.Logger // WithLogger
 	strict     bool         // WithStrictDispatch
 	codec      *model.Codec // WithCodec; nil writes plain JSON
-	tables     tables.Names // WithSchema
+	tables     tables.Names // WithSchema, WithTablePrefix
+	schema     string       // WithSchema, as given
+	prefix     string       // WithTablePrefix, as given
 	err        error        // an invalid option, returned by every write
 
 	mu       sync.RWMutex
@@ -265,7 +267,9 @@ func (r *registry) validate(events []*model.Event) error {
 // insertError turns the unique violation on event_id into a *DuplicateEventError naming the id. It reads
 // the SQLSTATE and the constraint name, so it works with pgdriver and with pgx alike.
 func insertError(err error) error {
-	if f, ok := pgerr.From(err); ok && f.Code == pgerr.UniqueViolation && f.Constraint == "outbox_events_event_id_key" {
+	if f, ok := pgerr.From(err); ok && f.Code == pgerr.UniqueViolation &&
+		strings.HasSuffix(f.Constraint, "outbox_events_event_id_key") { // with WithTablePrefix's prefix
+
 		// Detail: Key (event_id)=(0192...) already exists.
 		if i, j := strings.Index(f.Detail, "=("), strings.LastIndex(f.Detail, ")"); i >= 0 && j > i {
 			if id, perr := uuid.Parse(f.Detail[i+2 : j]); perr == nil {

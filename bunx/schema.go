@@ -1,6 +1,7 @@
 package bunx
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/bunbox/bunbox/internal/tables"
@@ -17,12 +18,37 @@ import (
 // the Outbox fail with an error naming it; nothing is written. Defaults to "": today's unqualified
 // outbox_events, resolved through search_path.
 func WithSchema(schema string) Option {
-	return func(o *Outbox) {
-		names, err := tables.Parse(schema)
-		if err != nil {
-			o.reg.err = fmt.Errorf("bunx: WithSchema: %w", err)
-			return
-		}
-		o.reg.tables, o.reg.err = names, nil
+	return func(o *Outbox) { o.reg.setTables(schema, o.reg.prefix) }
+}
+
+// WithTablePrefix makes the Outbox write into the outbox whose table names start with prefix:
+// orders_outbox_events for "orders_" (in the schema of WithSchema, if any), so that several outboxes live
+// in one schema. Give the same prefix to migrate.WithTablePrefix (which creates the tables, their indexes
+// and sequence under the prefixed names), relay.Config.TablePrefix and the rest (see the README, "Several
+// outboxes, schemas per tenant").
+//
+// prefix is 1 to 24 lowercase ASCII letters, digits and underscores, not starting with a digit or pg_,
+// and with WithSchema's schema it must leave the NOTIFY channel (bunbox_outbox:<schema>:<prefix>) within
+// 63 bytes. Another prefix makes every Record, Cancel and hook write of the Outbox fail with an error
+// naming it; nothing is written. Defaults to "": today's table names.
+func WithTablePrefix(prefix string) Option {
+	return func(o *Outbox) { o.reg.setTables(o.reg.schema, prefix) }
+}
+
+// setTables sets the table names of schema and prefix, or the error of the option that makes them
+// invalid (and clears that of an earlier, replaced one).
+func (r *registry) setTables(schema, prefix string) {
+	r.schema, r.prefix = schema, prefix
+	names, err := tables.New(schema, prefix)
+	if errors.Is(r.err, tables.ErrInvalidSchema) || errors.Is(r.err, tables.ErrInvalidTablePrefix) {
+		r.err = nil
+	}
+	switch {
+	case errors.Is(err, tables.ErrInvalidSchema):
+		r.err = fmt.Errorf("bunx: WithSchema: %w", err)
+	case err != nil:
+		r.err = fmt.Errorf("bunx: WithTablePrefix: %w", err)
+	default:
+		r.tables = names
 	}
 }

@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"testing/fstest"
@@ -16,8 +17,9 @@ import (
 type Option func(*options)
 
 type options struct {
-	names tables.Names
-	err   error
+	names          tables.Names
+	schema, prefix string // WithSchema, WithTablePrefix, as given
+	err            error
 }
 
 // WithSchema puts bunbox's tables (outbox_events, inbox_events, bunbox_leases) and the migrations'
@@ -32,11 +34,33 @@ type options struct {
 // error naming it. "" is the default: today's unqualified names, resolved through search_path. Defaults
 // to "".
 func WithSchema(schema string) Option {
-	return func(o *options) {
-		o.names, o.err = tables.Parse(schema)
-		if o.err != nil {
-			o.err = fmt.Errorf("migrate: WithSchema: %w", o.err)
-		}
+	return func(o *options) { o.set(schema, o.prefix) }
+}
+
+// WithTablePrefix names bunbox's tables with prefix first (orders_outbox_events, orders_inbox_events,
+// orders_bunbox_leases for "orders_"), and everything named after them too: their indexes, constraints
+// and id sequence, the migrations' bookkeeping (orders_bunbox_migrations, orders_bunbox_migration_locks)
+// and lock, the NOTIFY function. Several outboxes, one per prefix, thus live in one schema (WithSchema's,
+// or the one search_path finds) and are migrated each on its own. Give the same prefix to
+// bunx.WithTablePrefix, relay.Config.TablePrefix and the rest (see the README, "Several outboxes, schemas
+// per tenant").
+//
+// prefix is 1 to 24 lowercase ASCII letters, digits and underscores, not starting with a digit or pg_,
+// and with WithSchema's schema it must leave the NOTIFY channel (bunbox_outbox:<schema>:<prefix>) within
+// 63 bytes. Another prefix makes the call fail with an error naming it. Defaults to "": today's names.
+func WithTablePrefix(prefix string) Option {
+	return func(o *options) { o.set(o.schema, prefix) }
+}
+
+// set validates schema and prefix together, naming the option that makes them invalid.
+func (o *options) set(schema, prefix string) {
+	o.schema, o.prefix = schema, prefix
+	o.names, o.err = tables.New(schema, prefix)
+	switch {
+	case errors.Is(o.err, tables.ErrInvalidSchema):
+		o.err = fmt.Errorf("migrate: WithSchema: %w", o.err)
+	case o.err != nil:
+		o.err = fmt.Errorf("migrate: WithTablePrefix: %w", o.err)
 	}
 }
 
@@ -45,12 +69,9 @@ func applyOptions(opts []Option) (options, error) {
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
-			if o.err != nil {
-				return o, o.err
-			}
 		}
 	}
-	return o, nil
+	return o, o.err
 }
 
 // schemaFS returns the migration files for names: FS itself by default, else the files with their
@@ -79,7 +100,7 @@ func schemaFS(names tables.Names) fs.FS {
 
 // createSchema creates the schema of names if it is not the default and does not exist yet.
 func createSchema(ctx context.Context, db *bun.DB, names tables.Names) error {
-	if names.IsDefault() {
+	if names.Schema() == "" {
 		return nil
 	}
 	if _, err := db.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+names.QuotedSchema()); err != nil {
@@ -101,8 +122,8 @@ func migrator(db *bun.DB, names tables.Names) (*bunmigrate.Migrator, error) {
 	), nil
 }
 
-// SchemaSQLFor returns SchemaSQL for the options (WithSchema): the schema's CREATE SCHEMA IF NOT EXISTS,
-// then the up migrations with the table names qualified. `bunbox schema --schema NAME` prints it.
+// SchemaSQLFor returns SchemaSQL for the options (WithSchema, WithTablePrefix): the schema's CREATE SCHEMA
+// IF NOT EXISTS, then the up migrations with the table names qualified and prefixed. `bunbox schema --schema NAME` prints it.
 func SchemaSQLFor(opts ...Option) (string, error) {
 	o, err := applyOptions(opts)
 	if err != nil {
@@ -110,6 +131,9 @@ func SchemaSQLFor(opts ...Option) (string, error) {
 	}
 	if o.names.IsDefault() {
 		return SchemaSQL(), nil
+	}
+	if o.names.Schema() == "" { // a prefix only
+		return o.names.Rewrite(SchemaSQL()), nil
 	}
 	return fmt.Sprintf("\nCREATE SCHEMA IF NOT EXISTS %s;\n", o.names.QuotedSchema()) + o.names.Rewrite(SchemaSQL()), nil
 }

@@ -111,6 +111,14 @@ type Config struct {
 	// underscores, not starting with a digit or pg_; case is kept. Migrate it with migrate.WithSchema.
 	// Defaults to "": today's unqualified names (outbox_events through search_path) and NotifyChannel.
 	Schema string
+	// TablePrefix is the prefix of the outbox's table names (as migrate.WithTablePrefix): "orders_" relays
+	// orders_outbox_events (in Schema, if set), with its own leases table (orders_bunbox_leases), id
+	// sequence (the wake-up watches it), advisory locks and NOTIFY channel, NotifyChannel + ":" + Schema
+	// + ":" + TablePrefix. Several outboxes thus live in one schema, a relay each; each claims, marks,
+	// cleans up and reconciles only its own rows. 1 to 24 lowercase ASCII letters, digits and underscores,
+	// not starting with a digit or pg_; with Schema, the channel must fit 63 bytes. Defaults to "": today's
+	// table names.
+	TablePrefix string
 	// TaskRetention is how long asynq keeps a completed task, which is how long its TaskID dedupes a
 	// repeated enqueue of the same event. Defaults to 24h.
 	TaskRetention time.Duration
@@ -292,9 +300,7 @@ func (c Config) validate() error {
 	p.Add(validateBound("StatementTimeout", c.StatementTimeout, time.Second))
 	p.Add(validateBound("LockTimeout", c.LockTimeout, time.Millisecond))
 	check(c.CancelCheckInterval > 0, "CancelCheckInterval must be positive, got %s", c.CancelCheckInterval)
-	if _, err := tables.Parse(c.Schema); err != nil {
-		p.Add(fmt.Errorf("Schema: %w", err))
-	}
+	p.Add(validateTables(c.Schema, c.TablePrefix))
 	p.Add(validateQueues(c.Queues))
 	return p.Err(ErrInvalidConfig)
 }
@@ -304,5 +310,5 @@ func defaultLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-// schema is the outbox's schema, for open.
-func (c Config) schema() string { return c.Schema }
+// tables are the outbox's table names, for open.
+func (c Config) tables() tables.Names { return mustNames(c.Schema, c.TablePrefix) }

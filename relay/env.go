@@ -18,7 +18,7 @@ import (
 //	OUTBOX_DISABLE_NOTIFY, OUTBOX_TASK_RETENTION, OUTBOX_MAX_ATTEMPTS, OUTBOX_RETRY_BACKOFF,
 //	OUTBOX_RETRY_BACKOFF_MAX, OUTBOX_ROUND_BACKOFF, OUTBOX_ROUND_BACKOFF_MAX, OUTBOX_ENQUEUE_TIMEOUT,
 //	OUTBOX_PUBLISHED_RETENTION, OUTBOX_CLEANUP_INTERVAL, OUTBOX_CLEANUP_BATCH_SIZE, OUTBOX_KEY_CHECK_INTERVAL,
-//	OUTBOX_SCHEMA, OUTBOX_PREPARED_STATEMENTS, OUTBOX_LISTEN_URL (a direct PostgreSQL connection for LISTEN; see Config.ListenURL)
+//	OUTBOX_SCHEMA, OUTBOX_TABLE_PREFIX, OUTBOX_PREPARED_STATEMENTS, OUTBOX_LISTEN_URL (a direct PostgreSQL connection for LISTEN; see Config.ListenURL)
 //	OUTBOX_IDLE_IN_TRANSACTION_TIMEOUT, OUTBOX_STATEMENT_TIMEOUT, OUTBOX_LOCK_TIMEOUT
 //
 // and OUTBOX_ROUTES for Config.Routes, as "event=listener,listener;event=listener"
@@ -107,6 +107,9 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	}
 	if s, ok := lookup("OUTBOX_SCHEMA"); ok {
 		c.Schema = strings.TrimSpace(s) // validated by New, which names a bad value
+	}
+	if s, ok := lookup("OUTBOX_TABLE_PREFIX"); ok {
+		c.TablePrefix = strings.TrimSpace(s) // validated by New, which names a bad value
 	}
 	if s, ok := lookup("OUTBOX_ROUTES"); ok && s != "" {
 		routes, err := parseRoutes(s)

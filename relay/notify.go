@@ -36,6 +36,17 @@ func EnableNotifyTriggerIn(ctx context.Context, db bun.IDB, schema string) error
 	return enableNotifyTrigger(ctx, db, names)
 }
 
+// EnableNotifyTriggerOf is EnableNotifyTrigger for the outbox that a relay of cfg serves: the trigger on
+// its table (cfg.Schema, cfg.TablePrefix) notifies the channel of that outbox, on which only its relays
+// listen. Only those two fields of cfg are read. An invalid schema or prefix gives an error wrapping
+// ErrInvalidConfig that names the field.
+func EnableNotifyTriggerOf(ctx context.Context, db bun.IDB, cfg Config) error {
+	if err := validateTables(cfg.Schema, cfg.TablePrefix); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return enableNotifyTrigger(ctx, db, mustNames(cfg.Schema, cfg.TablePrefix))
+}
+
 func enableNotifyTrigger(ctx context.Context, db bun.IDB, names tables.Names) error {
 	fn := names.Qualify("bunbox_outbox_notify")
 	return db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
@@ -67,6 +78,17 @@ func DisableNotifyTriggerIn(ctx context.Context, db bun.IDB, schema string) erro
 		return fmt.Errorf("%w: Schema: %w", ErrInvalidConfig, err)
 	}
 	_, err = db.ExecContext(ctx, names.SQL(`DROP TRIGGER IF EXISTS bunbox_outbox_notify ON outbox_events`))
+	return err
+}
+
+// DisableNotifyTriggerOf removes the trigger of EnableNotifyTriggerOf from the outbox of cfg (cfg.Schema,
+// cfg.TablePrefix).
+func DisableNotifyTriggerOf(ctx context.Context, db bun.IDB, cfg Config) error {
+	if err := validateTables(cfg.Schema, cfg.TablePrefix); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	names := mustNames(cfg.Schema, cfg.TablePrefix)
+	_, err := db.ExecContext(ctx, names.SQL(`DROP TRIGGER IF EXISTS bunbox_outbox_notify ON outbox_events`))
 	return err
 }
 

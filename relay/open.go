@@ -7,6 +7,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
+
+	"github.com/bunbox/bunbox/internal/tables"
 )
 
 // openTimeout bounds the checks of New and NewReconciler, which take no context; NewContext and
@@ -18,7 +20,7 @@ const openTimeout = 15 * time.Second
 type config[C any] interface {
 	withDefaults() C
 	validate() error
-	schema() string
+	tables() tables.Names
 }
 
 // open is the start that NewContext and NewReconcilerContext share: a database, a valid configuration
@@ -32,7 +34,7 @@ func open[C config[C]](ctx context.Context, fn string, db *bun.DB, cfg C) (C, er
 	if err := cfg.validate(); err != nil {
 		return cfg, err
 	}
-	return cfg, checkSchema(ctx, db, mustNames(cfg.schema()))
+	return cfg, checkSchema(ctx, db, cfg.tables())
 }
 
 // pingOpened checks, within ctx, that the Redis of a new Relay or Reconciler answers: through the go-redis

@@ -150,7 +150,7 @@ func NewReconcilerContext(ctx context.Context, db *bun.DB, redisOpt asynq.RedisC
 // newReconciler makes a Reconciler of a valid cfg, with a Redis client of its own made from redisOpt
 // unless cfg.Inspector is set; it checks nothing.
 func newReconciler(db *bun.DB, redisOpt asynq.RedisConnOpt, cfg ReconcilerConfig) (*Reconciler, error) {
-	r := &Reconciler{db: db, cfg: cfg, log: cfg.Logger, ins: cfg.Inspector, cursor: newReconcileCursor(), names: mustNames(cfg.Schema)}
+	r := &Reconciler{db: db, cfg: cfg, log: cfg.Logger, ins: cfg.Inspector, cursor: newReconcileCursor(), names: mustNames(cfg.Schema, cfg.TablePrefix)}
 	if r.ins != nil {
 		return r, nil
 	}
@@ -410,13 +410,26 @@ func (r *Reconciler) scan(ctx context.Context, res *ReconcileResult, rg scanRang
 	}
 }
 
-// mustNames returns the Names of schema, which the config's validate has checked.
-func mustNames(schema string) tables.Names {
-	names, err := tables.Parse(schema)
+// mustNames returns the Names of schema and prefix, which the config's validate has checked.
+func mustNames(schema, prefix string) tables.Names {
+	names, err := tables.New(schema, prefix)
 	if err != nil {
 		panic("relay: unchecked schema: " + err.Error())
 	}
 	return names
+}
+
+// validateTables returns the error of a schema or table prefix bunbox refuses, naming the field
+// (Schema or TablePrefix), or nil.
+func validateTables(schema, prefix string) error {
+	_, err := tables.New(schema, prefix)
+	switch {
+	case errors.Is(err, tables.ErrInvalidSchema):
+		return fmt.Errorf("Schema: %w", err)
+	case err != nil:
+		return fmt.Errorf("TablePrefix: %w", err)
+	}
+	return nil
 }
 
 func nonNil(s []string) []string {

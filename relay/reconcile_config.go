@@ -2,7 +2,6 @@ package relay
 
 import (
 	"cmp"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -80,6 +79,9 @@ type ReconcilerConfig struct {
 	// Schema is the schema of the outbox to reconcile, as Config.Schema (the relay's own reconciler takes
 	// the relay's). Defaults to "": today's unqualified outbox_events.
 	Schema string
+	// TablePrefix is the prefix of the outbox's table names, as Config.TablePrefix (the relay's own
+	// reconciler takes the relay's); its lease is in the prefixed leases table. Defaults to "".
+	TablePrefix string
 
 	now func() time.Time
 }
@@ -102,9 +104,7 @@ func (c ReconcilerConfig) validate() error {
 	var p configcheck.Problems
 	p.Prefixed("", c.problems())
 	p.Add(c.Routes.Validate())
-	if _, err := tables.Parse(c.Schema); err != nil {
-		p.Add(fmt.Errorf("Schema: %w", err))
-	}
+	p.Add(validateTables(c.Schema, c.TablePrefix))
 	return p.Err(ErrInvalidConfig)
 }
 
@@ -125,5 +125,5 @@ func (c ReconcilerConfig) problems() []error {
 	return p.List()
 }
 
-// schema is the outbox's schema, for open.
-func (c ReconcilerConfig) schema() string { return c.Schema }
+// tables are the outbox's table names, for open.
+func (c ReconcilerConfig) tables() tables.Names { return mustNames(c.Schema, c.TablePrefix) }

@@ -16,6 +16,7 @@ func (c Config) reconcilerDefaults() ReconcilerConfig {
 	rc.TaskRetention = c.TaskRetention
 	rc.Routes = c.Routes
 	rc.Schema = c.Schema
+	rc.TablePrefix = c.TablePrefix
 	if rc.Window == 0 {
 		rc.Window = min(ReconcileWindowDefault, c.TaskRetention/2)
 	}

@@ -71,7 +71,7 @@ func NewContext(ctx context.Context, db *bun.DB, redis asynq.RedisConnOpt, cfg C
 	}
 	r := &Relay{db: db, cfg: cfg, log: cfg.Logger, enq: cfg.Enqueuer, sem: make(chan struct{}, cfg.Concurrency)}
 	r.redisOpt = redis
-	r.names = mustNames(cfg.Schema) // validated by open
+	r.names = mustNames(cfg.Schema, cfg.TablePrefix) // validated by open
 	r.queues = newFairQueues(cfg)
 	if r.enq == nil {
 		if redis == nil {
@@ -112,6 +112,9 @@ func checkSchema(ctx context.Context, db bun.IDB, names tables.Names) error {
 	if err := db.NewRaw(names.SQL("SELECT to_regclass('outbox_events') IS NOT NULL")).Scan(ctx, &exists); err != nil {
 		return fmt.Errorf("relay: PostgreSQL: %w", err)
 	}
+	if !exists && names.Prefix() != "" {
+		return fmt.Errorf("%w (table %s: migrate.Up with migrate.WithSchema and migrate.WithTablePrefix, or `bunbox migrate up --schema --table-prefix`)", ErrNoSchema, names.Outbox())
+	}
 	if !exists && !names.IsDefault() {
 		return fmt.Errorf("%w (schema %s: migrate.Up with migrate.WithSchema, or `bunbox migrate up --schema`)", ErrNoSchema, names.QuotedSchema())
 	}
@@ -123,6 +126,9 @@ func checkSchema(ctx context.Context, db bun.IDB, names tables.Names) error {
 
 // Schema returns the schema of the outbox the relay serves (Config.Schema); "" for the default names.
 func (r *Relay) Schema() string { return r.names.Schema() }
+
+// TablePrefix returns the prefix of the outbox's table names (Config.TablePrefix); "" for the default.
+func (r *Relay) TablePrefix() string { return r.names.Prefix() }
 
 // Close releases the Redis connections of the client that New made (none when Config.Enqueuer was
 // given). Call it after Run has returned.

@@ -34,6 +34,16 @@ func CheckSchemaIn(ctx context.Context, db bun.IDB, schema string) error {
 	return checkSchemaOf(ctx, db, names)
 }
 
+// CheckSchemaOf is CheckSchema for the outbox that a relay of cfg serves (cfg.Schema, cfg.TablePrefix);
+// only those two fields of cfg are read. An invalid schema or prefix gives an error wrapping
+// ErrInvalidConfig that names the field.
+func CheckSchemaOf(ctx context.Context, db bun.IDB, cfg Config) error {
+	if err := validateTables(cfg.Schema, cfg.TablePrefix); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return checkSchemaOf(ctx, db, mustNames(cfg.Schema, cfg.TablePrefix))
+}
+
 func checkSchemaOf(ctx context.Context, db bun.IDB, names tables.Names) error {
 	if err := checkSchema(ctx, db, names); err != nil {
 		return err

@@ -39,6 +39,11 @@ type Config struct {
 	// ASCII letters, digits and underscores, not starting with a digit or pg_; case is kept. Defaults to
 	// "": today's unqualified tables.
 	Schema string
+	// TablePrefix is the prefix of the outbox's table names ("orders_" for orders_outbox_events and its
+	// leases table, as relay.Config.TablePrefix), for an outbox of several in one schema. 1 to 24
+	// lowercase ASCII letters, digits and underscores, not starting with a digit or pg_. Defaults to "":
+	// today's table names.
+	TablePrefix string
 }
 
 func (c Config) withDefaults() Config {
@@ -55,8 +60,11 @@ var ErrInvalidConfig = errors.New("ui: invalid config")
 func (c Config) validate() error {
 	var p configcheck.Problems
 	p.Check(c.Token == "" || len(c.Token) >= MinTokenLength, "Token must be at least %d bytes, got %d", MinTokenLength, len(c.Token))
-	if _, err := tables.Parse(c.Schema); err != nil {
+	switch _, err := tables.New(c.Schema, c.TablePrefix); {
+	case errors.Is(err, tables.ErrInvalidSchema):
 		p.Add(fmt.Errorf("Schema: %w", err))
+	case err != nil:
+		p.Add(fmt.Errorf("TablePrefix: %w", err))
 	}
 	p.Check(c.ListLimit >= 1 && c.ListLimit <= 1000, "ListLimit must be between 1 and 1000, got %d", c.ListLimit)
 	return p.Err(ErrInvalidConfig)

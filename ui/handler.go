@@ -39,7 +39,7 @@ type Handler struct {
 	origin    *http.CrossOriginProtection
 	pages     *template.Template
 	mux       *http.ServeMux
-	names     tables.Names // Config.Schema
+	names     tables.Names // Config.Schema, Config.TablePrefix
 }
 
 // New returns the Handler of the page on db. Invalid settings give an error wrapping ErrInvalidConfig
@@ -58,7 +58,7 @@ func New(db *bun.DB, cfg Config) (*Handler, error) {
 	}
 	h := &Handler{db: db, cfg: cfg, log: cfg.Logger, sessions: newSessions(cfg.Token),
 		origin: http.NewCrossOriginProtection(), pages: pages, mux: http.NewServeMux()}
-	h.names, _ = tables.Parse(cfg.Schema) // validated above
+	h.names, _ = tables.New(cfg.Schema, cfg.TablePrefix) // validated above
 	if cfg.Redis != nil {
 		if h.inspector, err = newInspector(cfg.Redis); err != nil {
 			return nil, err
@@ -98,7 +98,7 @@ func (h *Handler) Close() error {
 // ServeHTTP serves the page, its stylesheet and its write actions.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !h.names.IsDefault() { // the admin queries of every page and action read the outbox of the schema
-		r = r.WithContext(admin.WithSchema(r.Context(), h.names.Schema()))
+		r = r.WithContext(admin.WithTablePrefix(admin.WithSchema(r.Context(), h.names.Schema()), h.names.Prefix()))
 	}
 	hdr := w.Header()
 	hdr.Set("Content-Security-Policy", contentSecurityPolicy)

@@ -15,7 +15,9 @@ type options struct {
 	logger *slog.Logger
 	tp     trace.TracerProvider
 	codec  *model.Codec // WithInboxCodec; TraceMiddleware ignores it
-	tables tables.Names // WithInboxSchema; TraceMiddleware ignores it
+	tables tables.Names // WithInboxSchema, WithInboxTablePrefix; TraceMiddleware ignores it
+	schema string       // WithInboxSchema, as given
+	prefix string       // WithInboxTablePrefix, as given
 	err    error        // an invalid option of the Inbox's
 }
 

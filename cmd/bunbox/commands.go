@@ -49,17 +49,17 @@ func (c *cli) migrate(ctx context.Context, args []string) error {
 	defer db.Close()
 	switch sub {
 	case "up":
-		if err := bunboxmigrate.Up(ctx, db, bunboxmigrate.WithSchema(c.dbSchema)); err != nil {
+		if err := bunboxmigrate.Up(ctx, db, c.migrateOptions()...); err != nil {
 			return fmt.Errorf("migrate up: %w", err)
 		}
 		fmt.Fprintln(c.stdout, "bunbox schema is up to date")
 	case "down":
-		if err := bunboxmigrate.Down(ctx, db, bunboxmigrate.WithSchema(c.dbSchema)); err != nil {
+		if err := bunboxmigrate.Down(ctx, db, c.migrateOptions()...); err != nil {
 			return fmt.Errorf("migrate down: %w", err)
 		}
 		fmt.Fprintln(c.stdout, "bunbox schema rolled back")
 	case "status":
-		ms, err := bunboxmigrate.Status(ctx, db, bunboxmigrate.WithSchema(c.dbSchema))
+		ms, err := bunboxmigrate.Status(ctx, db, c.migrateOptions()...)
 		if err != nil {
 			return fmt.Errorf("migrate status: %w", err)
 		}

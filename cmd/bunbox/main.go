@@ -90,6 +90,10 @@ environment:
   OUTBOX_SCHEMA the schema of the outbox every command works on (-schema, before or after the
                 command): "tenant_a" means "tenant_a".outbox_events and its inbox and leases;
                 unset: today's unqualified tables. bunbox migrate up -schema S creates the schema
+  OUTBOX_TABLE_PREFIX
+                the table prefix of the outbox every command works on (-table-prefix, before or
+                after the command): "orders_" means orders_outbox_events, orders_inbox_events,
+                orders_bunbox_leases (in -schema, if set); several outboxes in one schema
   OUTBOX_*      relay settings: OUTBOX_BATCH_SIZE, OUTBOX_POLL_INTERVAL, OUTBOX_TASK_RETENTION, ...
 
 exit codes: 0 success, 1 failure, 2 bad usage
@@ -119,6 +123,7 @@ type cli struct {
 	redisAddr   string
 	uiToken     string // BUNBOX_UI_TOKEN, for bunbox ui
 	dbSchema    string // -schema, OUTBOX_SCHEMA: the schema of the outbox ("" for today's tables)
+	dbPrefix    string // -table-prefix, OUTBOX_TABLE_PREFIX: the prefix of its table names
 	stdout      io.Writer
 	stderr      io.Writer
 }
@@ -129,7 +134,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// value (a blank REDIS_URL does not hide OUTBOX_REDIS_URL).
 	rawGetenv := getenv
 	getenv = func(k string) string { return strings.TrimSpace(rawGetenv(k)) }
-	c := &cli{stdout: stdout, stderr: stderr, uiToken: getenv(uiTokenEnv), dbSchema: getenv(outboxSchemaEnv)}
+	c := &cli{stdout: stdout, stderr: stderr, uiToken: getenv(uiTokenEnv), dbSchema: getenv(outboxSchemaEnv),
+		dbPrefix: getenv(outboxTablePrefixEnv)}
 	fs := flag.NewFlagSet("bunbox", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage) }

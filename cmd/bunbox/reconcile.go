@@ -56,7 +56,7 @@ func (c *cli) reconcile(ctx context.Context, args []string) error {
 	}
 	defer db.Close()
 	rc, err := relay.NewReconciler(db, redisOpt, relay.ReconcilerConfig{
-		Window: *window, TaskRetention: cfg.TaskRetention, Routes: cfg.Routes, Schema: c.dbSchema,
+		Window: *window, TaskRetention: cfg.TaskRetention, Routes: cfg.Routes, Schema: c.dbSchema, TablePrefix: c.dbPrefix,
 		Logger: slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {

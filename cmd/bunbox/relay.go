@@ -39,7 +39,8 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level}))
-	cfg.Schema = c.dbSchema // -schema, else OUTBOX_SCHEMA, as ConfigFromEnv read it
+	cfg.Schema = c.dbSchema      // -schema, else OUTBOX_SCHEMA, as ConfigFromEnv read it
+	cfg.TablePrefix = c.dbPrefix // -table-prefix, else OUTBOX_TABLE_PREFIX
 	if *reconcileWindow < 0 {
 		return usageError(c.stderr, "-reconcile-window must not be negative, got %s", *reconcileWindow)
 	}
@@ -62,7 +63,7 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 	cfg.Observer = metrics.Observer(cfg.Observer)
 	cfg.Reconciler.OnPass = metrics.ObserveReconcile
 	if *enableNotify {
-		if err := relay.EnableNotifyTriggerIn(ctx, db, c.dbSchema); err != nil {
+		if err := relay.EnableNotifyTriggerOf(ctx, db, cfg); err != nil {
 			return fmt.Errorf("install the notify trigger: %w", err)
 		}
 	}

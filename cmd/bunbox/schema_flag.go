@@ -2,40 +2,54 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 
 	"github.com/bunbox/bunbox/admin"
 	"github.com/bunbox/bunbox/internal/tables"
+	bunboxmigrate "github.com/bunbox/bunbox/migrate"
 )
 
 // outboxSchemaEnv names the schema of the outbox the commands work on, as relay.ConfigFromEnv reads it.
 const outboxSchemaEnv = "OUTBOX_SCHEMA"
 
-// schemaFlag adds -schema to fs: every command accepts it, before or after its name.
+// outboxTablePrefixEnv names the table prefix of the outbox the commands work on, as relay.ConfigFromEnv
+// reads it.
+const outboxTablePrefixEnv = "OUTBOX_TABLE_PREFIX"
+
+// schemaFlag adds -schema and -table-prefix to fs: every command accepts them, before or after its name.
 func (c *cli) schemaFlag(fs *flag.FlagSet) {
 	fs.StringVar(&c.dbSchema, "schema", c.dbSchema, "the schema of the outbox (bunboxmigrate.WithSchema, relay.Config.Schema); default $"+outboxSchemaEnv+", else today's unqualified tables")
+	fs.StringVar(&c.dbPrefix, "table-prefix", c.dbPrefix, "the prefix of the outbox's table names (bunboxmigrate.WithTablePrefix, relay.Config.TablePrefix); default $"+outboxTablePrefixEnv+", else none")
 }
 
-// checkSchema refuses a schema name bunbox cannot use, naming it.
+// checkSchema refuses a schema name or table prefix bunbox cannot use, naming it.
 func (c *cli) checkSchema() error {
-	if _, err := tables.Parse(c.dbSchema); err != nil {
+	_, err := tables.New(c.dbSchema, c.dbPrefix)
+	switch {
+	case errors.Is(err, tables.ErrInvalidSchema):
 		return usageError(c.stderr, "-schema (%s): %v", outboxSchemaEnv, err)
+	case err != nil:
+		return usageError(c.stderr, "-table-prefix (%s): %v", outboxTablePrefixEnv, err)
 	}
 	return nil
 }
 
-// names are the table names of the -schema, checked by checkSchema.
+// names are the table names of -schema and -table-prefix, checked by checkSchema.
 func (c *cli) names() tables.Names {
-	n, _ := tables.Parse(c.dbSchema)
+	n, _ := tables.New(c.dbSchema, c.dbPrefix)
 	return n
 }
 
-// inSchema points the admin queries run with ctx at the outbox of -schema.
+// inSchema points the admin queries run with ctx at the outbox of -schema and -table-prefix.
 func (c *cli) inSchema(ctx context.Context) context.Context {
-	if c.dbSchema == "" {
-		return ctx
+	if c.dbSchema != "" {
+		ctx = admin.WithSchema(ctx, c.dbSchema)
 	}
-	return admin.WithSchema(ctx, c.dbSchema)
+	if c.dbPrefix != "" {
+		ctx = admin.WithTablePrefix(ctx, c.dbPrefix)
+	}
+	return ctx
 }
 
 // schemaMigrations returns ms for the outbox of -schema: the statements with the table names qualified,
@@ -48,7 +62,7 @@ func (c *cli) schemaMigrations(ms []migrationSQL) []migrationSQL {
 	out := make([]migrationSQL, len(ms))
 	for i, m := range ms {
 		out[i] = migrationSQL{name: m.name}
-		if i == 0 {
+		if i == 0 && names.Schema() != "" {
 			out[i].up = append(out[i].up, "CREATE SCHEMA IF NOT EXISTS "+names.QuotedSchema()+";")
 		}
 		for _, s := range m.up {
@@ -59,4 +73,9 @@ func (c *cli) schemaMigrations(ms []migrationSQL) []migrationSQL {
 		}
 	}
 	return out
+}
+
+// migrateOptions are the bunboxmigrate options of -schema and -table-prefix.
+func (c *cli) migrateOptions() []bunboxmigrate.Option {
+	return []bunboxmigrate.Option{bunboxmigrate.WithSchema(c.dbSchema), bunboxmigrate.WithTablePrefix(c.dbPrefix)}
 }

@@ -2,6 +2,7 @@ package outboxtest
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/uptrace/bun"
@@ -20,8 +21,46 @@ func TenantSchema(tb testing.TB, db *bun.DB, prefix string) string {
 			tb.Logf("drop schema %s: %v", name, err)
 		}
 	})
-	if err := bunboxmigrate.Up(context.Background(), db, bunboxmigrate.WithSchema(name)); err != nil {
+	if err := migrateTenant(db, bunboxmigrate.WithSchema(name)); err != nil {
 		tb.Fatalf("migrate schema %s: %v", name, err)
 	}
 	return name
+}
+
+// TenantTables migrates into db the outbox whose tables are named with prefix in schema (bunboxmigrate
+// WithSchema and WithTablePrefix; schema "" is the one search_path finds, so use it only outside the
+// pooler pass), and drops its tables when the test ends (the schema's own cleanup may drop them first).
+func TenantTables(tb testing.TB, db *bun.DB, schema, prefix string) {
+	tb.Helper()
+	q := func(name string) string {
+		if schema == "" {
+			return prefix + name
+		}
+		return `"` + schema + `".` + prefix + name
+	}
+	tb.Cleanup(func() {
+		for _, name := range []string{"outbox_events", "inbox_events", "bunbox_leases", "bunbox_migrations", "bunbox_migration_locks"} {
+			if _, err := db.ExecContext(context.Background(), "DROP TABLE IF EXISTS "+q(name)+" CASCADE"); err != nil {
+				tb.Logf("drop %s: %v", q(name), err)
+			}
+		}
+		if _, err := db.ExecContext(context.Background(), "DROP FUNCTION IF EXISTS "+q("bunbox_outbox_notify")+"()"); err != nil {
+			tb.Logf("drop the notify function: %v", err)
+		}
+	})
+	if err := migrateTenant(db, bunboxmigrate.WithSchema(schema), bunboxmigrate.WithTablePrefix(prefix)); err != nil {
+		tb.Fatalf("migrate %s: %v", q("outbox_events"), err)
+	}
+}
+
+// tenantMigrations serialises the migrations of TenantSchema and TenantTables in this process. Each
+// bunboxmigrate.Up holds a server connection for its lock and needs another to migrate; through the
+// pooler's two server connections, two parallel tests that each hold their (per-outbox) lock would wait
+// for a third connection forever (until the read timeout).
+var tenantMigrations sync.Mutex
+
+func migrateTenant(db *bun.DB, opts ...bunboxmigrate.Option) error {
+	tenantMigrations.Lock()
+	defer tenantMigrations.Unlock()
+	return bunboxmigrate.Up(context.Background(), db, opts...)
 }

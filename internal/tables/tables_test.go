@@ -2,6 +2,7 @@ package tables
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -57,6 +58,86 @@ func TestParseRefuses(t *testing.T) {
 	}
 	_, err := Parse(`a"b`)
 	if err == nil || err.Error() != `invalid schema name "a\"b": use ASCII letters, digits and underscores, not starting with a digit` {
+		t.Errorf("error = %v", err)
+	}
+}
+
+func TestPrefixRewrite(t *testing.T) {
+	for _, tc := range []struct {
+		schema, in, want string
+	}{
+		{"", "SELECT o.id FROM outbox_events AS o WHERE o.outbox_events_x = 1", "SELECT o.id FROM orders_outbox_events AS o WHERE o.outbox_events_x = 1"},
+		{"", "CREATE INDEX IF NOT EXISTS outbox_events_pending_idx ON outbox_events (id)", "CREATE INDEX IF NOT EXISTS orders_outbox_events_pending_idx ON orders_outbox_events (id)"},
+		{"", "DROP INDEX IF EXISTS outbox_events_pending_idx;", "DROP INDEX IF EXISTS orders_outbox_events_pending_idx;"},
+		{"T", "DROP INDEX IF EXISTS outbox_events_pending_idx;", `DROP INDEX IF EXISTS "T".orders_outbox_events_pending_idx;`},
+		{"T", "WHERE conrelid = 'outbox_events'::regclass AND conname = 'outbox_events_c'", `WHERE conrelid = '"T".orders_outbox_events'::regclass AND conname = 'orders_outbox_events_c'`},
+		{"T", "SELECT pg_get_serial_sequence('outbox_events', 'id')", `SELECT pg_get_serial_sequence('"T".orders_outbox_events', 'id')`},
+		{"T", "INSERT INTO inbox_events; DELETE FROM bunbox_leases", `INSERT INTO "T".orders_inbox_events; DELETE FROM "T".orders_bunbox_leases`},
+		{"", "CREATE INDEX inbox_events_handled_at_idx ON inbox_events (handled_at)", "CREATE INDEX orders_inbox_events_handled_at_idx ON orders_inbox_events (handled_at)"},
+		{"", "SELECT my_outbox_events, outbox_eventsx FROM t", "SELECT my_outbox_events, outbox_eventsx FROM t"},
+	} {
+		n, err := New(tc.schema, "orders_")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := n.SQL(tc.in); got != tc.want {
+			t.Errorf("schema %q: SQL(%q)\n got %q\nwant %q", tc.schema, tc.in, got, tc.want)
+		}
+	}
+	n, _ := New("", "orders_")
+	if n.IsDefault() || n.Outbox() != "orders_outbox_events" || n.Qualify("bunbox_migrations") != "orders_bunbox_migrations" || n.Name("outbox_events_event_id_key") != "orders_outbox_events_event_id_key" {
+		t.Errorf("names of the prefix: %q %q", n.Outbox(), n.Qualify("bunbox_migrations"))
+	}
+	m, _ := New("T", "orders_")
+	if m.Leases() != `"T".orders_bunbox_leases` || m.Inbox() != `"T".orders_inbox_events` {
+		t.Errorf("names of schema and prefix: %q %q", m.Leases(), m.Inbox())
+	}
+	// Two outboxes of one schema: their own channel, their own locks.
+	o, _ := New("T", "billing_")
+	s, _ := Parse("T")
+	channels := map[string]bool{n.Channel("bunbox_outbox"): true, m.Channel("bunbox_outbox"): true, o.Channel("bunbox_outbox"): true, s.Channel("bunbox_outbox"): true}
+	if len(channels) != 4 || m.Channel("bunbox_outbox") != "bunbox_outbox:T:orders_" || n.Channel("bunbox_outbox") != "bunbox_outbox::orders_" {
+		t.Errorf("channels %v", channels)
+	}
+	keys := map[int64]bool{n.LockKey(1): true, m.LockKey(1): true, o.LockKey(1): true, s.LockKey(1): true, Default().LockKey(1): true}
+	classes := map[int32]bool{n.LockClass(1): true, m.LockClass(1): true, o.LockClass(1): true, s.LockClass(1): true, Default().LockClass(1): true}
+	if len(keys) != 5 || len(classes) != 5 {
+		t.Errorf("lock keys collide: %v %v", keys, classes)
+	}
+}
+
+// Every name the migrations derive from a table, with the longest prefix, fits PostgreSQL's identifiers.
+func TestLongestPrefixFits(t *testing.T) {
+	p := strings.Repeat("p", MaxPrefixLen)
+	n, err := New("", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"outbox_events_unkeyed_pending_idx", "outbox_events_retention_ns_check", "bunbox_migration_locks", "bunbox_outbox_notify"} {
+		if got := n.Name(name); len(got) > 63 {
+			t.Errorf("%s is %d bytes", got, len(got))
+		}
+	}
+}
+
+func TestNewRefuses(t *testing.T) {
+	for _, p := range []string{"Orders_", `a"b`, "a b", "1abc", "a.b", "pg_x", "ä", strings.Repeat("p", MaxPrefixLen+1)} {
+		_, err := New("", p)
+		if !errors.Is(err, ErrInvalidTablePrefix) {
+			t.Errorf("New(%q) = %v, want ErrInvalidTablePrefix", p, err)
+		}
+	}
+	if _, err := New("a b", "ok_"); !errors.Is(err, ErrInvalidSchema) {
+		t.Errorf("New with a bad schema = %v", err)
+	}
+	// Each fits alone; together the channel would not.
+	long := strings.Repeat("s", MaxSchemaLen)
+	_, err := New(long, "orders_")
+	if !errors.Is(err, ErrInvalidTablePrefix) || !strings.Contains(err.Error(), "over PostgreSQL's 63") {
+		t.Errorf("New(long schema, prefix) = %v", err)
+	}
+	_, err = New("", "Orders_")
+	if err == nil || err.Error() != `invalid table prefix "Orders_": use lowercase ASCII letters, digits and underscores, not starting with a digit` {
 		t.Errorf("error = %v", err)
 	}
 }

@@ -34,6 +34,9 @@ type MetricsConfig struct {
 	// Schema is the schema of the outbox whose table DB's gauges read (relay.Config.Schema). Defaults to
 	// the schema of the relay given to SetRelay, or the default outbox without one.
 	Schema string
+	// TablePrefix is the table prefix of that outbox (relay.Config.TablePrefix). Defaults to the prefix
+	// of the relay given to SetRelay when Schema and TablePrefix are both unset, else "".
+	TablePrefix string
 }
 
 // Metrics is the one prometheus.Collector of a relay: the outbox table's state at scrape time
@@ -68,6 +71,7 @@ type MetricsConfig struct {
 type Metrics struct {
 	db     bun.IDB
 	schema string // MetricsConfig.Schema
+	prefix string // MetricsConfig.TablePrefix
 	relay  atomic.Pointer[relay.Relay]
 
 	queues, names *labels
@@ -95,6 +99,7 @@ func NewMetrics(cfg MetricsConfig) (*Metrics, error) {
 	return &Metrics{
 		db:     cfg.DB,
 		schema: cfg.Schema,
+		prefix: cfg.TablePrefix,
 		queues: newLabels(maxValues),
 		names:  newLabels(maxValues),
 		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{

@@ -73,12 +73,15 @@ func (m *Metrics) collectState(ch chan<- prometheus.Metric) {
 func collectTable(ch chan<- prometheus.Metric, m *Metrics) {
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
-	schema := m.schema
-	if r := m.relay.Load(); schema == "" && r != nil {
-		schema = r.Schema()
+	schema, prefix := m.schema, m.prefix
+	if r := m.relay.Load(); schema == "" && prefix == "" && r != nil {
+		schema, prefix = r.Schema(), r.TablePrefix()
 	}
 	if schema != "" {
 		ctx = admin.WithSchema(ctx, schema)
+	}
+	if prefix != "" {
+		ctx = admin.WithTablePrefix(ctx, prefix)
 	}
 	b, err := admin.ReadBacklog(ctx, m.db)
 	if err != nil {
