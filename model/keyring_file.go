@@ -40,8 +40,8 @@ func ReadKeyringFile(path string) (*Keyring, error) {
 // The line "current=ID" names the key that encrypts; every other line is "id=key", the key in standard
 // base64 (with padding; `openssl rand -base64 32` writes one) of 16, 24 or 32 bytes. An id is what
 // NewKeyring takes, and not "current". An error names the source and the line: a line without "=", an id
-// given twice, a key that is not base64 or of the wrong length, a missing or unknown current id. It never
-// quotes a line's text after the "=", which may be key material.
+// given twice, a key that is not base64 or of the wrong length, a missing or unknown current id. It quotes
+// no text of a line, which may be key material (a bare base64 key cuts at its padding "=" into an "id").
 func ParseKeyring(r io.Reader, name string) (*Keyring, error) {
 	fail := func(line int, format string, args ...any) error {
 		where := "model: keyring " + name
@@ -50,7 +50,7 @@ func ParseKeyring(r io.Reader, name string) (*Keyring, error) {
 		}
 		return fmt.Errorf("%s: %s", where, fmt.Sprintf(format, args...))
 	}
-	keys := map[string][]byte{}
+	keys := map[string]lineKey{}
 	current, currentLine := "", 0
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), 64<<10)
@@ -80,19 +80,23 @@ func ParseKeyring(r io.Reader, name string) (*Keyring, error) {
 			current, currentLine = value, n
 			continue
 		}
-		if _, dup := keys[id]; dup {
-			return nil, fail(n, "key id %q is given twice", id)
+		// From here the id is not quoted either: a line that is a bare base64 key cuts at its padding "=".
+		if value == "" {
+			return nil, fail(n, `nothing after "=": want "id=base64 key" (the line is not shown: it may hold a key)`)
+		}
+		if first, dup := keys[id]; dup {
+			return nil, fail(n, "the key id of line %d is given again", first.line)
 		}
 		key, err := base64.StdEncoding.Strict().DecodeString(value)
 		if err != nil {
-			return nil, fail(n, "the key of id %q is not standard base64 (the value is not shown)", id)
+			return nil, fail(n, "the key is not standard base64 (the line is not shown)")
 		}
 		switch len(key) {
 		case 16, 24, 32:
 		default:
-			return nil, fail(n, "the key of id %q is %d bytes; AES needs 16, 24 or 32", id, len(key))
+			return nil, fail(n, "the key is %d bytes; AES needs 16, 24 or 32", len(key))
 		}
-		keys[id] = key
+		keys[id] = lineKey{key: key, line: n}
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
@@ -110,12 +114,22 @@ func ParseKeyring(r io.Reader, name string) (*Keyring, error) {
 		return nil, fail(currentLine, "the current key id is not among the key ids of the file (%s; the current id is not shown: it may be a key)",
 			strings.Join(slices.Sorted(maps.Keys(keys)), ", "))
 	}
-	ring, err := NewKeyring(current, keys)
+	plain := make(map[string][]byte, len(keys))
+	for id, k := range keys {
+		plain[id] = k.key
+	}
+	ring, err := NewKeyring(current, plain)
+	for _, k := range keys {
+		clear(k.key) // NewKeyring copied them
+	}
 	if err != nil {
 		return nil, fail(0, "%v", err)
 	}
-	for _, k := range keys {
-		clear(k)
-	}
 	return ring, nil
+}
+
+// lineKey is a key of a keyring file and the line it is on.
+type lineKey struct {
+	key  []byte
+	line int
 }
