@@ -47,7 +47,9 @@ func TestNewBytesEvent(t *testing.T) {
 	}{
 		{"Empty", func() (*model.Event, error) { return model.NewBytesEvent("blob.saved", nil) }, "Payload must not be empty"},
 		{"BadName", func() (*model.Event, error) { return model.NewBytesEvent("blob saved", []byte{1}) }, "Name"},
-		{"BadOption", func() (*model.Event, error) { return model.NewBytesEvent("blob.saved", []byte{1}, model.WithMaxRetry(-1)) }, "MaxRetry"},
+		{"BadOption", func() (*model.Event, error) {
+			return model.NewBytesEvent("blob.saved", []byte{1}, model.WithMaxRetry(-1))
+		}, "MaxRetry"},
 		{"OverTheCeiling", func() (*model.Event, error) {
 			return model.NewBytesEvent("blob.saved", make([]byte, model.MaxPayloadSizeCeiling+1))
 		}, "over the limit"},
