@@ -39,7 +39,7 @@ func WithCodec(c *model.Codec) Option {
 func (r *registry) encode(events []*model.Event) ([]*model.Event, error) {
 	var out []*model.Event // nil until the first copy
 	for i, ev := range events {
-		if len(ev.PayloadEncoded) > 0 {
+		if ev.PayloadEncoded != nil {
 			return nil, fmt.Errorf("%w %q: PayloadEncoded is set by the Outbox's codec (bunx.WithCodec), not by the caller",
 				model.ErrInvalidEvent, ev.Name)
 		}
@@ -98,11 +98,11 @@ func (r *registry) encode(events []*model.Event) ([]*model.Event, error) {
 	return out, nil
 }
 
-// hasBytes reports whether an event of events carries bytes (model.NewBytesEvent), which encode writes
-// into the payload_encoded column, with a codec or without.
-func hasBytes(events []*model.Event) bool {
+// needsEncode reports whether an event of events carries bytes (model.NewBytesEvent), which encode writes
+// into the payload_encoded column with a codec or without, or has PayloadEncoded set, which encode refuses.
+func needsEncode(events []*model.Event) bool {
 	for _, ev := range events {
-		if model.IsBytes(ev.Metadata) {
+		if ev.PayloadEncoded != nil || model.IsBytes(ev.Metadata) {
 			return true
 		}
 	}

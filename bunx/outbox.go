@@ -172,7 +172,7 @@ func (r *registry) write(ctx context.Context, d schema.Dialect, events []*model.
 	}
 	r.injectTrace(ctx, events) // after validate: what the context adds never fails the write (see injectTrace)
 	var callers []*model.Event // with a codec or bytes events: the caller's events; events are then the copies written
-	if r.codec != nil || hasBytes(events) {
+	if r.codec != nil || needsEncode(events) {
 		encoded, err := r.encode(events)
 		if err != nil {
 			return err
