@@ -150,7 +150,11 @@ func TestBytesFromProducerToHandler(t *testing.T) {
 			require.Contains(t, lastErr, "the payload is bytes (model.NewBytesEvent), not JSON")
 			require.Contains(t, lastErr, "*worker_test.docPayload")
 			require.Empty(t, handled, "HandleJSON's fn never ran")
-			require.EqualValues(t, 1, outboxtest.Count(t, db, "inbox_events", ""), "only the bytes handler's record")
+			// The bytes handler sent before its transaction committed: wait for its record, the only one.
+			outboxtest.WaitFor(t, 30*time.Second, "the bytes handler's inbox record", func() bool {
+				return outboxtest.Count(t, db, "inbox_events", "") == 1
+			})
+			require.EqualValues(t, 1, outboxtest.Count(t, db, "inbox_events", "handler = 'store'"), "only the bytes handler's record")
 			requireNoKeyIn(t, logs.String())
 			require.False(t, strings.Contains(logs.String(), string(data[:20])), "no bytes in the logs")
 		})
