@@ -17,9 +17,10 @@ import (
 // (worker.WithInboxCodec, worker.DecodeTask), which then needs the Keyring too; an encrypted payload then
 // stays encrypted in Redis as well.
 //
-// With a codec, WithMaxPayloadSize limits the payload as written (after encoding), and the JSON payload
+// With a codec, WithMaxPayloadSize limits the payload as written (after encoding), and the payload
 // before encoding may be up to model.MaxPayloadSizeCeiling. The two metadata keys count towards the
-// metadata limits. The caller's events are not changed: the Outbox writes encoded copies. A nil c keeps
+// metadata limits. An event of bytes (model.NewBytesEvent) is encoded like a JSON one; bytes the codec
+// leaves as they are go into payload_encoded as they are, with no encoding key. The caller's events are not changed: the Outbox writes encoded copies. A nil c keeps
 // the default. Defaults to none: payloads are written as JSON, queryable with PostgreSQL's jsonb operators.
 func WithCodec(c *model.Codec) Option {
 	return func(o *Outbox) {
@@ -31,23 +32,14 @@ func WithCodec(c *model.Codec) Option {
 
 // encode returns the events as the registry's codec writes them: each event whose payload the codec
 // encodes is replaced by a copy with PayloadEncoded set, Payload JSON null and the encoding's metadata
-// keys; the others are kept. It returns events itself when the codec encodes none of them. The copies are
-// checked like the events: their metadata against model's limits, and the encoded payload against the
-// Outbox's payload limit.
+// keys, and so is each event of bytes (model.NewBytesEvent), whose bytes go to PayloadEncoded as they are
+// when the codec leaves them (or there is none); the others are kept. It returns events itself when it
+// copies none of them. The copies are checked like the events: their metadata against model's limits, and
+// the payload as written against the Outbox's payload limit.
 func (r *registry) encode(events []*model.Event) ([]*model.Event, error) {
-	var out []*model.Event // nil until the first encoded event
-	keep := func(i int, ev *model.Event) error {
-		if len(ev.Payload) > r.maxPayload {
-			return fmt.Errorf("%w %q: Payload is %d bytes, over the limit of %d (the payload limit: bunx.WithMaxPayloadSize)",
-				model.ErrInvalidEvent, ev.Name, len(ev.Payload), r.maxPayload)
-		}
-		if out != nil {
-			out = append(out, ev)
-		}
-		return nil
-	}
+	var out []*model.Event // nil until the first copy
 	for i, ev := range events {
-		if len(ev.PayloadEncoded) > 0 {
+		if ev.PayloadEncoded != nil {
 			return nil, fmt.Errorf("%w %q: PayloadEncoded is set by the Outbox's codec (bunx.WithCodec), not by the caller",
 				model.ErrInvalidEvent, ev.Name)
 		}
@@ -55,44 +47,48 @@ func (r *registry) encode(events []*model.Event) ([]*model.Event, error) {
 			return nil, fmt.Errorf("%w %q: Metadata key %s is set by the Outbox's codec, not by the caller",
 				model.ErrInvalidEvent, ev.Name, model.HeaderPayloadEncoding)
 		}
-		if !r.codec.Encodes(len(ev.Payload)) {
-			if err := keep(i, ev); err != nil {
-				return nil, err
+		isBytes := model.IsBytes(ev.Metadata)
+		data, encoding, keyID := []byte(ev.Payload), "", ""
+		if r.codec.Encodes(len(ev.Payload)) {
+			var err error
+			if data, encoding, keyID, err = r.codec.Encode(ev.EventID, ev.Payload); err != nil {
+				return nil, fmt.Errorf("%w %q: Payload: %w", model.ErrInvalidEvent, ev.Name, err)
 			}
-			continue
-		}
-		data, encoding, keyID, err := r.codec.Encode(ev.EventID, ev.Payload)
-		if err != nil {
-			return nil, fmt.Errorf("%w %q: Payload: %w", model.ErrInvalidEvent, ev.Name, err)
-		}
-		if encoding == "" { // compression did not make it smaller: plain JSON
-			if err := keep(i, ev); err != nil {
-				return nil, err
-			}
-			continue
 		}
 		if len(data) > r.maxPayload {
-			return nil, fmt.Errorf("%w %q: Payload is %d bytes after encoding (%s), over the limit of %d (the payload limit: bunx.WithMaxPayloadSize)",
-				model.ErrInvalidEvent, ev.Name, len(data), encoding, r.maxPayload)
+			after := ""
+			if encoding != "" {
+				after = " after encoding (" + encoding + ")"
+			}
+			return nil, fmt.Errorf("%w %q: Payload is %d bytes%s, over the limit of %d (the payload limit: bunx.WithMaxPayloadSize)",
+				model.ErrInvalidEvent, ev.Name, len(data), after, r.maxPayload)
+		}
+		if encoding == "" && !isBytes { // not encoded (compression did not make it smaller): plain JSON
+			if out != nil {
+				out = append(out, ev)
+			}
+			continue
 		}
 		if out == nil {
 			out = append(make([]*model.Event, 0, len(events)), events[:i]...)
 		}
 		cp := *ev
 		cp.Payload, cp.PayloadEncoded = nullPayload, data
-		cp.Metadata = maps.Clone(ev.Metadata)
-		if cp.Metadata == nil {
-			cp.Metadata = make(map[string]string, 2)
-		}
-		cp.Metadata[model.HeaderPayloadEncoding] = encoding
-		if keyID != "" {
-			cp.Metadata[model.HeaderPayloadKeyID] = keyID
-		} else {
-			delete(cp.Metadata, model.HeaderPayloadKeyID)
-		}
-		if err := cp.ValidateMetadata(); err != nil {
-			return nil, fmt.Errorf("%w (with the payload codec's metadata keys %s and %s)", err,
-				model.HeaderPayloadEncoding, model.HeaderPayloadKeyID)
+		if encoding != "" {
+			cp.Metadata = maps.Clone(ev.Metadata)
+			if cp.Metadata == nil {
+				cp.Metadata = make(map[string]string, 2)
+			}
+			cp.Metadata[model.HeaderPayloadEncoding] = encoding
+			if keyID != "" {
+				cp.Metadata[model.HeaderPayloadKeyID] = keyID
+			} else {
+				delete(cp.Metadata, model.HeaderPayloadKeyID)
+			}
+			if err := cp.ValidateMetadata(); err != nil {
+				return nil, fmt.Errorf("%w (with the payload codec's metadata keys %s and %s)", err,
+					model.HeaderPayloadEncoding, model.HeaderPayloadKeyID)
+			}
 		}
 		out = append(out, &cp)
 	}
@@ -100,6 +96,17 @@ func (r *registry) encode(events []*model.Event) ([]*model.Event, error) {
 		return events, nil
 	}
 	return out, nil
+}
+
+// needsEncode reports whether an event of events carries bytes (model.NewBytesEvent), which encode writes
+// into the payload_encoded column with a codec or without, or has PayloadEncoded set, which encode refuses.
+func needsEncode(events []*model.Event) bool {
+	for _, ev := range events {
+		if ev.PayloadEncoded != nil || model.IsBytes(ev.Metadata) {
+			return true
+		}
+	}
+	return false
 }
 
 // payloadLimit is the limit of the payload as the caller gives it: with a codec, the ceiling (encode checks

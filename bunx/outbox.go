@@ -173,8 +173,8 @@ func (r *registry) write(ctx context.Context, d schema.Dialect, events []*model.
 		return err
 	}
 	r.injectTrace(ctx, events) // after validate: what the context adds never fails the write (see injectTrace)
-	var callers []*model.Event // with a codec: the caller's events; events are then the encoded copies
-	if r.codec != nil {
+	var callers []*model.Event // with a codec or bytes events: the caller's events; events are then the copies written
+	if r.codec != nil || needsEncode(events) {
 		encoded, err := r.encode(events)
 		if err != nil {
 			return err

@@ -314,9 +314,14 @@ func gunzip(data []byte, limit int) ([]byte, error) {
 
 // DecodeEvent decodes ev's payload in place when it is encoded (ev.PayloadEncoded is set): Payload becomes
 // the decoded payload, PayloadEncoded nil, and Metadata a copy without HeaderPayloadEncoding and
-// HeaderPayloadKeyID. An event whose payload is not encoded is left as it is. Errors are Decode's.
+// HeaderPayloadKeyID. An event whose payload is not encoded is left as it is; the bytes of a bytes event
+// (NewBytesEvent) stored without encoding become its Payload. Errors are Decode's.
 func (c *Codec) DecodeEvent(ev *Event) error {
 	if ev.PayloadEncoded == nil {
+		return nil
+	}
+	if _, named := ev.Metadata[HeaderPayloadEncoding]; !named && IsBytes(ev.Metadata) {
+		ev.Payload, ev.PayloadEncoded = ev.PayloadEncoded, nil
 		return nil
 	}
 	plain, err := c.Decode(ev.EventID, ev.Metadata[HeaderPayloadEncoding], ev.Metadata[HeaderPayloadKeyID], ev.PayloadEncoded)
@@ -343,21 +348,36 @@ func WithoutEncodingHeaders(md map[string]string) map[string]string {
 	return out
 }
 
-// DescribeEncoded describes an encoded payload for people, without its bytes: "encrypted (key id k1),
-// gzip-compressed, 310 bytes". It returns "" for a payload that is not encoded.
+// DescribeEncoded describes an encoded payload, or one of bytes (NewBytesEvent), for people, without its
+// bytes: "encrypted (key id k1), gzip-compressed, 310 bytes", "bytes (not JSON), 1024 bytes", "bytes (not
+// JSON), encrypted (key id k1), 1052 bytes"; the size is the stored one. It returns "" for a JSON payload
+// that is not encoded.
 func DescribeEncoded(ev *Event) string {
-	if ev == nil || (ev.PayloadEncoded == nil && ev.Metadata[HeaderPayloadEncoding] == "") {
+	if ev == nil {
 		return ""
 	}
 	enc := ev.Metadata[HeaderPayloadEncoding]
+	if IsBytes(ev.Metadata) && enc == "" {
+		n := len(ev.PayloadEncoded)
+		if ev.PayloadEncoded == nil {
+			n = len(ev.Payload) // an event as NewBytesEvent made it, not yet written
+		}
+		return fmt.Sprintf("bytes (not JSON), %d bytes", n)
+	}
+	if ev.PayloadEncoded == nil && enc == "" {
+		return ""
+	}
 	var parts []string
+	if IsBytes(ev.Metadata) {
+		parts = append(parts, "bytes (not JSON)")
+	}
 	if strings.HasSuffix(enc, EncodingAESGCM) {
 		parts = append(parts, fmt.Sprintf("encrypted (key id %s)", ev.Metadata[HeaderPayloadKeyID]))
 	}
 	if strings.HasPrefix(enc, EncodingGzip) {
 		parts = append(parts, "gzip-compressed")
 	}
-	if len(parts) == 0 {
+	if len(parts) == 0 || (len(parts) == 1 && IsBytes(ev.Metadata)) {
 		parts = append(parts, fmt.Sprintf("encoded as %q", enc))
 	}
 	return fmt.Sprintf("%s, %d bytes", strings.Join(parts, ", "), len(ev.PayloadEncoded))

@@ -26,11 +26,12 @@ type Event struct {
 	Name string `bun:"event_name,notnull"`
 	// Queue is the asynq queue the task is enqueued into. Defaults to DefaultQueue.
 	Queue string `bun:"queue,notnull"`
-	// Payload is the JSON document the handler receives as the task payload.
+	// Payload is the JSON document the handler receives as the task payload; for an event of
+	// NewBytesEvent (metadata HeaderPayloadFormat "bytes"), the opaque bytes, which are not JSON.
 	Payload json.RawMessage `bun:"payload,type:jsonb,notnull"`
 	// PayloadEncoded is the payload as an Outbox's Codec encoded it (bunx.WithCodec): compressed, encrypted
-	// or both, as the metadata's HeaderPayloadEncoding says. Payload is then JSON null. Nil for a plain
-	// JSON payload.
+	// or both, as the metadata's HeaderPayloadEncoding says; or the bytes of a bytes event (NewBytesEvent)
+	// as they are when no codec encoded them. Payload is then JSON null. Nil for a plain JSON payload.
 	PayloadEncoded []byte `bun:"payload_encoded,type:bytea"`
 	// Metadata travels with the event in the asynq task headers (trace context, tenant, ...).
 	Metadata map[string]string `bun:"metadata,type:jsonb,notnull"`

@@ -27,11 +27,12 @@ var ErrInvalidEvent = errors.New("model: invalid event")
 
 // NewEvent builds an event named name whose payload is the JSON encoding of payload.
 //
-// A payload that is a json.RawMessage or []byte is taken as JSON text as it is (and must be valid JSON).
-// NewEvent refuses what could not be delivered, with an error wrapping ErrInvalidEvent that names the
-// field: an empty, over-long or non-printable name, a payload that does not marshal to JSON (a channel,
-// a NaN) or is larger than the size limit, an invalid queue name, a nil event id, or a delivery option
-// with a nonsense value (see WithProcessAt and the options after it), named in the error.
+// A payload that is a json.RawMessage or []byte is taken as JSON text as it is (and must be valid JSON);
+// for opaque bytes that are not JSON, use NewBytesEvent. NewEvent refuses what could not be delivered,
+// with an error wrapping ErrInvalidEvent that names the field: an empty, over-long or non-printable
+// name, a payload that does not marshal to JSON (a channel, a NaN) or is larger than the size limit, an
+// invalid queue name, a nil event id, or a delivery option with a nonsense value (see WithProcessAt and
+// the options after it), named in the error.
 func NewEvent(name string, payload any, opts ...Option) (*Event, error) {
 	o := options{queue: DefaultQueue}
 	for _, opt := range opts {
@@ -46,6 +47,19 @@ func NewEvent(name string, payload any, opts ...Option) (*Event, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w %q: Payload: %w", ErrInvalidEvent, name, err)
 	}
+	if _, ok := o.metadata[HeaderPayloadFormat]; ok {
+		return nil, fmt.Errorf("%w %q: Metadata key %s is set by model.NewBytesEvent, not by WithMetadata",
+			ErrInvalidEvent, name, HeaderPayloadFormat)
+	}
+	return newEvent(name, data, &o)
+}
+
+// newEvent builds the event of NewEvent (data is JSON) or NewBytesEvent (o's metadata marks data as bytes).
+func newEvent(name string, data []byte, o *options) (*Event, error) {
+	if o.delivery.err != nil {
+		return nil, fmt.Errorf("%w %q: %w", ErrInvalidEvent, name, o.delivery.err)
+	}
+	var err error
 	id := o.eventID
 	if !o.eventIDSet {
 		if id, err = uuid.NewV7(); err != nil {
@@ -65,8 +79,8 @@ func NewEvent(name string, payload any, opts ...Option) (*Event, error) {
 	}
 	o.delivery.apply(ev)
 	// The payload limit is the writer's (bunx.WithMaxPayloadSize), checked when the event is recorded; here
-	// only the ceiling that no setting exceeds. The payload is JSON already: json.Marshal wrote it, or
-	// validJSON checked it.
+	// only the ceiling that no setting exceeds. The payload is JSON already (json.Marshal wrote it, or
+	// validJSON checked it), or bytes that need no check.
 	if err := ev.validate(MaxPayloadSizeCeiling, true); err != nil {
 		return nil, err
 	}
@@ -98,6 +112,10 @@ func (e *Event) validate(maxPayload int, isJSON bool) error {
 	if e.EventID == uuid.Nil {
 		return fmt.Errorf("%w %q: EventID must not be the nil UUID", ErrInvalidEvent, e.Name)
 	}
+	isBytes, err := checkFormat(e)
+	if err != nil {
+		return err
+	}
 	if len(e.Payload) == 0 {
 		return fmt.Errorf("%w %q: Payload must not be empty (use null for no payload)", ErrInvalidEvent, e.Name)
 	}
@@ -105,14 +123,16 @@ func (e *Event) validate(maxPayload int, isJSON bool) error {
 		return fmt.Errorf("%w %q: Payload is %d bytes, over the limit of %d (the payload limit: bunx.WithMaxPayloadSize)",
 			ErrInvalidEvent, e.Name, len(e.Payload), maxPayload)
 	}
-	if !isJSON && !json.Valid(e.Payload) {
-		return fmt.Errorf("%w %q: Payload is not valid JSON", ErrInvalidEvent, e.Name)
+	if !isJSON && !isBytes && !json.Valid(e.Payload) {
+		return fmt.Errorf("%w %q: Payload is not valid JSON (opaque bytes: model.NewBytesEvent)", ErrInvalidEvent, e.Name)
 	}
 	if err := checkOrderingKey(e); err != nil {
 		return err
 	}
-	if err := checkPayloadText(e.Name, e.Payload); err != nil {
-		return err
+	if !isBytes {
+		if err := checkPayloadText(e.Name, e.Payload); err != nil {
+			return err
+		}
 	}
 	if err := checkMetadata(e.Name, e.Metadata); err != nil {
 		return err

@@ -8,15 +8,21 @@ import (
 
 // readEncoded checks the encoded payload of a claimed row (one an Outbox's codec wrote, see
 // bunx.WithCodec): the column payload_encoded and the metadata key model.HeaderPayloadEncoding go
-// together, and the bytes are within model.MaxPayloadSizeCeiling. It does not decode them (see payload).
+// together, or payload_encoded holds the bytes of a bytes event (model.NewBytesEvent) as they are; and the
+// bytes are within model.MaxPayloadSizeCeiling. It does not decode them (see payload).
 func readEncoded(ev *model.Event) error {
 	encoding, named := ev.Metadata[model.HeaderPayloadEncoding]
+	isBytes := model.IsBytes(ev.Metadata)
 	switch {
-	case ev.PayloadEncoded == nil && !named:
+	case ev.PayloadEncoded == nil && !named && !isBytes:
 		return nil
+	case ev.PayloadEncoded == nil && !named:
+		return fmt.Errorf("%w: metadata marks a payload of bytes (%s) and column payload_encoded is NULL", errMalformedRow, model.HeaderPayloadFormat)
 	case ev.PayloadEncoded == nil:
 		return fmt.Errorf("%w: metadata names the payload encoding %q and column payload_encoded is NULL", errMalformedRow, encoding)
-	case !named || encoding == "":
+	case isBytes && !named && len(ev.PayloadEncoded) == 0:
+		return fmt.Errorf("%w: column payload_encoded of a payload of bytes is empty", errMalformedRow)
+	case (!named && !isBytes) || (named && encoding == ""):
 		return fmt.Errorf("%w: column payload_encoded is set and metadata names no %s", errMalformedRow, model.HeaderPayloadEncoding)
 	case len(ev.PayloadEncoded) > model.MaxPayloadSizeCeiling:
 		return fmt.Errorf("%w: column payload_encoded is %d bytes, over the limit of %d (model.MaxPayloadSizeCeiling)",
@@ -27,8 +33,8 @@ func readEncoded(ev *model.Event) error {
 
 // payload makes ev's payload the one its task carries: an encoded payload decoded with Config.Codec (its
 // encoding's headers dropped), or without a Codec passed through encoded, its headers kept for the
-// consumer. A payload that does not decode is an error wrapping errMalformedRow, which marks the row dead
-// at once; it names the key id, never a key.
+// consumer; the bytes of a bytes event that no codec encoded, as they are. A payload that does not decode
+// is an error wrapping errMalformedRow, which marks the row dead at once; it names the key id, never a key.
 func (r *Relay) payload(ev *model.Event) error {
 	if ev.PayloadEncoded == nil {
 		return nil
@@ -41,4 +47,20 @@ func (r *Relay) payload(ev *model.Event) error {
 		return fmt.Errorf("%w: relay.Config.Codec: %w", errMalformedRow, err)
 	}
 	return nil
+}
+
+// CodecKeysFileEnv is the variable ConfigFromEnv reads Config.Codec from: the path of a keyring file.
+const CodecKeysFileEnv = "OUTBOX_CODEC_KEYS_FILE"
+
+// CodecFromKeysFile returns the Codec that decodes with the keys of the keyring file at path (see
+// model.ParseKeyring for its format: "current=id" and "id=base64 key" lines), for ConfigFromEnv
+// (OUTBOX_CODEC_KEYS_FILE) and `bunbox relay -codec-keys-file`. The relay only decodes, so the Codec
+// needs no compression setting: gzip is decoded whatever the writer's CompressAbove. An error names the
+// file and the line, never a key.
+func CodecFromKeysFile(path string) (*model.Codec, error) {
+	ring, err := model.ReadKeyringFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return model.NewCodec(model.EncryptWith(ring))
 }

@@ -225,7 +225,8 @@ type Config struct {
 	// decode (its key id is not in the Keyring, or its bytes do not decode) is marked dead at once, kept,
 	// with a last_error naming the key id. Defaults to nil: encoded payloads are enqueued as they are, with
 	// their model.HeaderPayloadEncoding and model.HeaderPayloadKeyID headers, for the consumer to decode
-	// (worker.WithInboxCodec), and an encrypted payload stays encrypted in Redis.
+	// (worker.WithInboxCodec), and an encrypted payload stays encrypted in Redis. OUTBOX_CODEC_KEYS_FILE
+	// sets it from a keyring file (CodecFromKeysFile).
 	Codec *model.Codec
 
 	now    func() time.Time

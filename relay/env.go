@@ -25,9 +25,10 @@ import (
 // (e.g. "order.placed=send-confirmation,reserve-stock"); OUTBOX_QUEUES for Config.Queues, as
 // "queue:weight,queue:weight" (e.g. "critical:6,default:3,bulk:1"), OUTBOX_STRICT_PRIORITY,
 // OUTBOX_CANCEL_CHECK_INTERVAL and OUTBOX_WAKE_INTERVAL (Config.WakeInterval; "-1ms" turns the wake-up
-// off). The Redis to relay to is not in Config: RedisFromEnv reads it from OUTBOX_REDIS_URL. The fields
-// that hold Go values (Logger, Enqueuer, Observer, TracerProvider, Inspector, Codec) and the reconciler's
-// (DisableReconciler, Reconciler; flags of `bunbox relay`) have no variable.
+// off); OUTBOX_CODEC_KEYS_FILE for Config.Codec, the path of a keyring file (see CodecFromKeysFile; never
+// the keys themselves). The Redis to relay to is not in Config: RedisFromEnv reads it from OUTBOX_REDIS_URL.
+// The fields that hold Go values (Logger, Enqueuer, Observer, TracerProvider, Inspector) and the
+// reconciler's (DisableReconciler, Reconciler; flags of `bunbox relay`) have no variable.
 func ConfigFromEnv() (Config, error) { return configFromLookup(os.LookupEnv) }
 
 func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
@@ -120,6 +121,13 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	}
 	if err := queuesFromLookup(lookup, &c); err != nil {
 		return Config{}, err
+	}
+	if s, ok := lookup(CodecKeysFileEnv); ok && s != "" {
+		codec, err := CodecFromKeysFile(s)
+		if err != nil {
+			return Config{}, fmt.Errorf("%w: %s: %w", ErrInvalidConfig, CodecKeysFileEnv, err)
+		}
+		c.Codec = codec
 	}
 	return c, nil
 }

@@ -22,13 +22,13 @@ func TestConfigFromEnvCoversEveryField(t *testing.T) {
 		"OUTBOX_CLEANUP_BATCH_SIZE": "100", "OUTBOX_ROUTES": "order.placed=email", "OUTBOX_KEY_CHECK_INTERVAL": "20ms",
 		"OUTBOX_IDLE_IN_TRANSACTION_TIMEOUT": "2m", "OUTBOX_STATEMENT_TIMEOUT": "1m", "OUTBOX_LOCK_TIMEOUT": "5s",
 		"OUTBOX_QUEUES": "critical:6,default:3", "OUTBOX_STRICT_PRIORITY": "true", "OUTBOX_CANCEL_CHECK_INTERVAL": "1s",
-		"OUTBOX_SCHEMA": "tenant_a", "OUTBOX_TABLE_PREFIX": "orders_", "OUTBOX_WAKE_INTERVAL": "10ms",
+		"OUTBOX_SCHEMA": "tenant_a", "OUTBOX_TABLE_PREFIX": "orders_", "OUTBOX_WAKE_INTERVAL": "10ms", "OUTBOX_CODEC_KEYS_FILE": keysFile(t),
 	}
 	c, err := configFromLookup(func(k string) (string, bool) { v, ok := vars[k]; return v, ok })
 	require.NoError(t, err)
 	require.EqualValues(t, 1<<20, c.BatchBytes)
 	without := map[string]bool{"Logger": true, "Enqueuer": true, "Observer": true, "TracerProvider": true,
-		"Inspector": true, "Codec": true, "DisableReconciler": true, "Reconciler": true}
+		"Inspector": true, "DisableReconciler": true, "Reconciler": true}
 	v := reflect.ValueOf(c)
 	for i := range v.NumField() {
 		f := v.Type().Field(i)

@@ -24,8 +24,8 @@ func WithInboxCodec(c *model.Codec) Option {
 
 // DecodeTask returns t with its payload decoded by c when the relay enqueued it encoded (the task has the
 // model.HeaderPayloadEncoding header): a new task of the same type with the plain payload and t's headers
-// without model.HeaderPayloadEncoding and model.HeaderPayloadKeyID. A task that is not encoded is returned
-// as it is. The new task has no ResultWriter: a handler that writes results reads the payload with
+// without model.HeaderPayloadEncoding and model.HeaderPayloadKeyID (model.HeaderPayloadFormat, the marker
+// of an event of bytes, is kept). A task that is not encoded is returned as it is. The new task has no ResultWriter: a handler that writes results reads the payload with
 // DecodeTask and keeps t. A nil c decodes gzip only.
 //
 // An error names the task type, the event id and the key id, never a key. A key id that c's Keyring does

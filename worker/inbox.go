@@ -141,7 +141,9 @@ func (in *Inbox) logFailure(ctx context.Context, name string, t *asynq.Task, id 
 
 // HandleJSON wraps fn like Inbox.Handler, decoding the task's JSON payload into a T first (after the
 // Inbox's codec decoded an encoded payload, see WithInboxCodec). A payload that does not decode is
-// archived by asynq (ErrMalformedTask with asynq.SkipRetry), not retried forever.
+// archived by asynq (ErrMalformedTask with asynq.SkipRetry), not retried forever; so is the payload of an
+// event of bytes (model.NewBytesEvent), never decoded as JSON: the error wraps model.ErrNotJSON and names
+// the event. Read bytes with Inbox.Handler and t.Payload().
 func HandleJSON[T any](in *Inbox, name string, fn func(ctx context.Context, tx bun.Tx, payload *T) error) asynq.Handler {
 	if fn == nil {
 		panic(fmt.Sprintf("worker.HandleJSON(%q): fn must not be nil", name))
@@ -159,6 +161,10 @@ func HandleJSON[T any](in *Inbox, name string, fn func(ctx context.Context, tx b
 // error wrapping ErrMalformedTask and asynq.SkipRetry.
 func decodePayload[T any](t *asynq.Task) (*T, error) {
 	p := new(T)
+	if model.IsBytes(t.Headers()) {
+		return nil, fmt.Errorf("%w: %s: event %s: %w: HandleJSON does not decode it into %T (read it with Inbox.Handler): %w",
+			ErrMalformedTask, t.Type(), t.Headers()[model.HeaderEventID], model.ErrNotJSON, p, asynq.SkipRetry)
+	}
 	if err := json.Unmarshal(t.Payload(), p); err != nil {
 		return nil, fmt.Errorf("%w: %s: payload does not decode into %T: %w: %w", ErrMalformedTask, t.Type(), p, err, asynq.SkipRetry)
 	}

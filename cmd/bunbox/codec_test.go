@@ -42,3 +42,31 @@ func TestDeadListDescribesEncodedPayloads(t *testing.T) {
 	require.NotContains(t, stdout, "alice@example.com")
 	require.NotContains(t, stdout, hex.EncodeToString(key))
 }
+
+// TestDeadListDescribesBytesPayloads: `dead list -json` shows a dead event of bytes (model.NewBytesEvent)
+// as "bytes (not JSON), N bytes", never its bytes as text; `dead list` and `status` print it like any row.
+func TestDeadListDescribesBytesPayloads(t *testing.T) {
+	outboxtest.SkipShort(t)
+	t.Parallel()
+	ctx := context.Background()
+	env, db := schemaEnv(t)
+	data := append([]byte("MARKER\x00\xff\xfe"), bytes.Repeat([]byte{0, 0x80}, 50)...)
+	ev, err := model.NewBytesEvent("blob.saved", data)
+	require.NoError(t, err)
+	require.NoError(t, bunx.New(db).Record(ctx, db, ev))
+	_, err = db.ExecContext(ctx, `UPDATE outbox_events SET dead_at = now(), attempts = 1, last_error = 'boom' WHERE event_id = ?`, ev.EventID)
+	require.NoError(t, err)
+
+	code, stdout, stderr := runCLI(t, env, "dead", "list", "-json")
+	require.Equal(t, 0, code, stderr)
+	var evs []deadEventJSON
+	require.NoError(t, json.Unmarshal([]byte(stdout), &evs))
+	require.Len(t, evs, 1)
+	require.Equal(t, "bytes (not JSON), 109 bytes", evs[0].Payload)
+	for _, args := range [][]string{{"dead", "list", "-json"}, {"dead", "list"}, {"status", "-asynq=false"}, {"status", "-json", "-asynq=false"}} {
+		code, stdout, stderr := runCLI(t, env, args...)
+		require.Equal(t, 0, code, stderr)
+		require.NotContains(t, stdout, "MARKER", args)
+		require.NotContains(t, stdout, "\x00", args)
+	}
+}

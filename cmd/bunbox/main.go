@@ -71,7 +71,9 @@ commands:
   relay [-metrics-addr A] run a relay until interrupted, with Prometheus metrics on A/metrics and
                           the probes A/healthz (alive) and A/readyz (PostgreSQL, Redis, schema);
                           it also runs the reconciler, one relay per database at a time
-                          (-reconcile=false: off; -reconcile-window W, -reconcile-interval D)
+                          (-reconcile=false: off; -reconcile-window W, -reconcile-interval D);
+                          -codec-keys-file F (or OUTBOX_CODEC_KEYS_FILE): decode encoded payloads
+                          (bunx.WithCodec) with the keyring file F, lines current=ID and ID=base64 key
   ui [-addr 127.0.0.1:8080] [-redis=false]
                           serve the operator page: backlog, pending, scheduled and dead events, blocked
                           keys, asynq's queues; read-only unless BUNBOX_UI_TOKEN is set

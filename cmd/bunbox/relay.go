@@ -23,6 +23,7 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 	reconcile := fs.Bool("reconcile", true, "run the reconciler (one relay per database at a time, by a lease): re-deliver events whose task Redis lost; -reconcile=false when one runs apart")
 	reconcileWindow := fs.Duration("reconcile-window", 0, "the reconciler's window: events published within it are checked (0: 1h, or half of OUTBOX_TASK_RETENTION when shorter; must be shorter than OUTBOX_TASK_RETENTION)")
 	reconcileInterval := fs.Duration("reconcile-interval", time.Minute, "pause between two reconciler passes")
+	codecKeysFile := codecKeysFlag(fs)
 	rest, err := c.flags(fs, args)
 	if err != nil {
 		return err
@@ -46,6 +47,9 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 	}
 	cfg.DisableReconciler = !*reconcile
 	cfg.Reconciler.Window, cfg.Reconciler.Interval = *reconcileWindow, *reconcileInterval
+	if err := c.applyCodecKeys(&cfg, *codecKeysFile); err != nil {
+		return err
+	}
 
 	redisOpt, redisName, err := c.redis()
 	if err != nil {

@@ -1,0 +1,33 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+
+	"github.com/bunbox/bunbox/relay"
+)
+
+// codecKeysFlag adds -codec-keys-file to fs, the relay's keyring file: the path of a file of keys, never
+// the keys themselves, which would show in `ps` and in shell histories.
+func codecKeysFlag(fs *flag.FlagSet) *string {
+	return fs.String("codec-keys-file", "", "decode encoded payloads (bunx.WithCodec) before the enqueue with the keys of this keyring file: "+
+		"lines current=ID and ID=base64 key (see model.ParseKeyring); default $"+relay.CodecKeysFileEnv+"; never the keys on the command line")
+}
+
+// applyCodecKeys sets cfg.Codec from the keyring file path of -codec-keys-file, when given (it wins over
+// OUTBOX_CODEC_KEYS_FILE, which relay.ConfigFromEnv read), and logs what the relay decodes with: key ids,
+// never a key. An error names the flag, the file and the line, never a key.
+func (c *cli) applyCodecKeys(cfg *relay.Config, path string) error {
+	if path != "" {
+		codec, err := relay.CodecFromKeysFile(path)
+		if err != nil {
+			return fmt.Errorf("-codec-keys-file: %w", err)
+		}
+		cfg.Codec = codec
+	}
+	if cfg.Codec != nil {
+		cfg.Logger.Info("relay decodes encoded payloads before the enqueue", slog.String("codec", cfg.Codec.String()))
+	}
+	return nil
+}
