@@ -143,3 +143,24 @@ func TestWithTablePrefixRefusesBadNames(t *testing.T) {
 	err = bunboxmigrate.Up(ctx, db, bunboxmigrate.WithTablePrefix("orders_"), bunboxmigrate.WithSchema("a b"))
 	require.ErrorContains(t, err, "migrate: WithSchema: invalid schema name")
 }
+
+// TestTablePrefixNamesFit: with the longest prefix, every name the migrations derive from a table fits
+// PostgreSQL's 63-byte identifiers (a longer one would be cut silently, and two could meet); a new
+// migration with a long index name fails here.
+func TestTablePrefixNamesFit(t *testing.T) {
+	t.Parallel()
+	prefix := strings.Repeat("p", 24)
+	sql, err := bunboxmigrate.SchemaSQLFor(bunboxmigrate.WithTablePrefix(prefix))
+	require.NoError(t, err)
+	words := strings.FieldsFunc(sql, func(r rune) bool {
+		return r != '_' && (r < 'a' || r > 'z') && (r < '0' || r > '9') && (r < 'A' || r > 'Z')
+	})
+	var seen int
+	for _, w := range words {
+		if strings.HasPrefix(w, prefix) {
+			seen++
+			require.LessOrEqual(t, len(w), 63, "%s", w)
+		}
+	}
+	require.NotZero(t, seen)
+}
