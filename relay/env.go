@@ -122,8 +122,8 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	if err := queuesFromLookup(lookup, &c); err != nil {
 		return Config{}, err
 	}
-	if s, ok := lookup(CodecKeysFileEnv); ok && s != "" {
-		codec, err := CodecFromKeysFile(s)
+	if s, ok := lookup(CodecKeysFileEnv); ok && strings.TrimSpace(s) != "" {
+		codec, err := CodecFromKeysFile(strings.TrimSpace(s))
 		if err != nil {
 			return Config{}, fmt.Errorf("%w: %s: %w", ErrInvalidConfig, CodecKeysFileEnv, err)
 		}
