@@ -50,7 +50,7 @@ type wakeState struct {
 	rowsAt  atomic.Int64 // when a claim last returned rows, in Unix nanoseconds
 	reads   atomic.Int64
 	wakes   atomic.Int64 // how many times the watcher's timer fired, read or not (for the tests)
-	role    string // the relay's role, quoted, for the GRANT a warning names
+	role    string       // the relay's role, quoted, for the GRANT a warning names
 }
 
 // note records the ids of a claim.
