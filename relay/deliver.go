@@ -21,9 +21,8 @@ var errReleased = errors.New("relay: stopping, row released")
 // finish even when ctx ends, bounded by EnqueueTimeout. A few long-lived goroutines take the events in
 // order, rather than one goroutine per event: their stacks stay grown for go-redis's deep call chains.
 //
-// The id of each row that reached Redis goes to delivered as soon as it did; the channel must hold
-// len(events).
-func (r *Relay) deliver(ctx context.Context, events []model.Event, bad map[int]error, delivered chan<- int64) []error {
+// The id of each row that reached Redis goes to delivered as soon as it did (see markQueue).
+func (r *Relay) deliver(ctx context.Context, events []model.Event, bad map[int]error, delivered func(int64)) []error {
 	errs := make([]error, len(events))
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -51,7 +50,7 @@ func (r *Relay) deliver(ctx context.Context, events []model.Event, bad map[int]e
 				errs[i] = r.publish(ctx, &events[i])
 				<-r.sem
 				if errs[i] == nil {
-					delivered <- events[i].ID
+					delivered(events[i].ID)
 				}
 			}
 		})

@@ -17,6 +17,17 @@ import (
 // tracerName is the instrumentation scope of the relay's spans.
 const tracerName = "github.com/bunbox/bunbox/relay"
 
+// publishSpanKind and publishSpanAttributes are the options every publish span starts with, made once
+// rather than per event: the span's attributes are these, then the event's own (see publish).
+var (
+	publishSpanKind       = trace.WithSpanKind(trace.SpanKindProducer)
+	publishSpanAttributes = trace.WithAttributes(
+		semconv.MessagingSystemKey.String("asynq"),
+		semconv.MessagingOperationTypeSend,
+		semconv.MessagingOperationName("send"),
+	)
+)
+
 // publish enqueues ev (see enqueue) in a publish span and reports it to Observer.OnEnqueue.
 //
 // The span follows the OpenTelemetry messaging conventions: kind producer, named "send <queue>", with
@@ -35,12 +46,10 @@ func (r *Relay) publish(ctx context.Context, ev *model.Event) error {
 		}
 	}
 	ctx, span := r.cfg.tracer.Start(ctx, "send "+ev.Queue,
-		trace.WithSpanKind(trace.SpanKindProducer),
+		publishSpanKind,
 		trace.WithLinks(link...),
+		publishSpanAttributes,
 		trace.WithAttributes(
-			semconv.MessagingSystemKey.String("asynq"),
-			semconv.MessagingOperationTypeSend,
-			semconv.MessagingOperationName("send"),
 			semconv.MessagingDestinationName(ev.Queue),
 			semconv.MessagingMessageID(ev.EventID.String()),
 			semconv.MessagingMessageBodySize(len(ev.Payload)),

@@ -49,7 +49,8 @@ type wakeState struct {
 	claimed atomic.Int64
 	rowsAt  atomic.Int64 // when a claim last returned rows, in Unix nanoseconds
 	reads   atomic.Int64
-	role    string // the relay's role, quoted, for the GRANT a warning names
+	wakes   atomic.Int64 // how many times the watcher's timer fired, read or not (for the tests)
+	role    string       // the relay's role, quoted, for the GRANT a warning names
 }
 
 // note records the ids of a claim.
@@ -65,6 +66,19 @@ func (c *wakeState) note(events []model.Event) {
 			}
 		}
 	}
+}
+
+// hotFor is how much longer the relay polls at MinPollInterval after its last claim that returned rows
+// (hotWindow, see Config.idleWait), when that is as often as the wake-up would look (MinPollInterval at
+// most WakeInterval); 0 when it does not. A read then buys nothing: the watcher sleeps until the window
+// ends instead of waking every WakeInterval to find the relay busy, which under steady traffic cost the
+// relay's process a timer wake-up 200 times a second for nothing. A claim during the sleep moves the end
+// of the window; the watcher looks again when it wakes.
+func (c *wakeState) hotFor(cfg Config, now time.Time) time.Duration {
+	if cfg.MinPollInterval > cfg.WakeInterval {
+		return 0
+	}
+	return max(0, hotWindow-now.Sub(time.Unix(0, c.rowsAt.Load())))
 }
 
 // wakeSequence returns the sequence to watch, or "" after logging why there is none.
@@ -133,29 +147,25 @@ func (r *Relay) watchInserts(ctx context.Context, wake chan<- struct{}) {
 		}
 	}
 	read := wakeReadSQL(seq)
-	ticker := time.NewTicker(r.cfg.WakeInterval)
-	defer ticker.Stop()
+	timer := time.NewTimer(r.cfg.WakeInterval)
+	defer timer.Stop()
 	var last sql.NullInt64
 	known := false
 	var target int64      // the moved value no round has claimed up to yet; 0: none
 	var movedAt time.Time // when it moved
 	retries, skip := 0, 0
-	// A relay that claimed rows within hotWindow polls at MinPollInterval (pollDelay): when that is as
-	// often as the wake-up would look, a read then buys nothing, and under traffic it would only add
-	// statements and small rounds.
-	busy := func() bool {
-		return r.cfg.MinPollInterval <= r.cfg.WakeInterval &&
-			time.Since(time.Unix(0, r.wake.rowsAt.Load())) < hotWindow
-	}
 	for failures := 0; ; {
 		select {
 		case <-ctx.Done():
 			return
-		case <-ticker.C:
+		case <-timer.C:
 		}
-		if busy() {
+		r.wake.wakes.Add(1)
+		if hot := r.wake.hotFor(r.cfg, time.Now()); hot > 0 {
+			timer.Reset(max(hot, r.cfg.WakeInterval)) // the loop polls at MinPollInterval until then
 			continue
 		}
+		timer.Reset(r.cfg.WakeInterval)
 		var v sql.NullInt64
 		err := r.db.DB.QueryRowContext(ctx, read).Scan(&v)
 		if err != nil {

@@ -154,3 +154,47 @@ func TestWakeUpWatchesItsSchema(t *testing.T) {
 	require.True(t, ok)
 	require.Contains(t, []string{s + ".outbox_events_id_seq", `"` + s + `".outbox_events_id_seq`}, seq)
 }
+
+// While the relay polls at MinPollInterval after rows (hotWindow), the watcher neither reads nor wakes
+// every WakeInterval: it sleeps until the window ends, then reads again, and an event after a quiet spell
+// is relayed by the wake-up as before.
+func TestWakeUpSleepsWhileRowsCome(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := quietConfig()
+	cfg.MinPollInterval = WakeIntervalDefault // the default: the loop polls as often as the wake-up looks
+	r := b.newRelay(t, cfg)
+	run(t, r)
+	waitIdle(t, r, 5)
+	insertEvents(t, b.db, b.queue, 1)
+	outboxtest.WaitFor(t, 30*time.Second, "the event relayed", func() bool { return published(t, b.db) == 1 })
+	claimedAt := time.Unix(0, r.wake.rowsAt.Load())
+	wakes, reads := r.wake.wakes.Load(), r.wake.reads.Load()
+	outboxtest.WaitFor(t, 30*time.Second, "most of the hot window gone", func() bool {
+		return time.Since(claimedAt) >= hotWindow*3/4
+	})
+	if time.Since(claimedAt) < hotWindow { // not a slow machine that overslept the window
+		require.LessOrEqual(t, r.wake.wakes.Load()-wakes, int64(2), "the watcher woke while the relay was hot")
+		require.LessOrEqual(t, r.wake.reads.Load()-reads, int64(1), "the watcher read while the relay was hot")
+	}
+	waitIdle(t, r, 5) // reading again after the window
+	insertEvents(t, b.db, b.queue, 1)
+	outboxtest.WaitFor(t, 30*time.Second, "the event after the hot window relayed", func() bool {
+		return published(t, b.db) == 2
+	})
+}
+
+func TestWakeHotFor(t *testing.T) {
+	t.Parallel()
+	cfg := Config{}.withDefaults()
+	var w wakeState
+	now := time.Now()
+	require.Zero(t, w.hotFor(cfg, now), "no rows claimed yet")
+	w.rowsAt.Store(now.Add(-300 * time.Millisecond).UnixNano())
+	require.Equal(t, hotWindow-300*time.Millisecond, w.hotFor(cfg, now))
+	w.rowsAt.Store(now.Add(-hotWindow).UnixNano())
+	require.Zero(t, w.hotFor(cfg, now), "the window ended")
+	w.rowsAt.Store(now.UnixNano())
+	cfg.MinPollInterval = 2 * cfg.WakeInterval
+	require.Zero(t, w.hotFor(cfg, now), "a loop that polls less often than the wake-up looks")
+}

@@ -3,12 +3,15 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,8 +37,10 @@ type lullArm struct {
 	wake       time.Duration // relay.Config.WakeInterval; 0 is the default
 	db         *bun.DB
 	ob         *bunx.Outbox
+	schema     string
 	queue      string
 	proc       *exec.Cmd
+	extra      bool // run only when -arms names it
 }
 
 func lullArms() []*lullArm {
@@ -43,7 +48,20 @@ func lullArms() []*lullArm {
 		{name: "wake-up off (before)", note: "relay.Config{WakeInterval: -1}, every other field at its default: the adaptive poll up to PollInterval 500 ms", wake: -1},
 		{name: "default Config (wake-up on)", note: "relay.Config{}: the wake-up reads the id sequence's last value every 5 ms", wake: 0},
 		{name: "wake-up every 10 ms", note: "relay.Config{WakeInterval: 10 * time.Millisecond}", wake: 10 * time.Millisecond},
+		{name: "A/A: wake-up off, a second arm", note: "relay.Config{WakeInterval: -1} again: the spread of two identical arms", wake: -1, extra: true},
 	}
+}
+
+// wantedLullArms are the arms -arms names (each an arm whose name contains one of its words), or the
+// arms that are not extra when it names none.
+func wantedLullArms(o options) []*lullArm {
+	var arms []*lullArm
+	for _, a := range lullArms() {
+		if o.arms == "" && !a.extra || o.arms != "" && o.want(a.name) {
+			arms = append(arms, a)
+		}
+	}
+	return arms
 }
 
 // runLull measures, for each arm in turn (its relay process the only one running), commit → task in Redis
@@ -65,7 +83,7 @@ func runLull(ctx context.Context, e *env, o options) error {
 		return err
 	}
 	cpuDur := min(5*time.Second, max(o.lull, 2*time.Second))
-	arms := lullArms()
+	arms := wantedLullArms(o)
 	rows := make([][]string, len(arms))
 	for i, a := range arms { // the samples and the idle CPU, one relay process at a time
 		// Settle: the backends of the previous relay exited (their CPU lands on the postmaster then).
@@ -85,16 +103,9 @@ func runLull(ctx context.Context, e *env, o options) error {
 			return fmt.Errorf("%s: %w", a.name, err)
 		}
 	}
-	taxRows := make([][]string, len(arms))
-	for i, a := range arms { // then the write tax, one relay process at a time
-		if err := a.start(ctx, e); err != nil {
-			return fmt.Errorf("%s: %w", a.name, err)
-		}
-		taxRows[i], err = a.tax(ctx, o, none)
-		a.stop()
-		if err != nil {
-			return fmt.Errorf("%s: %w", a.name, err)
-		}
+	taxRows, err := lullTax(ctx, e, o, pm, none, arms)
+	if err != nil {
+		return err
 	}
 	table([]string{"relay", fmt.Sprintf("commit → task in Redis after %s of quiet, ms", o.lull), "median ms", "max ms",
 		"PostgreSQL CPU of the idle relay, ms/s", "the idle relay's process CPU, ms/s"}, rows)
@@ -105,11 +116,161 @@ func runLull(ctx context.Context, e *env, o options) error {
 		fmt.Printf("- %s: %s\n", a.name, a.note)
 	}
 	fmt.Println()
-	table([]string{"relay running", "no event, 8 writers tx/s", "bunbox Record, 8 writers tx/s", "ratio to no event"}, taxRows)
+	table([]string{"relay running", "no event, 8 writers tx/s", "bunbox Record, 8 writers tx/s", "ratio to no event",
+		"PostgreSQL CPU, ms/s", "the relay's process CPU, ms/s"}, taxRows)
 	fmt.Printf("\nThe write tax with each relay in its own process relaying what the writers commit: one order per "+
 		"transaction, with its event (Outbox.Record) or without; medians of %d rounds of %s per arm, the two arms taken in "+
-		"turn one transaction at a time by each writer (min–max ratio in brackets).\n", o.rounds, o.dur)
+		"turn one transaction at a time by each writer (min–max ratio in brackets). The relays take turns round by round "+
+		"(round r starts at arm r), each started on its own schema for its round and warmed by one event, so that the "+
+		"table's growth, autovacuum and the machine's load fall on every relay alike. CPU: medians over the rounds, per "+
+		"second of the round (PostgreSQL's processes, writers included).\n", o.rounds, o.dur)
 	return nil
+}
+
+// lullTax measures the write tax of each arm, o.rounds rounds, the arms taking turns round by round.
+// With pg_stat_statements installed in the database, it prints each arm's statements by total time over
+// its rounds (BUNBENCH_STATEMENTS=1), and with BUNBENCH_RELAY_PROFILE=DIR each relay process writes a CPU
+// profile of its round into DIR.
+func lullTax(ctx context.Context, e *env, o options, pm int, none *bun.DB, arms []*lullArm) ([][]string, error) {
+	for _, a := range arms { // a schema for each arm's tax rounds
+		db, schema, err := e.schema(ctx, 10, true)
+		if err != nil {
+			return nil, err
+		}
+		if err := createTables(ctx, db); err != nil {
+			return nil, err
+		}
+		a.db, a.ob, a.schema, a.queue = db, bunx.New(db), schema, e.queue("lulltax")
+	}
+	type tally struct{ plain, rec, ratio, pg, proc []float64 }
+	tallies := make([]tally, len(arms))
+	stmts := make([]map[string]stmtStat, len(arms))
+	statements := os.Getenv("BUNBENCH_STATEMENTS") != ""
+	for r := range o.rounds {
+		for k := range arms {
+			i := (r + k) % len(arms)
+			a := arms[i]
+			if err := a.startProc(ctx); err != nil {
+				return nil, fmt.Errorf("%s: %w", a.name, err)
+			}
+			if _, err := a.sample(ctx, e, 0); err != nil { // warm: the relay relays, its connections are open
+				a.stop()
+				return nil, fmt.Errorf("%s: %w", a.name, err)
+			}
+			if statements {
+				if _, err := e.admin.ExecContext(ctx, "SELECT pg_stat_statements_reset()"); err != nil {
+					a.stop()
+					return nil, fmt.Errorf("BUNBENCH_STATEMENTS: %w", err)
+				}
+			}
+			pg0, proc0, t0 := pgCPU(pm), procCPU(a.proc.Process.Pid), time.Now()
+			got, err := a.taxRound(ctx, o, none, r)
+			secs := time.Since(t0).Seconds()
+			pg, proc := pgCPU(pm)-pg0, procCPU(a.proc.Process.Pid)-proc0
+			if err == nil && statements {
+				err = addStatements(ctx, e, &stmts[i])
+			}
+			a.stop()
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", a.name, err)
+			}
+			t := &tallies[i]
+			t.plain, t.rec, t.ratio = append(t.plain, got[0]), append(t.rec, got[1]), append(t.ratio, got[1]/got[0])
+			t.pg, t.proc = append(t.pg, pg.Seconds()*1000/secs), append(t.proc, proc.Seconds()*1000/secs)
+		}
+	}
+	rows := make([][]string, len(arms))
+	for i, a := range arms {
+		t := tallies[i]
+		rows[i] = []string{a.name, fmt.Sprintf("%.0f", median(t.plain)), fmt.Sprintf("%.0f", median(t.rec)),
+			fmt.Sprintf("**%.2f** (%s)", median(t.ratio), spread(t.ratio)), fmt.Sprintf("%.0f", median(t.pg)),
+			fmt.Sprintf("%.0f", median(t.proc))}
+		if statements {
+			printStatements(a.name, stmts[i], o.rounds)
+		}
+	}
+	return rows, nil
+}
+
+// stmtStat is one statement's figures in pg_stat_statements.
+type stmtStat struct {
+	calls      int64
+	exec, plan float64 // ms
+	rows       int64
+	sharedBlks int64
+	walRecords int64
+}
+
+// addStatements adds what pg_stat_statements holds to into, by the statement's text.
+func addStatements(ctx context.Context, e *env, into *map[string]stmtStat) error {
+	rows, err := e.admin.QueryContext(ctx, `SELECT query, calls, total_exec_time, total_plan_time, rows,
+  shared_blks_hit + shared_blks_read, wal_records FROM pg_stat_statements`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if *into == nil {
+		*into = map[string]stmtStat{}
+	}
+	for rows.Next() {
+		var q string
+		var s stmtStat
+		if err := rows.Scan(&q, &s.calls, &s.exec, &s.plan, &s.rows, &s.sharedBlks, &s.walRecords); err != nil {
+			return err
+		}
+		q = strings.Join(strings.Fields(q), " ")
+		t := (*into)[q]
+		t.calls, t.exec, t.plan, t.rows = t.calls+s.calls, t.exec+s.exec, t.plan+s.plan, t.rows+s.rows
+		t.sharedBlks, t.walRecords = t.sharedBlks+s.sharedBlks, t.walRecords+s.walRecords
+		(*into)[q] = t
+	}
+	return rows.Err()
+}
+
+// printStatements prints an arm's statements by total time (execution and planning), the top 12.
+func printStatements(arm string, stmts map[string]stmtStat, rounds int) {
+	qs := make([]string, 0, len(stmts))
+	for q := range stmts {
+		qs = append(qs, q)
+	}
+	total := func(q string) float64 { return stmts[q].exec + stmts[q].plan }
+	slices.SortFunc(qs, func(a, b string) int { return cmp.Compare(total(b), total(a)) })
+	fmt.Printf("\npg_stat_statements over the %d tax rounds of %s (total ms, calls, µs per call exec+plan, rows, WAL records):\n\n", rounds, arm)
+	shown := qs[:min(12, len(qs))]
+	for _, q := range qs[len(shown):] { // the wake-up's read, wherever it ranks
+		if strings.Contains(q, "pg_sequence_last_value") {
+			shown = append(shown, q)
+		}
+	}
+	for _, q := range shown {
+		s := stmts[q]
+		if len(q) > 110 {
+			q = q[:110] + "…"
+		}
+		fmt.Printf("    %8.1f ms %8d calls %7.1f+%5.1f µs %8d rows %7d wal  %s\n", s.exec+s.plan, s.calls,
+			s.exec*1000/float64(max(s.calls, 1)), s.plan*1000/float64(max(s.calls, 1)), s.rows, s.walRecords, q)
+	}
+}
+
+// taxRound runs one round of the write tax at 8 writers into the arm's schema: no event, and Record.
+func (a *lullArm) taxRound(ctx context.Context, o options, none *bun.DB, round int) ([]float64, error) {
+	fns := []func(context.Context) error{
+		func(ctx context.Context) error {
+			return none.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error { return insertOrder(ctx, tx, false, nil) })
+		},
+		func(ctx context.Context) error {
+			return a.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+				return insertOrder(ctx, tx, false, func(names []string, payloads []any) error {
+					ev, err := model.NewEvent(names[0], payloads[0], model.WithQueue(a.queue))
+					if err != nil {
+						return err
+					}
+					return a.ob.Record(ctx, tx, ev)
+				})
+			})
+		},
+	}
+	return interleave(ctx, 8, o.dur*time.Duration(len(fns)), round, fns)
 }
 
 // lull takes the arm's samples and its idle CPU, with its relay process running.
@@ -142,51 +303,23 @@ func (a *lullArm) lull(ctx context.Context, e *env, o options, pm int, base idle
 		fmt.Sprintf("**%.1f**", slices.Max(lat)), perSec(cpu.pg - base.pg), perSec(cpu.proc)}, nil
 }
 
-// tax measures the write tax at 8 writers into the arm's schema, with its relay process running.
-func (a *lullArm) tax(ctx context.Context, o options, none *bun.DB) ([]string, error) {
-	if err := createTables(ctx, a.db); err != nil {
-		return nil, err
-	}
-	fns := []func(context.Context) error{
-		func(ctx context.Context) error {
-			return none.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error { return insertOrder(ctx, tx, false, nil) })
-		},
-		func(ctx context.Context) error {
-			return a.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-				return insertOrder(ctx, tx, false, func(names []string, payloads []any) error {
-					ev, err := model.NewEvent(names[0], payloads[0], model.WithQueue(a.queue))
-					if err != nil {
-						return err
-					}
-					return a.ob.Record(ctx, tx, ev)
-				})
-			})
-		},
-	}
-	var plain, rec, ratio []float64
-	for r := range o.rounds {
-		got, err := interleave(ctx, 8, o.dur*time.Duration(len(fns)), r, fns)
-		if err != nil {
-			return nil, err
-		}
-		plain, rec, ratio = append(plain, got[0]), append(rec, got[1]), append(ratio, got[1]/got[0])
-	}
-	return []string{a.name, fmt.Sprintf("%.0f", median(plain)), fmt.Sprintf("%.0f", median(rec)),
-		fmt.Sprintf("**%.2f** (%s)", median(ratio), spread(ratio))}, nil
-}
-
 // start migrates a schema of the arm's own and starts its relay process on it.
 func (a *lullArm) start(ctx context.Context, e *env) error {
 	db, schema, err := e.schema(ctx, 10, true)
 	if err != nil {
 		return err
 	}
-	a.db, a.ob, a.queue = db, bunx.New(db), e.queue("lull")
+	a.db, a.ob, a.schema, a.queue = db, bunx.New(db), schema, e.queue("lull")
+	return a.startProc(ctx)
+}
+
+// startProc starts the arm's relay process on its schema.
+func (a *lullArm) startProc(ctx context.Context) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	a.proc = exec.CommandContext(ctx, exe, childRelayCommand, schema, a.wake.String())
+	a.proc = exec.CommandContext(ctx, exe, childRelayCommand, a.schema, a.wake.String())
 	a.proc.Stderr = os.Stderr
 	out, err := a.proc.StdoutPipe()
 	if err != nil {
@@ -339,6 +472,20 @@ func runChildRelay(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if dir := os.Getenv("BUNBENCH_RELAY_PROFILE"); dir != "" { // a CPU profile of this relay process
+		name := strings.NewReplacer(".", "_", "-", "off").Replace(args[1])
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("relay-%s-%d.pprof", name, os.Getpid())))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
 	url, addr := os.Getenv("TEST_DATABASE_URL"), os.Getenv("TEST_REDIS_ADDR")
 	db := openBun(url, map[string]any{"search_path": args[0]}, 20)
 	defer db.Close()
