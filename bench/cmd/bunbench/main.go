@@ -47,7 +47,8 @@ type options struct {
 	sustainRate    int           // events per second the sustain part writes
 	sustainDur     time.Duration // how long the sustain part writes
 	sustainEvery   time.Duration // a row of the sustain part per this much time
-	sustainWriters int           // writers of the sustain part, each event in a transaction of its own
+	sustainWriters int           // writers of the sustain part
+	sustainBatch   int           // events per transaction of the sustain part
 	pgLog          string        // the server log the sustain part reads autovacuums from
 	keptRows       int           // published rows kept in the keptdrain part's table
 	keptN          int           // pending events drained in each keptdrain round
@@ -79,7 +80,8 @@ func main() {
 	flag.IntVar(&o.sustainRate, "sustain-rate", 5000, "sustain: events per second written")
 	flag.DurationVar(&o.sustainDur, "sustain-dur", 30*time.Minute, "sustain: how long the writers write")
 	flag.DurationVar(&o.sustainEvery, "sustain-every", 5*time.Minute, "sustain: a row per this much time")
-	flag.IntVar(&o.sustainWriters, "sustain-writers", 32, "sustain: writers, each event in a transaction of its own")
+	flag.IntVar(&o.sustainWriters, "sustain-writers", 32, "sustain: writers, each committing one transaction at a time")
+	flag.IntVar(&o.sustainBatch, "sustain-batch", 1, "sustain: events per transaction (1: an event per business transaction)")
 	flag.StringVar(&o.pgLog, "pg-log", "", "sustain: the server log to read autovacuums from (default: server.log in the data directory)")
 	flag.IntVar(&o.keptRows, "kept-rows", 10_000_000, "keptdrain: published rows kept in the table")
 	flag.IntVar(&o.keptN, "kept-n", 50_000, "keptdrain: pending events drained per round")

@@ -23,8 +23,8 @@ import (
 
 // The flat-at-scale parts (issue 18 item 3).
 //
-// sustain: writers commit events at a steady rate (each event in a transaction of its own, as a service
-// records one event per business transaction) while the relay, in a process of its own at its default
+// sustain: writers commit events at a steady rate (-sustain-batch events per transaction; 1, the default,
+// is a service that records one event per business transaction) while the relay, in a process of its own at its default
 // Config (cleanup on, PublishedRetention 7 days, reconciler on, TaskRetention 24 h), forwards them to
 // asynq. Nothing consumes the queue: its tasks stay pending in Redis for the run (a consumer would keep as
 // many completed tasks for the default TaskRetention of 24 h, and spend the shared CPU), and deleting
@@ -61,8 +61,8 @@ type indexSize struct {
 
 // runSustain is the sustain part.
 func runSustain(ctx context.Context, e *env, o options) error {
-	fmt.Printf("## Flat at scale: %d events/s for %s, %d writers, a row per %s (load average %s)\n\n",
-		o.sustainRate, o.sustainDur, o.sustainWriters, o.sustainEvery, loadAverage())
+	fmt.Printf("## Flat at scale: %d events/s for %s, %d writers, %d events per transaction, a row per %s (load average %s)\n\n",
+		o.sustainRate, o.sustainDur, o.sustainWriters, max(1, o.sustainBatch), o.sustainEvery, loadAverage())
 	db, schema, err := e.schema(ctx, o.sustainWriters+4, true)
 	if err != nil {
 		return err
@@ -104,22 +104,30 @@ func runSustain(ctx context.Context, e *env, o options) error {
 	defer stop()
 	var wg sync.WaitGroup
 	errs := make(chan error, o.sustainWriters)
-	tokens := make(chan int64, o.sustainRate) // at most a second of events waiting for a writer
-	wg.Go(func() { pace(runCtx, o.sustainRate, tokens, &missed) })
+	batch := max(1, o.sustainBatch)
+	tokens := make(chan int64, max(1, o.sustainRate/batch)) // at most a second of transactions waiting for a writer
+	wg.Go(func() { pace(runCtx, float64(o.sustainRate)/float64(batch), tokens, &missed) })
 	ob := bunx.New(db)
 	for range o.sustainWriters {
 		wg.Go(func() {
+			evs := make([]*model.Event, batch)
 			for n := range tokens {
-				ev, err := model.NewEvent("bench.sustain", orderPlaced{OrderID: n, Ref: fmt.Sprintf("ord-%012d", n)}, model.WithQueue(q))
+				var err error
+				for i := range evs {
+					id := n*int64(batch) + int64(i)
+					if evs[i], err = model.NewEvent("bench.sustain", orderPlaced{OrderID: id, Ref: fmt.Sprintf("ord-%012d", id)}, model.WithQueue(q)); err != nil {
+						break
+					}
+				}
 				if err == nil {
-					err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error { return ob.Record(ctx, tx, ev) })
+					err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error { return ob.Record(ctx, tx, evs...) })
 				}
 				if err != nil {
 					errs <- err
 					stop()
 					return
 				}
-				written.Add(1)
+				written.Add(int64(batch))
 			}
 		})
 	}
@@ -222,7 +230,7 @@ FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'outb
 	table([]string{"elapsed", "written/s", "in Redis/s", "backlog rows", "created→claimed p50 / p99 ms", "claim ms",
 		"table MB", "indexes MB", "pending indexes kB", "WAL B/event", "autovacuum n / s", "dead tuples", "Redis MB", "load avg"}, rows)
 	last := prev
-	fmt.Printf("\n%d events written in %s (%.0f/s, %d the pacer could not hand to a writer); backlog at the end %d rows, "+
+	fmt.Printf("\n%d events written in %s (%.0f/s, %d transactions the pacer could not hand to a writer); backlog at the end %d rows, "+
 		"%d after %s; table + indexes grew %.0f bytes per event written.\n",
 		last.written-first.written, last.at.Sub(first.at).Round(time.Second), float64(last.written-first.written)/last.at.Sub(first.at).Seconds(),
 		last.missed, last.pending, left, time.Since(t0).Round(100*time.Millisecond),
@@ -248,7 +256,7 @@ FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'outb
 	}
 	table(header, ixRows)
 	fmt.Println(`
-written/s: events committed per second by the writers (each in a transaction of its own, paced by a ticker);
+written/s: events committed per second by the writers (-sustain-batch events per transaction, paced by a ticker);
 in Redis/s: tasks that reached the queue's pending list per second (nothing consumes it); backlog: rows not yet
 published at the end of the interval; created→claimed: published_at − created_at of every 50th row written in
 the interval (created_at is the producer's transaction start, published_at the relay's claim transaction's
@@ -312,9 +320,9 @@ func totalBytes(s sustainSnap) int64 {
 
 func fmtElapsed(d time.Duration) string { return d.Round(time.Second).String() }
 
-// pace hands out rate numbered events a second on tokens, from a ticker of 1 ms, until ctx ends; what the
-// writers leave waiting for more than a second is counted in missed, not caught up later.
-func pace(ctx context.Context, rate int, tokens chan<- int64, missed *atomic.Int64) {
+// pace hands out rate numbered transactions a second on tokens, from a ticker of 1 ms, until ctx ends; what
+// the writers leave waiting for more than a second is counted in missed, not caught up later.
+func pace(ctx context.Context, rate float64, tokens chan<- int64, missed *atomic.Int64) {
 	defer close(tokens)
 	t := time.NewTicker(time.Millisecond)
 	defer t.Stop()
@@ -325,7 +333,7 @@ func pace(ctx context.Context, rate int, tokens chan<- int64, missed *atomic.Int
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			due := int64(now.Sub(start).Seconds() * float64(rate))
+			due := int64(now.Sub(start).Seconds() * rate)
 			for ; sent < due; sent++ {
 				select {
 				case tokens <- sent:
@@ -435,12 +443,15 @@ func runKeptDrain(ctx context.Context, e *env, o options) error {
 	t0 := time.Now()
 	const chunk = 1_000_000
 	for done := 0; done < o.keptRows; done += chunk {
-		// Published over the last 7 days (within PublishedRetention), a payload of about 80 bytes that varies.
+		// Published over the 7 days of PublishedRetention up to 2 hours ago (out of the reconciler's 1 h window:
+		// their tasks are not in Redis, and a relay's first reconciler pass would requeue those it saw), with
+		// a payload of about 80 bytes that varies.
 		if _, err := kept.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, queue, payload, created_at, published_at)
 SELECT gen_random_uuid(), 'bench.order_placed', 'default',
   jsonb_build_object('order_id', g, 'ref', 'ord-' || lpad(g::text, 12, '0'), 'total', (g % 10000) / 100.0, 'currency', 'EUR'),
   t - interval '5 ms', t
-FROM generate_series(?::bigint, ?::bigint) g, LATERAL (SELECT now() - interval '7 days' * (1 - g::float8 / ?) AS t) s`,
+FROM generate_series(?::bigint, ?::bigint) g,
+  LATERAL (SELECT now() - interval '2 hours' - interval '166 hours' * (1 - g::float8 / ?) AS t) s`,
 			done+1, min(done+chunk, o.keptRows), o.keptRows); err != nil {
 			return err
 		}
@@ -475,7 +486,8 @@ FROM generate_series(?::bigint, ?::bigint) g, LATERAL (SELECT now() - interval '
 			if capped {
 				return fmt.Errorf("%s: the drain hit -drain-cap %s at %.0f events/s", s.name, o.drainCap, rate)
 			}
-			e.dropQueue(q)
+			// The queue stays until the run ends: the next round's relay runs the reconciler, which would
+			// requeue the rows whose tasks it did not find.
 			s.rates, s.claim = append(s.rates, rate), append(s.claim, claim)
 			got[s] = rate
 		}
