@@ -274,14 +274,22 @@ func sustainRow(ctx context.Context, db *bun.DB, a, b sustainSnap, start time.Ti
 	secs := b.at.Sub(a.at).Seconds()
 	events := b.written - a.written
 	var p50, p99 float64
+	var sampled, published int
 	if b.maxID > a.maxID {
-		if err := db.NewRaw(`SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), 0),
+		if err := db.NewRaw(`SELECT count(*), count(ms), coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), 0),
   coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms), 0)
 FROM (SELECT extract(epoch FROM published_at - created_at) * 1000 AS ms FROM outbox_events
-  WHERE id = ANY(ARRAY(SELECT generate_series(?::bigint, ?::bigint, 50))) AND published_at IS NOT NULL) s`, a.maxID+1, b.maxID).
-			Scan(ctx, &p50, &p99); err != nil {
+  WHERE id = ANY(ARRAY(SELECT generate_series(?::bigint, ?::bigint, 50)))) s`, a.maxID+1, b.maxID).
+			Scan(ctx, &sampled, &published, &p50, &p99); err != nil {
 			return nil, err
 		}
+	}
+	latency := fmt.Sprintf("%.1f / %.1f", p50, p99)
+	if published < sampled { // only the rows published by the end of the interval have a latency
+		latency = fmt.Sprintf("%s (%d of %d published)", latency, published, sampled)
+	}
+	if published == 0 {
+		latency = fmt.Sprintf("– (0 of %d published)", sampled)
 	}
 	claim, err := claimTime(ctx, db)
 	if err != nil {
@@ -304,7 +312,7 @@ FROM (SELECT extract(epoch FROM published_at - created_at) * 1000 AS ms FROM out
 	}
 	return []string{fmtElapsed(b.at.Sub(start)), fmt.Sprintf("%.0f", float64(events)/secs),
 		fmt.Sprintf("%.0f", float64(b.inRedis-a.inRedis)/secs), strconv.FormatInt(b.pending, 10),
-		fmt.Sprintf("%.1f / %.1f", p50, p99), fmt.Sprintf("%.2f", claim),
+		latency, fmt.Sprintf("%.2f", claim),
 		fmt.Sprintf("%.0f", float64(b.tableBytes)/(1<<20)), fmt.Sprintf("%.0f", float64(all)/(1<<20)),
 		strconv.FormatInt(pending/1024, 10), fmt.Sprintf("%.0f", float64(wal)/float64(max(1, events))),
 		av, strconv.FormatInt(b.dead, 10), fmt.Sprintf("%.0f", b.redisMB), b.load}, nil
