@@ -417,20 +417,34 @@ func (l *avLog) read() (vacuums, analyzes int, secs float64) {
 }
 
 // dropBigQueue deletes the tasks of queue q a batch at a time (asynq's DeleteQueue would run one Lua script
-// over millions of keys, holding Redis for its whole length).
+// over millions of keys, holding Redis for its whole length), then its pending list, and says what it did.
 func dropBigQueue(rdb *redis.Client, q string) {
 	ctx := context.Background()
-	_ = rdb.Unlink(ctx, "asynq:{"+q+"}:pending").Err()
 	iter := rdb.Scan(ctx, 0, "asynq:{"+q+"}:t:*", 10_000).Iterator()
 	batch := make([]string, 0, 10_000)
+	var n int
+	var err error
+	flush := func() {
+		if err == nil && len(batch) > 0 {
+			err = rdb.Unlink(ctx, batch...).Err()
+			n += len(batch)
+		}
+		batch = batch[:0]
+	}
 	for iter.Next(ctx) {
 		if batch = append(batch, iter.Val()); len(batch) == cap(batch) {
-			_ = rdb.Unlink(ctx, batch...).Err()
-			batch = batch[:0]
+			flush()
 		}
 	}
-	if len(batch) > 0 {
-		_ = rdb.Unlink(ctx, batch...).Err()
+	flush()
+	if err == nil {
+		err = iter.Err()
+	}
+	if err == nil {
+		err = rdb.Unlink(ctx, "asynq:{"+q+"}:pending").Err()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bunbench: deleting the tasks of queue %s: %v (%d deleted)\n", q, err, n)
 	}
 }
 
