@@ -13,10 +13,12 @@ import (
 	"github.com/uptrace/bun"
 )
 
-// claimSQL is the relay's claim (relay/claim.go), timed on its own.
-const claimSQL = `SELECT id, event_id, event_name, queue, payload, metadata, created_at, attempts
+// claimSQL is the relay's claim (relay/claim.go: its columns and its conditions), timed on its own.
+const claimSQL = `SELECT id, event_id, event_name, queue, payload, metadata, created_at, attempts,
+  process_at, max_retry, coalesce(timeout_ns, 0), deadline, coalesce(task_group, ''), coalesce(retention_ns, 0),
+  coalesce(ordering_key, ''), payload_encoded
 FROM outbox_events
-WHERE published_at IS NULL AND dead_at IS NULL
+WHERE published_at IS NULL AND dead_at IS NULL AND ordering_key IS NULL AND cancelled_at IS NULL
   AND (next_attempt_at IS NULL OR next_attempt_at <= now())
 ORDER BY id
 LIMIT 500

@@ -1,0 +1,537 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/uptrace/bun"
+
+	"github.com/bunbox/bunbox/bunx"
+	"github.com/bunbox/bunbox/model"
+)
+
+// The flat-at-scale parts (issue 18 item 3).
+//
+// sustain: writers commit events at a steady rate (-sustain-batch events per transaction; 1, the default,
+// is a service that records one event per business transaction) while the relay, in a process of its own at its default
+// Config (cleanup on, PublishedRetention 7 days, reconciler on, TaskRetention 24 h), forwards them to
+// asynq. Nothing consumes the queue: its tasks stay pending in Redis for the run (a consumer would keep as
+// many completed tasks for the default TaskRetention of 24 h, and spend the shared CPU), and deleting
+// them would make the reconciler requeue their rows. Every interval prints one row of what should stay
+// flat.
+//
+// keptdrain: the same drain of a backlog with 10 M published rows kept in the table and with none,
+// rounds alternating, and the ratio of the medians.
+
+// sustainSnap is what the sustain part reads at the end of each interval.
+type sustainSnap struct {
+	at         time.Time
+	written    int64  // events committed by the writers
+	missed     int64  // events the pacer could not hand to a writer within a second
+	maxID      int64  // the table's largest id
+	pending    int64  // rows not yet published
+	inRedis    int64  // tasks in the queue's pending list
+	lsn        string // pg_current_wal_lsn()
+	tableBytes int64
+	indexes    []indexSize
+	dead, live int64
+	avN, anN   int     // autovacuums and autoanalyzes of the table that ended in the interval
+	avSec      float64 // their elapsed time, from the server log
+	avCount    int64   // pg_stat_user_tables.autovacuum_count
+	redisMB    float64
+	load       string
+}
+
+type indexSize struct {
+	name    string
+	bytes   int64
+	pending bool // a partial index of pending rows (its predicate holds published_at IS NULL)
+}
+
+// runSustain is the sustain part.
+func runSustain(ctx context.Context, e *env, o options) error {
+	fmt.Printf("## Flat at scale: %d events/s for %s, %d writers, %d events per transaction, a row per %s (load average %s)\n\n",
+		o.sustainRate, o.sustainDur, o.sustainWriters, max(1, o.sustainBatch), o.sustainEvery, loadAverage())
+	db, schema, err := e.schema(ctx, o.sustainWriters+4, true)
+	if err != nil {
+		return err
+	}
+	// Every autovacuum of the table is logged, with its elapsed time: a storage parameter of this table
+	// alone, the server's settings are left as they are.
+	if _, err := db.ExecContext(ctx, "ALTER TABLE outbox_events SET (log_autovacuum_min_duration = 0)"); err != nil {
+		return err
+	}
+	avlog, err := openAutovacuumLog(ctx, e, o.pgLog, schema)
+	if err != nil {
+		fmt.Printf("(autovacuum time not measured: %v)\n", err)
+	}
+	q := e.queue("sustain")
+	rdb := redis.NewClient(&redis.Options{Addr: e.redis.Addr})
+	defer rdb.Close()
+	defer dropBigQueue(rdb, q)
+
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	proc := exec.CommandContext(ctx, exe, childRelayCommand, schema, "0") // relay.Config{}: every default
+	proc.Stderr = os.Stderr
+	out, err := proc.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := proc.Start(); err != nil {
+		return err
+	}
+	defer func() { _ = proc.Process.Signal(os.Interrupt); _ = proc.Wait() }()
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || strings.TrimSpace(line) != "running" {
+		return fmt.Errorf("the relay's process did not start: %q %v", line, err)
+	}
+
+	var written, missed atomic.Int64
+	runCtx, stop := context.WithTimeout(ctx, o.sustainDur)
+	defer stop()
+	var wg sync.WaitGroup
+	errs := make(chan error, o.sustainWriters)
+	batch := max(1, o.sustainBatch)
+	tokens := make(chan int64, max(1, o.sustainRate/batch)) // at most a second of transactions waiting for a writer
+	wg.Go(func() { pace(runCtx, float64(o.sustainRate)/float64(batch), tokens, &missed) })
+	ob := bunx.New(db)
+	for range o.sustainWriters {
+		wg.Go(func() {
+			evs := make([]*model.Event, batch)
+			for n := range tokens {
+				var err error
+				for i := range evs {
+					id := n*int64(batch) + int64(i)
+					if evs[i], err = model.NewEvent("bench.sustain", orderPlaced{OrderID: id, Ref: fmt.Sprintf("ord-%012d", id)}, model.WithQueue(q)); err != nil {
+						break
+					}
+				}
+				if err == nil {
+					err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error { return ob.Record(ctx, tx, evs...) })
+				}
+				if err != nil {
+					errs <- err
+					stop()
+					return
+				}
+				written.Add(int64(batch))
+			}
+		})
+	}
+
+	snap := func() (sustainSnap, error) {
+		s := sustainSnap{at: time.Now(), written: written.Load(), missed: missed.Load(), load: loadAverage()}
+		if err := db.NewRaw(`SELECT (SELECT coalesce(max(id), 0) FROM outbox_events),
+  (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL),
+  pg_current_wal_lsn()::text, pg_relation_size('outbox_events'),
+  n_dead_tup, n_live_tup, autovacuum_count FROM pg_stat_user_tables WHERE relid = 'outbox_events'::regclass`).
+			Scan(ctx, &s.maxID, &s.pending, &s.lsn, &s.tableBytes, &s.dead, &s.live, &s.avCount); err != nil {
+			return s, err
+		}
+		rows, err := db.QueryContext(ctx, `SELECT c.relname, pg_relation_size(i.indexrelid),
+  coalesce(pg_get_expr(i.indpred, i.indrelid) LIKE '%published_at IS NULL%', false)
+FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'outbox_events'::regclass ORDER BY c.relname`)
+		if err != nil {
+			return s, err
+		}
+		for rows.Next() {
+			var ix indexSize
+			if err := rows.Scan(&ix.name, &ix.bytes, &ix.pending); err != nil {
+				_ = rows.Close()
+				return s, err
+			}
+			s.indexes = append(s.indexes, ix)
+		}
+		if err := rows.Close(); err != nil {
+			return s, err
+		}
+		s.inRedis, _ = rdb.LLen(ctx, "asynq:{"+q+"}:pending").Result()
+		if info, err := rdb.Info(ctx, "memory").Result(); err == nil {
+			for _, line := range strings.Split(info, "\n") {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+					b, _ := strconv.ParseFloat(v, 64)
+					s.redisMB = b / (1 << 20)
+				}
+			}
+		}
+		s.avN = -1
+		if avlog != nil {
+			s.avN, s.anN, s.avSec = avlog.read()
+		}
+		return s, nil
+	}
+
+	prev, err := snap()
+	if err != nil {
+		return err
+	}
+	start, first := prev.at, prev
+	var rows [][]string
+	var snaps []sustainSnap
+	tick := time.NewTicker(o.sustainEvery)
+	defer tick.Stop()
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-errs:
+			return fmt.Errorf("a writer: %w", err)
+		case <-runCtx.Done():
+			done = true
+		case <-tick.C:
+		}
+		if done && time.Since(prev.at) < o.sustainEvery/10 {
+			break // the ticker's last row and the end coincide
+		}
+		s, err := snap()
+		if err != nil {
+			return err
+		}
+		row, err := sustainRow(ctx, db, prev, s, start)
+		if err != nil {
+			return err
+		}
+		fmt.Println("| " + strings.Join(row, " | ") + " |")
+		rows, snaps, prev = append(rows, row), append(snaps, s), s
+	}
+	stop()
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return fmt.Errorf("a writer: %w", err)
+	default:
+	}
+	// The backlog left when the writers stop, and how long the relay takes to drain it.
+	t0 := time.Now()
+	var left int64
+	for {
+		if err := db.NewRaw("SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL").Scan(ctx, &left); err != nil {
+			return err
+		}
+		if left == 0 || time.Since(t0) > 2*time.Minute {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // the poll step of the wait
+	}
+	fmt.Println()
+	table([]string{"elapsed", "written/s", "in Redis/s", "backlog rows", "created→claimed p50 / p99 ms", "claim ms",
+		"table MB", "indexes MB", "pending indexes kB", "WAL B/event", "autovacuum n / s", "dead tuples", "Redis MB", "load avg"}, rows)
+	last := prev
+	fmt.Printf("\n%d events written in %s (%.0f/s, %d transactions the pacer could not hand to a writer); backlog at the end %d rows, "+
+		"%d after %s; table + indexes grew %.0f bytes per event written.\n",
+		last.written-first.written, last.at.Sub(first.at).Round(time.Second), float64(last.written-first.written)/last.at.Sub(first.at).Seconds(),
+		last.missed, last.pending, left, time.Since(t0).Round(100*time.Millisecond),
+		float64(totalBytes(last)-totalBytes(first))/float64(max(1, last.written-first.written)))
+	fmt.Println("\nEach index's size, MB, at the end of each interval:")
+	fmt.Println()
+	header := []string{"index"}
+	for _, s := range snaps {
+		header = append(header, fmtElapsed(s.at.Sub(start)))
+	}
+	var ixRows [][]string
+	for i, ix := range first.indexes {
+		r := []string{ix.name}
+		if ix.pending {
+			r[0] += " (pending, partial)"
+		}
+		for _, s := range snaps {
+			if i < len(s.indexes) {
+				r = append(r, fmt.Sprintf("%.2f", float64(s.indexes[i].bytes)/(1<<20)))
+			}
+		}
+		ixRows = append(ixRows, r)
+	}
+	table(header, ixRows)
+	fmt.Println(`
+written/s: events committed per second by the writers (-sustain-batch events per transaction, paced by a ticker);
+in Redis/s: tasks that reached the queue's pending list per second (nothing consumes it); backlog: rows not yet
+published at the end of the interval; created→claimed: published_at − created_at of every 50th row written in
+the interval (created_at is the producer's transaction start, published_at the relay's claim transaction's
+now(), so it is commit → claimed, a lower bound of commit → in Redis); claim: relay/claim.go's claim of 500,
+timed alone 21 times in a transaction rolled back, median; sizes: pg_relation_size of the table (main fork) and
+of each index; WAL: pg_current_wal_lsn() difference over the events written in the interval (the server is
+this run's alone); autovacuum: the automatic vacuums of outbox_events that ended in the interval and the sum of
+their elapsed time, from the server log (log_autovacuum_min_duration = 0 on the table); dead tuples:
+pg_stat_user_tables.n_dead_tup; load avg: /proc/loadavg at the end of the interval (the machine is shared).`)
+	return nil
+}
+
+// sustainRow is the printed row of the interval from a to b.
+func sustainRow(ctx context.Context, db *bun.DB, a, b sustainSnap, start time.Time) ([]string, error) {
+	secs := b.at.Sub(a.at).Seconds()
+	events := b.written - a.written
+	var p50, p99 float64
+	var sampled, published int
+	if b.maxID > a.maxID {
+		if err := db.NewRaw(`SELECT count(*), count(ms), coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), 0),
+  coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms), 0)
+FROM (SELECT extract(epoch FROM published_at - created_at) * 1000 AS ms FROM outbox_events
+  WHERE id = ANY(ARRAY(SELECT generate_series(?::bigint, ?::bigint, 50)))) s`, a.maxID+1, b.maxID).
+			Scan(ctx, &sampled, &published, &p50, &p99); err != nil {
+			return nil, err
+		}
+	}
+	latency := fmt.Sprintf("%.1f / %.1f", p50, p99)
+	if published < sampled { // only the rows published by the end of the interval have a latency
+		latency = fmt.Sprintf("%s (%d of %d published)", latency, published, sampled)
+	}
+	if published == 0 {
+		latency = fmt.Sprintf("– (0 of %d published)", sampled)
+	}
+	claim, err := claimTime(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	var wal int64
+	if err := db.NewRaw("SELECT pg_wal_lsn_diff(?::pg_lsn, ?::pg_lsn)::bigint", b.lsn, a.lsn).Scan(ctx, &wal); err != nil {
+		return nil, err
+	}
+	var all, pending int64
+	for _, ix := range b.indexes {
+		all += ix.bytes
+		if ix.pending {
+			pending += ix.bytes
+		}
+	}
+	av := fmt.Sprintf("%d (no log)", b.avCount-a.avCount) // pg_stat_user_tables.autovacuum_count alone
+	if b.avN >= 0 {
+		av = fmt.Sprintf("%d / %.1f s (%d analyze)", b.avN, b.avSec, b.anN)
+	}
+	return []string{fmtElapsed(b.at.Sub(start)), fmt.Sprintf("%.0f", float64(events)/secs),
+		fmt.Sprintf("%.0f", float64(b.inRedis-a.inRedis)/secs), strconv.FormatInt(b.pending, 10),
+		latency, fmt.Sprintf("%.2f", claim),
+		fmt.Sprintf("%.0f", float64(b.tableBytes)/(1<<20)), fmt.Sprintf("%.0f", float64(all)/(1<<20)),
+		strconv.FormatInt(pending/1024, 10), fmt.Sprintf("%.0f", float64(wal)/float64(max(1, events))),
+		av, strconv.FormatInt(b.dead, 10), fmt.Sprintf("%.0f", b.redisMB), b.load}, nil
+}
+
+func totalBytes(s sustainSnap) int64 {
+	n := s.tableBytes
+	for _, ix := range s.indexes {
+		n += ix.bytes
+	}
+	return n
+}
+
+func fmtElapsed(d time.Duration) string { return d.Round(time.Second).String() }
+
+// pace hands out rate numbered transactions a second on tokens, from a ticker of 1 ms, until ctx ends; what
+// the writers leave waiting for more than a second is counted in missed, not caught up later.
+func pace(ctx context.Context, rate float64, tokens chan<- int64, missed *atomic.Int64) {
+	defer close(tokens)
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	start := time.Now()
+	var sent int64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			due := int64(now.Sub(start).Seconds() * rate)
+			for ; sent < due; sent++ {
+				select {
+				case tokens <- sent:
+				default:
+					missed.Add(due - sent)
+					sent = due - 1
+				}
+			}
+		}
+	}
+}
+
+// avLog reads the server log for the automatic vacuums and analyzes of one table.
+type avLog struct {
+	f            *os.File
+	table        string // "database.schema.outbox_events"
+	vacuum, anal *regexp.Regexp
+	in           string // "vacuum" or "analyze" while inside such an entry's lines
+}
+
+var elapsedRE = regexp.MustCompile(`elapsed: ([0-9.]+) s`)
+
+// openAutovacuumLog opens the server log at its end: path, or server.log in the data directory (where
+// scripts/devservices.sh has pg_ctl write it).
+func openAutovacuumLog(ctx context.Context, e *env, path, schema string) (*avLog, error) {
+	var dbname string
+	if err := e.admin.NewRaw("SELECT current_database()").Scan(ctx, &dbname); err != nil {
+		return nil, err
+	}
+	if path == "" {
+		var dir string
+		if err := e.admin.NewRaw("SELECT current_setting('data_directory')").Scan(ctx, &dir); err != nil {
+			return nil, err
+		}
+		path = dir + "/server.log"
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("the server log (-pg-log): %w", err)
+	}
+	if _, err := f.Seek(0, io.SeekEnd); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	t := regexp.QuoteMeta(`"` + dbname + "." + schema + `.outbox_events"`)
+	return &avLog{f: f, table: t, vacuum: regexp.MustCompile(`automatic vacuum of table ` + t),
+		anal: regexp.MustCompile(`automatic analyze of table ` + t)}, nil
+}
+
+// read returns the vacuums and analyzes of the table logged since the last read, and the vacuums' elapsed
+// seconds. An entry being written at the moment is read in part; its elapsed time then counts in the next read.
+func (l *avLog) read() (vacuums, analyzes int, secs float64) {
+	sc := bufio.NewScanner(l.f)
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case l.vacuum.MatchString(line):
+			l.in, vacuums = "vacuum", vacuums+1
+		case l.anal.MatchString(line):
+			l.in, analyzes = "analyze", analyzes+1
+		case strings.HasPrefix(line, "\t") && l.in == "vacuum":
+			if m := elapsedRE.FindStringSubmatch(line); m != nil {
+				s, _ := strconv.ParseFloat(m[1], 64)
+				secs += s
+				l.in = ""
+			}
+		case !strings.HasPrefix(line, "\t"):
+			l.in = ""
+		}
+	}
+	return vacuums, analyzes, secs
+}
+
+// dropBigQueue deletes the tasks of queue q a batch at a time (asynq's DeleteQueue would run one Lua script
+// over millions of keys, holding Redis for its whole length), then its pending list, and says what it did.
+func dropBigQueue(rdb *redis.Client, q string) {
+	ctx := context.Background()
+	iter := rdb.Scan(ctx, 0, "asynq:{"+q+"}:t:*", 10_000).Iterator()
+	batch := make([]string, 0, 10_000)
+	var n int
+	var err error
+	flush := func() {
+		if err == nil && len(batch) > 0 {
+			err = rdb.Unlink(ctx, batch...).Err()
+			n += len(batch)
+		}
+		batch = batch[:0]
+	}
+	for iter.Next(ctx) {
+		if batch = append(batch, iter.Val()); len(batch) == cap(batch) {
+			flush()
+		}
+	}
+	flush()
+	if err == nil {
+		err = iter.Err()
+	}
+	if err == nil {
+		err = rdb.Unlink(ctx, "asynq:{"+q+"}:pending").Err()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bunbench: deleting the tasks of queue %s: %v (%d deleted)\n", q, err, n)
+	}
+}
+
+// runKeptDrain is the keptdrain part: o.keptN pending events drained by the relay (relayDrain, as the drain
+// and growth parts do) from a table that keeps o.keptRows published rows and from one that keeps none,
+// o.rounds rounds with the two cases alternating.
+func runKeptDrain(ctx context.Context, e *env, o options) error {
+	fmt.Printf("## Drain with %d published rows kept: %d pending events, %d rounds alternating (load average %s)\n\n",
+		o.keptRows, o.keptN, o.rounds, loadAverage())
+	kept, _, err := e.schema(ctx, 20, true)
+	if err != nil {
+		return err
+	}
+	empty, _, err := e.schema(ctx, 20, true)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	const chunk = 1_000_000
+	for done := 0; done < o.keptRows; done += chunk {
+		// Published over the 7 days of PublishedRetention up to 2 hours ago (out of the reconciler's 1 h window:
+		// their tasks are not in Redis, and a relay's first reconciler pass would requeue those it saw), with
+		// a payload of about 80 bytes that varies.
+		if _, err := kept.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, queue, payload, created_at, published_at)
+SELECT gen_random_uuid(), 'bench.order_placed', 'default',
+  jsonb_build_object('order_id', g, 'ref', 'ord-' || lpad(g::text, 12, '0'), 'total', (g % 10000) / 100.0, 'currency', 'EUR'),
+  t - interval '5 ms', t
+FROM generate_series(?::bigint, ?::bigint) g,
+  LATERAL (SELECT now() - interval '2 hours' - interval '166 hours' * (1 - g::float8 / ?) AS t) s`,
+			done+1, min(done+chunk, o.keptRows), o.keptRows); err != nil {
+			return err
+		}
+	}
+	if err := execAll(ctx, kept, "VACUUM ANALYZE outbox_events", "CHECKPOINT"); err != nil {
+		return err
+	}
+	fill := time.Since(t0)
+	type side struct {
+		name         string
+		db           *bun.DB
+		rates, claim []float64
+	}
+	sides := []*side{{name: "empty table", db: empty}, {name: fmt.Sprintf("%d published rows kept", o.keptRows), db: kept}}
+	var ratios []float64
+	for r := range o.rounds {
+		got := map[*side]float64{}
+		for i := range sides {
+			s := sides[(i+r)%2] // alternate which goes first
+			q := e.queue("kept")
+			if err := fillOutbox(ctx, s.db, q, o.keptN); err != nil {
+				return err
+			}
+			claim, err := claimTime(ctx, s.db)
+			if err != nil {
+				return err
+			}
+			rate, capped, err := relayDrain(ctx, s.db, e.redis, o.keptN, o.drainCap, nil)
+			if err != nil {
+				return err
+			}
+			if capped {
+				return fmt.Errorf("%s: the drain hit -drain-cap %s at %.0f events/s", s.name, o.drainCap, rate)
+			}
+			// The queue stays until the run ends: the next round's relay runs the reconciler, which would
+			// requeue the rows whose tasks it did not find.
+			s.rates, s.claim = append(s.rates, rate), append(s.claim, claim)
+			got[s] = rate
+		}
+		ratios = append(ratios, got[sides[1]]/got[sides[0]])
+	}
+	var rows [][]string
+	for _, s := range sides {
+		var size int64
+		if err := s.db.NewRaw("SELECT pg_total_relation_size('outbox_events')").Scan(ctx, &size); err != nil {
+			return err
+		}
+		each := make([]string, len(s.rates))
+		for i, v := range s.rates {
+			each[i] = fmt.Sprintf("%.0f", v)
+		}
+		rows = append(rows, []string{s.name, strings.Join(each, ", "), fmt.Sprintf("**%.0f**", median(s.rates)),
+			fmt.Sprintf("%.2f", median(s.claim)), fmt.Sprintf("%.0f", float64(size)/(1<<20))})
+	}
+	table([]string{"table holds", "drain events/s, each round", "median", "claim of 500 ms (median)", "table + indexes MB at the end"}, rows)
+	fmt.Printf("\nKept / empty: **%.3f** of the medians (per round %s). Filling %d rows, VACUUM ANALYZE and CHECKPOINT took %s. "+
+		"Each round writes the backlog (fillOutbox: INSERT, VACUUM ANALYZE, CHECKPOINT) then drains it with relay.New "+
+		"(DisableNotify, PublishedRetention -1, as the drain part); the drained rows stay, published.\n",
+		median(sides[1].rates)/median(sides[0].rates), spread(ratios), o.keptRows, fill.Round(time.Second))
+	return nil
+}
