@@ -45,4 +45,5 @@ func ExampleRegister() {
 	// 20261202000001 bunbox_leases
 	// 20261202000002 bunbox_cancel
 	// 20261204000001 bunbox_payload_codec
+	// 20261205000001 bunbox_stream
 }

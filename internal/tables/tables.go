@@ -42,13 +42,13 @@ var ErrInvalidSchema = errors.New("invalid schema name")
 var ErrInvalidTablePrefix = errors.New("invalid table prefix")
 
 // The names that SQL rewrites: the tables of the migrations.
-var tableNames = map[string]bool{"outbox_events": true, "inbox_events": true, "bunbox_leases": true}
+var tableNames = map[string]bool{"outbox_events": true, "inbox_events": true, "bunbox_leases": true, "bunbox_stream": true}
 
 // keywords may follow DROP INDEX before the index's name.
 var keywords = map[string]bool{"IF": true, "EXISTS": true, "CONCURRENTLY": true}
 
 // The names derived from a table, which a prefix precedes too: its indexes, constraints and sequence.
-var derivedPrefixes = []string{"outbox_events_", "inbox_events_", "bunbox_leases_"}
+var derivedPrefixes = []string{"outbox_events_", "inbox_events_", "bunbox_leases_", "bunbox_stream_"}
 
 // Names are the names of one outbox's tables. The zero value is the default: today's unqualified names.
 type Names struct {
@@ -170,6 +170,9 @@ func (n Names) Inbox() string { return n.Qualify("inbox_events") }
 
 // Leases returns the leases table as SQL.
 func (n Names) Leases() string { return n.Qualify("bunbox_leases") }
+
+// Stream returns the snapshot cursor's table (relay.EnableStream) as SQL.
+func (n Names) Stream() string { return n.Qualify("bunbox_stream") }
 
 // Channel returns the NOTIFY channel of the outbox: base, or base + ":" + schema (not a dot, which bun.Ident
 // would read as a qualifier), and with a prefix base + ":" + schema + ":" + prefix (the schema possibly
