@@ -16,11 +16,11 @@ package streamsql
 // Sentinel is the published_at of a row in the stream, as SQL.
 const Sentinel = `'infinity'::timestamptz`
 
-// Cursor is a FROM item that names the cursor's row s (its columns snap_from, snap_to, after_xid,
+// Cursor is the join that names the cursor's row s (its columns snap_from, snap_to, after_xid,
 // after_id, moved_at; all NULL when the stream was never turned on), for Delivered and Waiting:
 //
-//	SELECT count(*) FROM outbox_events e CROSS JOIN <Cursor> WHERE <Waiting>
-const Cursor = `(SELECT NULL) AS one LEFT JOIN bunbox_stream s ON s.name = 'outbox'`
+//	SELECT count(*) FROM outbox_events e <Cursor> WHERE <Waiting>
+const Cursor = `LEFT JOIN bunbox_stream s ON s.name = 'outbox'`
 
 // Delivered is true for a row of outbox_events aliased e that is in the stream and that the cursor
 // (aliased s, see Cursor) has passed: its transaction committed before the last finished snapshot

@@ -1,0 +1,106 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/uptrace/bun"
+
+	"github.com/bunbox/bunbox/internal/streamsql"
+	"github.com/bunbox/bunbox/internal/tables"
+)
+
+// streamLockTimeout bounds how long EnableStream and DisableStream wait for the outbox table's lock: an
+// ALTER TABLE queues every writer behind it while it waits, so a long transaction on the table must make
+// it fail rather than stall the application.
+const streamLockTimeout = "5s"
+
+// EnableStream turns the snapshot cursor on for the outbox of cfg (only cfg.Schema and cfg.TablePrefix
+// are read). From its commit on, every new row carries the id of the transaction that wrote it and is in
+// the stream: relays deliver such rows by reading what committed between two snapshots and moving one
+// cursor row past them, with no per-row UPDATE; the rows the stream cannot deliver (an enqueue that
+// failed, a row with an ordering key) go to the per-row path. Rows written before stay on the per-row
+// path. It is idempotent.
+//
+// It changes two column defaults of the outbox table (ALTER TABLE), so it needs the role that owns the
+// table (the migrations' role) and the table's lock for a moment; it fails after waiting 5 s for the lock,
+// naming it. Every relay that serves the outbox must be of a release that knows the stream: an older one
+// leaves streamed rows alone (they wait for a relay that streams; none is delivered twice).
+func EnableStream(ctx context.Context, db bun.IDB, cfg Config) error {
+	names, err := streamNames(cfg)
+	if err != nil {
+		return err
+	}
+	return db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.ExecContext(ctx, "SET LOCAL lock_timeout = '"+streamLockTimeout+"'"); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, names.SQL(`ALTER TABLE outbox_events
+  ALTER COLUMN xid SET DEFAULT pg_current_xact_id(),
+  ALTER COLUMN published_at SET DEFAULT `+streamsql.Sentinel)); err != nil {
+			return streamDDLError("EnableStream", names, err)
+		}
+		// The snapshot is taken after the ALTER holds the table: every streamed row is written by a
+		// transaction that is still running in it or starts after it, so none is visible in it.
+		// A cursor row left by an earlier EnableStream is kept as it is: it still tells which streamed rows
+		// were delivered, and every row written from now on is past it.
+		_, err := tx.ExecContext(ctx, names.SQL(`INSERT INTO bunbox_stream (name, snap_from)
+VALUES ('outbox', pg_current_snapshot()) ON CONFLICT (name) DO NOTHING`))
+		return err
+	})
+}
+
+// DisableStream turns the snapshot cursor off for the outbox of cfg (only cfg.Schema and cfg.TablePrefix
+// are read): new rows are pending rows of the per-row path again, and so are the streamed rows that no
+// relay has delivered yet (published_at NULL). The streamed rows already delivered stay as they are; the
+// cursor row keeps telling them delivered (bunbox status, cleanup and the reconciler read it). It waits
+// for a relay's stream round that is under way, and needs what EnableStream needs. It is idempotent.
+func DisableStream(ctx context.Context, db bun.IDB, cfg Config) error {
+	names, err := streamNames(cfg)
+	if err != nil {
+		return err
+	}
+	return db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.ExecContext(ctx, "SET LOCAL lock_timeout = '"+streamLockTimeout+"'"); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, names.SQL(`ALTER TABLE outbox_events
+  ALTER COLUMN xid DROP DEFAULT,
+  ALTER COLUMN published_at DROP DEFAULT`)); err != nil {
+			return streamDDLError("DisableStream", names, err)
+		}
+		_, err := tx.ExecContext(ctx, names.SQL(`UPDATE outbox_events e SET published_at = NULL
+FROM bunbox_stream s WHERE s.name = 'outbox' AND `+streamsql.Waiting))
+		if err != nil {
+			return err
+		}
+		// Streamed rows with no cursor row cannot have been delivered (EnableStream writes the row).
+		_, err = tx.ExecContext(ctx, names.SQL(`UPDATE outbox_events SET published_at = NULL
+WHERE published_at = 'infinity' AND NOT EXISTS (SELECT 1 FROM bunbox_stream WHERE name = 'outbox')`))
+		return err
+	})
+}
+
+// StreamEnabled reports whether the snapshot cursor is on for the outbox of cfg (only cfg.Schema and
+// cfg.TablePrefix are read). It reads only the catalog.
+func StreamEnabled(ctx context.Context, db bun.IDB, cfg Config) (bool, error) {
+	names, err := streamNames(cfg)
+	if err != nil {
+		return false, err
+	}
+	var on bool
+	err = db.NewRaw(names.SQL(streamsql.Enabled)).Scan(ctx, &on)
+	return on, err
+}
+
+func streamNames(cfg Config) (tables.Names, error) {
+	if err := validateTables(cfg.Schema, cfg.TablePrefix); err != nil {
+		return tables.Names{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return mustNames(cfg.Schema, cfg.TablePrefix), nil
+}
+
+func streamDDLError(op string, names tables.Names, err error) error {
+	return fmt.Errorf("relay: %s: altering %s (it needs the role that owns the table, and its lock within %s; "+
+		"a long transaction on the table holds it): %w", op, names.Outbox(), streamLockTimeout, err)
+}
