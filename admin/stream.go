@@ -23,9 +23,8 @@ type StreamState struct {
 	Waiting int64
 	// OldestWaiting is the age of the oldest of them (by its created_at); 0 when none waits.
 	OldestWaiting time.Duration
-	// WaitsForXID is the oldest transaction the cursor waits for (the xmin of its last finished
-	// snapshot, as text), "" without a cursor: a transaction that stays open holds it here, and the rows
-	// written after it are delivered as the cursor moves past the ones that committed.
+	// WaitsForXID is the oldest transaction whose rows wait (their least xid, as text); "" when none
+	// waits.
 	WaitsForXID string
 	// SinceMoved is how long ago a relay last moved the cursor; 0 without a cursor.
 	SinceMoved time.Duration

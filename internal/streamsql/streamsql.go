@@ -73,12 +73,12 @@ const Pending = `(e.published_at = 'infinity' AND e.cancelled_at IS NULL
 
 // Lag is a query for the cursor's state, for bunbox status: whether a cursor row exists, the streamed rows
 // pending (see Pending), the age in seconds of the oldest of them (by created_at; 0 when none), the
-// oldest transaction the stream waits for (the xmin of snap_from, as text; NULL without a cursor) and the
-// seconds since the cursor last moved (0 without a cursor).
+// oldest transaction whose rows wait (their least xid, as text; NULL when none waits) and the seconds since
+// the cursor last moved (0 without a cursor).
 const Lag = `SELECT s.name IS NOT NULL,
   (SELECT count(*) FROM outbox_events e WHERE ` + Pending + `),
   coalesce((SELECT extract(epoch FROM clock_timestamp() - min(e.created_at))::float8 FROM outbox_events e
     WHERE ` + Pending + `), 0),
-  pg_snapshot_xmin(s.snap_from)::text,
+  (SELECT min(e.xid)::text FROM outbox_events e WHERE ` + Pending + `),
   coalesce(extract(epoch FROM clock_timestamp() - s.moved_at)::float8, 0)
 FROM (SELECT 1) AS one ` + Cursor
