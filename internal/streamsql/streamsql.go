@@ -42,11 +42,13 @@ const Enabled = `SELECT EXISTS (SELECT 1 FROM pg_attrdef d
   WHERE d.adrelid = to_regclass('outbox_events') AND a.attname = 'published_at')`
 
 // Passed is true for a row of outbox_events aliased e that is in the stream and visible in the cursor's
-// last finished snapshot (snap_from): a part of Delivered that an index on (xid, id) finds as a range
-// (xid below the snapshot's xmax), for cleanup. The rows of the pair being delivered (snap_to) are left
-// to a later read, once the pair is done.
-const Passed = `(e.published_at = 'infinity' AND e.xid < pg_snapshot_xmax(s.snap_from)
-  AND pg_visible_in_snapshot(e.xid, s.snap_from))`
+// last finished snapshot (snap_from): a part of Delivered that the index on (xid, id) finds as a range
+// (xid below the snapshot's xmax), for cleanup. It reads the cursor row itself (no Cursor join: the
+// bound must be a constant of the statement for the index), and is false without one. The rows of the
+// pair being delivered (snap_to) are left out until the pair is done.
+const Passed = `(e.published_at = 'infinity'
+  AND e.xid < (SELECT pg_snapshot_xmax(snap_from) FROM bunbox_stream WHERE name = 'outbox')
+  AND pg_visible_in_snapshot(e.xid, (SELECT snap_from FROM bunbox_stream WHERE name = 'outbox')))`
 
 // DeliveredSince returns the condition, true for a row of outbox_events aliased e that may have become
 // delivered after the cursor had the snap_from given by the placeholder param (a pg_snapshot as text, e.g.
