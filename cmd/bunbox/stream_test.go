@@ -106,6 +106,32 @@ func insertRow(t *testing.T, db bun.IDB, name string) {
 	require.NoError(t, err)
 }
 
+// `bunbox cancel` tells a delivered streamed event published and a waiting one not.
+func TestCancelStreamedEvents(t *testing.T) {
+	outboxtest.SkipShort(t)
+	t.Parallel()
+	ctx := context.Background()
+	env, db := schemaEnv(t)
+	require.NoError(t, relay.EnableStream(ctx, db, relay.Config{}))
+	insertRow(t, db, "delivered")
+	outboxtest.DeliverStream(t, db)
+	insertRow(t, db, "waiting")
+	var delivered, waiting string
+	require.NoError(t, db.NewRaw("SELECT event_id::text FROM outbox_events WHERE event_name = 'delivered'").Scan(ctx, &delivered))
+	require.NoError(t, db.NewRaw("SELECT event_id::text FROM outbox_events WHERE event_name = 'waiting'").Scan(ctx, &waiting))
+
+	code, stdout, stderr := runCLI(t, env, "cancel", "-json", delivered, waiting)
+	require.Equal(t, 0, code, stderr)
+	var got []cancelledJSON
+	require.NoError(t, json.Unmarshal([]byte(stdout), &got))
+	require.Len(t, got, 2)
+	require.True(t, got[0].Published, "delivered by the stream")
+	require.False(t, got[1].Published, "waiting in the stream")
+	code, stdout, stderr = runCLI(t, env, "cancel", waiting)
+	require.Equal(t, 0, code, stderr)
+	require.NotContains(t, stdout, "published:")
+}
+
 func statusJSON(t *testing.T, env map[string]string) statusReport {
 	t.Helper()
 	code, stdout, stderr := runCLI(t, env, "status", "-json", "-asynq=false")
