@@ -269,11 +269,13 @@ func (r *Reconciler) pass(ctx context.Context, sweep bool) (res ReconcileResult,
 	}
 	// So is the stream's cursor (see reconcileCursor.streamFrom).
 	var streamFrom sql.NullString
-	if err := r.db.NewRaw(r.names.SQL(reconcileStreamFromSQL)).Scan(ctx, &streamFrom); err != nil {
+	var mark xidMark
+	if err := r.db.NewRaw(r.names.SQL(reconcileStreamFromSQL)).Scan(ctx, &streamFrom, &mark.xmax, &mark.at); err != nil {
 		return res, fmt.Errorf("relay: reconciler: PostgreSQL: read the stream's cursor: %w", err)
 	}
 	from := now.Add(-r.cfg.Window)
 	c := &r.cursor
+	c.markXID(mark, from)
 	horizon = c.holdForHidden(horizon, readAt, from, hidden)
 	res.HiddenTransactions = len(hidden)
 	if len(hidden) > 0 && !c.blindLogged {

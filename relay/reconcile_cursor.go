@@ -34,6 +34,8 @@ type reconcileCursor struct {
 	// its markers: the streamed rows delivered since are at or above its xmin (see reconcile_stream.go).
 	// NULL when there was no cursor row: every delivered streamed row is read.
 	streamFrom sql.NullString
+	// xidMarks are the marks of the passes within the window, and the latest before it (see xidMark).
+	xidMarks []xidMark
 	// markers holds, per queue, the marker value the reconciler last wrote there; a queue of lastSeen
 	// without one (a write that failed) counts as lost.
 	markers map[string]uint64

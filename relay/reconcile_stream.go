@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"time"
 
 	"github.com/uptrace/bun/dialect/pgdialect"
 
@@ -26,11 +27,49 @@ import (
 // row at that read, so the row was not visible in the snap_from read then, and its xid is at or above
 // that snapshot's xmin (streamsql.DeliveredSince). That is a range of the stream's index, (xid, id), and
 // the rows' pages are ordered by it. A sweep reads every delivered streamed row created within Window,
-// through the same index from its start: its cost follows the streamed rows the table keeps
-// (PublishedRetention), filtered by created_at.
+// through the same index from the xid of a mark taken before the window began (see xidMark), or from the
+// index's start when the Reconciler is younger than Window (its first pass): then its cost follows the
+// streamed rows the table keeps (PublishedRetention), filtered by created_at.
 
-// reconcileStreamFromSQL reads the cursor's last finished snapshot as text; NULL without a cursor row.
-const reconcileStreamFromSQL = `SELECT (SELECT snap_from::text FROM bunbox_stream WHERE name = 'outbox')`
+// reconcileStreamFromSQL reads the cursor's last finished snapshot as text (NULL without a cursor row), and
+// an xidMark: the xmax of the statement's snapshot (taken as the statement began), then the clock.
+const reconcileStreamFromSQL = `SELECT (SELECT snap_from::text FROM bunbox_stream WHERE name = 'outbox'),
+  pg_snapshot_xmax(pg_current_snapshot())::text, clock_timestamp()`
+
+// xidMark pairs a time with the transaction id PostgreSQL was about to assign at or before it: every
+// transaction that starts after at has an xid of at least xmax (ids are assigned in order, at a
+// transaction's first write, after its start). A sweep starts its read of the stream's index at the xmax
+// of the latest mark at or before the start of the window: a row created within the window was written
+// by a transaction that started after that mark. Without one (a Reconciler younger than its Window) it
+// reads from the index's start.
+type xidMark struct {
+	xmax string
+	at   time.Time
+}
+
+// markXID records m and forgets the marks no sweep needs: all but the latest at or before from.
+func (c *reconcileCursor) markXID(m xidMark, from time.Time) {
+	c.xidMarks = append(c.xidMarks, m)
+	keep := 0
+	for i, old := range c.xidMarks {
+		if !old.at.After(from) {
+			keep = i
+		}
+	}
+	c.xidMarks = c.xidMarks[keep:]
+}
+
+// sweepFromXID returns the xid a sweep of the window starting at from reads the stream's index from: the
+// xmax of the latest mark at or before from, or "0".
+func (c *reconcileCursor) sweepFromXID(from time.Time) string {
+	xid := "0"
+	for _, m := range c.xidMarks {
+		if !m.at.After(from) {
+			xid = m.xmax
+		}
+	}
+	return xid
+}
 
 // reconcileStreamPageSQL reads a page of the delivered streamed rows created within [?0, ?1], and with
 // scheduled those created before ?0 whose process_at is at or after it, keyset-paginated on (xid, id)
@@ -55,7 +94,8 @@ LIMIT ?6`
 // requeues the rows whose task is gone (a requeued streamed row leaves the stream: a pending row of the
 // per-row path). since is the cursor's snap_from read by the previous pass (incremental), nil for a sweep.
 func (r *Reconciler) scanStream(ctx context.Context, res *ReconcileResult, rg scanRange, since *sql.NullString) error {
-	afterXID, afterID := "0", int64(0)
+	// (xid, id) > (x, 0): the xids from x on (ids are positive).
+	afterXID, afterID := r.cursor.sweepFromXID(rg.from), int64(0)
 	queues, notQueues := pgdialect.Array(nonNil(rg.queues)), pgdialect.Array(nonNil(rg.notQueues))
 	var bound sql.NullString
 	if since != nil {

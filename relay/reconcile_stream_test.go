@@ -123,3 +123,26 @@ func TestReconcilerSweepsScheduledStreamedRows(t *testing.T) {
 	require.Equal(t, 1, res.Requeued)
 	require.Empty(t, b.publishedAt(t, id))
 }
+
+// A sweep by a Reconciler older than its Window starts its read of the stream's index at a mark taken
+// before the window began, and still finds a lost task of a row created within the window.
+func TestReconcilerSweepFromAMark(t *testing.T) {
+	t.Parallel()
+	b := setupReconcile(t)
+	ctx := context.Background()
+	require.NoError(t, relay.EnableStream(ctx, b.db, relay.Config{}))
+	const window = 2 * time.Second
+	rc := newReconciler(t, b, relay.ReconcilerConfig{Window: window})
+	_, err := rc.ReconcileOnce(ctx) // the mark
+	require.NoError(t, err)
+	marked := time.Now()
+	outboxtest.WaitFor(t, 10*time.Second, "the mark older than the window", func() bool { return time.Since(marked) > window+time.Second })
+	old := b.insertRow(t, time.Hour) // before the window: not checked
+	lost := b.insertRow(t, 0)
+	outboxtest.DeliverStream(t, b.db)
+	res, err := rc.Sweep(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []relay.MissingTask{{EventID: lost, Queue: b.queue}}, res.MissingTasks)
+	require.Empty(t, b.publishedAt(t, lost))
+	require.Equal(t, "infinity", b.publishedAt(t, old))
+}
