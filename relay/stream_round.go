@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
@@ -68,6 +69,8 @@ func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
 	if !ok {
 		return res // another relay streams
 	}
+	release := r.testLocked() // before the deferred rollback, and before the commit
+	defer release()
 	opened := false
 	if !cur.to.Valid {
 		to, err := currentSnapshot(ctx, tx)
@@ -94,6 +97,7 @@ func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
 		if opened {
 			return res // the new pair holds nothing yet: nothing to write
 		}
+		release()
 		if err := commitStream(bg, tx, r.names.SQL, cur, "", 0, true); err != nil { // the open pair's rest was empty
 			return failed("move the cursor", err)
 		}
@@ -155,6 +159,7 @@ func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
 		return failed("mark failed", err)
 	}
 	done := cut == len(events) && !read.full
+	release()
 	if err := commitStream(bg, tx, r.names.SQL, cur, read.xids[cut-1], events[cut-1].ID, done); err != nil {
 		return failed("move the cursor", err)
 	}
@@ -193,6 +198,15 @@ func handOverRows(ctx context.Context, tx bun.Tx, q func(string) string, ids []i
 	}
 	_, err := tx.NewRaw(q(handOverSQL), pgdialect.Array(ids)).Exec(ctx)
 	return err
+}
+
+// testLocked calls the tests' streamState.locked hook, if any, and returns its release, callable more
+// than once; without a hook it does nothing.
+func (r *Relay) testLocked() (release func()) {
+	if r.stream.locked == nil {
+		return func() {}
+	}
+	return sync.OnceFunc(r.stream.locked())
 }
 
 // streamBounds are the round's bounds (Config.bounds) with synchronous_commit off, set in the same
