@@ -113,9 +113,6 @@ type cancelResult struct {
 // cancelOnce makes one pass over the cancelled rows whose tasks may still be in asynq, a page at a time.
 func (r *Relay) cancelOnce(ctx context.Context) (cancelResult, error) {
 	var res cancelResult
-	if err := r.settleStreamCancels(ctx, &res); err != nil {
-		return res, err
-	}
 	var after int64
 	for ctx.Err() == nil {
 		n, last, err := r.cancelPage(ctx, after, &res)
@@ -128,8 +125,7 @@ func (r *Relay) cancelOnce(ctx context.Context) (cancelResult, error) {
 }
 
 // cancelPageSQL locks a page of the cancelled rows not yet settled, after an id. Streamed rows that the
-// stream has not passed are left to settleStreamCancels: they are in none of its pages (see
-// cancelPageStreamed).
+// stream has not passed are in none of its pages (see cancelPageStreamed).
 const cancelPageSQL = `SELECT id, event_id, event_name, queue, coalesce(ordering_key, ''),
   published_at IS NOT NULL, coalesce(cancel_result, '')
 FROM outbox_events e
@@ -138,10 +134,12 @@ ORDER BY id
 LIMIT ?
 FOR UPDATE SKIP LOCKED`
 
-// cancelPageStreamed keeps out of a cancel page the streamed rows the stream has not delivered: a stream
+// cancelPageStreamed keeps out of a cancel page the streamed rows the stream has not passed: a stream
 // round may be enqueueing one right now, so that looking for its tasks could find none before the task
-// arrives. Once the cursor is past a row, the round that passed it has committed: its tasks are in asynq
-// if it enqueued them, and the page takes them back as a per-row row's.
+// arrives. The stream settles the cancel of a row it finds cancelled as it passes it, in the round that
+// moves the cursor past it (CancelNeverPublished: it was never enqueued, see streamRound). A row still
+// unsettled once the cursor is past it was enqueued before its cancel committed: the round that passed it
+// has committed, its tasks are in asynq, and the page takes them back as a published row's.
 var cancelPageStreamed = fmt.Sprintf(cancelPageSQL, `
   AND (e.published_at IS DISTINCT FROM `+streamsql.Sentinel+` OR EXISTS (SELECT 1 FROM bunbox_stream s
     WHERE s.name = 'outbox' AND `+streamsql.Delivered+`))`)
