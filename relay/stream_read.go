@@ -3,7 +3,10 @@ package relay
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"math"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -44,33 +47,41 @@ func currentSnapshot(ctx context.Context, tx bun.Tx) (string, error) {
 }
 
 // streamReadPart is one half of the stream's read: the rows of the pair (from, to) after the position
-// (xid, id), in (xid, id) order, up to the limit. Arguments: from, to, the position's xid and id, the limit.
-// The half written for xidCond is either the transactions that were running at from (their xids are below
-// from's xmax) or those that began after it; a transaction still running at to is not in the pair, and
-// its rows wait for the next one.
+// (xid, id), in (xid, id) order, up to the limit. Arguments: from, to, the least xid to read (the
+// position's, or 0 at the pair's start), the position's xid and id, the limit. The half written for xidCond
+// is either the transactions that were running at from (their xids are below from's xmax) or those that
+// began after it; a transaction still running at to is not in the pair, and its rows wait for the next one.
+//
+// The position is a filter, not the index's bound: a row comparison (xid, id) > (…) beside xidCond made
+// the btree scan start at the row comparison, that is at the index's first entry at a pair's start, and
+// walk every delivered streamed row the retention keeps before it reached the pair. The bounds of xidCond
+// and the least xid are scalars on the index's first column, where the scan starts.
 func streamReadPart(xidCond string) string {
 	return `(SELECT ` + claimColumns + `, ` + rowSizeSQL + ` AS row_size, xid AS stream_xid,
   cancelled_at IS NOT NULL AS cancelled, cancelled_at IS NOT NULL AND cancel_settled_at IS NULL AS unsettled
 FROM outbox_events
 WHERE ` + xidCond + `
   AND published_at = ` + streamsql.Sentinel + `
-  AND pg_visible_in_snapshot(xid, ?1::pg_snapshot) AND (xid, id) > (?2::xid8, ?3::bigint)
+  AND pg_visible_in_snapshot(xid, ?1::pg_snapshot)
+  AND (xid > ?3::xid8 OR (xid = ?3::xid8 AND id > ?4::bigint))
 ORDER BY xid, id
-LIMIT ?4)`
+LIMIT ?5)`
 }
 
 // streamReadSQL reads the next rows of the pair, PgQ's way: the rows of the transactions that committed
 // between the two snapshots, that is those running at from (from's xip list) or begun after it (from's xmax
 // on) and visible in to. A transaction that stays open does not hold the stream back, and the rows already
-// delivered are not read again: each half walks outbox_events_stream_idx from where the pair's rows begin.
-// Every xid of the first half is below every xid of the second (from's xmax), so the halves, each cut at
-// the limit, come in order. A cancelled row is read too, so that the round settles its cancel as it
-// passes it, but never enqueued.
-var streamReadSQL = streamReadPart(`xid = ANY(ARRAY(SELECT pg_snapshot_xip(?0::pg_snapshot)))`) + `
+// delivered are not read again: each half walks outbox_events_stream_idx from where the pair's rows begin,
+// or from the position once the round has one. from's xip list comes as a constant array (?6, see
+// snapshotXip): an array the statement computes (ARRAY(SELECT pg_snapshot_xip(…))) is unknown to the
+// planner, which then scans the table for it. Every xid of the first half is below every xid of the
+// second (from's xmax), so the halves, each cut at the limit, come in order. A cancelled row is read too,
+// so that the round settles its cancel as it passes it, but never enqueued.
+var streamReadSQL = streamReadPart(`xid = ANY(?6::xid8[]) AND xid >= ?2::xid8`) + `
 UNION ALL
-` + streamReadPart(`xid >= pg_snapshot_xmax(?0::pg_snapshot) AND xid < pg_snapshot_xmax(?1::pg_snapshot)`) + `
+` + streamReadPart(`xid >= greatest(pg_snapshot_xmax(?0::pg_snapshot), ?2::xid8) AND xid < pg_snapshot_xmax(?1::pg_snapshot)`) + `
 ORDER BY stream_xid, id
-LIMIT ?4`
+LIMIT ?5`
 
 // streamRead is what one read of the stream returned.
 type streamRead struct {
@@ -90,7 +101,8 @@ func (r *Relay) readStream(ctx context.Context, tx bun.Tx, c streamCursor, limit
 	if c.afterXid.Valid && c.afterID.Valid {
 		afterXid, afterID = c.afterXid.String, c.afterID.Int64
 	}
-	rows, err := tx.QueryContext(ctx, r.names.SQL(streamReadSQL), c.from.String, c.to.String, afterXid, afterID, limit)
+	rows, err := tx.QueryContext(ctx, r.names.SQL(streamReadSQL), c.from.String, c.to.String, afterXid, afterXid, afterID,
+		limit, snapshotXip(c.from.String))
 	if err != nil {
 		return streamRead{}, err
 	}
@@ -139,17 +151,34 @@ func (r *Relay) readStream(ctx context.Context, tx bun.Tx, c streamCursor, limit
 	return res, nil
 }
 
-// streamDueSQL reports whether streamed rows wait for the stream: rows of a transaction running at the
-// cursor's from, or begun after it, that the cursor has not passed (cancelled ones too: the stream settles
-// their cancels as it passes them). Like the read, it walks
-// outbox_events_stream_idx from where the undelivered rows begin.
-const streamDueSQL = `WITH c AS MATERIALIZED (SELECT * FROM bunbox_stream WHERE name = 'outbox')
-SELECT EXISTS (SELECT 1 FROM outbox_events e, c AS s
-  WHERE e.xid = ANY(ARRAY(SELECT pg_snapshot_xip(snap_from) FROM c))
-    AND ` + streamsql.Waiting + `)
-  OR EXISTS (SELECT 1 FROM outbox_events e, c AS s
-  WHERE e.xid >= (SELECT pg_snapshot_xmax(snap_from) FROM c)
-    AND ` + streamsql.Waiting + `)`
+// streamDueSQL reports whether streamed rows wait for the stream. Its arguments come from the cursor row
+// (streamDue reads it first), as constants, so that each part is a range of outbox_events_stream_idx that
+// starts where the undelivered rows can begin, never at the delivered rows the retention keeps nor at those
+// of the open pair the cursor has passed:
+//   - ?0: snap_from's xip list: rows of a transaction running at snap_from, not passed in the open pair;
+//   - ?1, ?2: snap_to's xip list and snap_from's xmax: rows of a transaction running at snap_to that began
+//     after snap_from (not in the open pair at all; empty with no pair open);
+//   - ?3: the greater of snap_from's xmax and the position's xid: rows not passed in the open pair, or
+//     with no pair open every row of a transaction begun after snap_from.
+//
+// ?4, ?5, ?6 are snap_to and the position (NULL with no pair open): a row is passed when it is visible in
+// snap_to and at or before the position. Cancelled rows count too: the stream settles their cancels as it
+// passes them.
+const streamDueSQL = `SELECT EXISTS (SELECT 1 FROM outbox_events e
+  WHERE e.xid = ANY(?0::xid8[]) AND e.published_at = 'infinity' AND NOT ` + streamPassedInPair + `)
+  OR EXISTS (SELECT 1 FROM outbox_events e
+  WHERE e.xid = ANY(?1::xid8[]) AND e.xid >= ?2::xid8 AND e.published_at = 'infinity')
+  OR EXISTS (SELECT 1 FROM outbox_events e
+  WHERE e.xid >= ?3::xid8 AND e.published_at = 'infinity' AND NOT ` + streamPassedInPair + `)`
+
+// streamPassedInPair is true for a row of outbox_events aliased e that the open pair has passed (see
+// streamDueSQL's ?4-?6), false with no pair open.
+const streamPassedInPair = `coalesce(pg_visible_in_snapshot(e.xid, ?4::pg_snapshot)
+  AND (e.xid, e.id) <= (?5::xid8, ?6::bigint), false)`
+
+// readCursorSQL reads the cursor row without locking it.
+const readCursorSQL = `SELECT snap_from::text, snap_to::text, after_xid::text, after_id FROM bunbox_stream
+WHERE name = 'outbox'`
 
 // streamDue reports whether a stream round may find rows to deliver; an error says yes, so that the round
 // that follows meets it and backs off.
@@ -157,7 +186,55 @@ func (r *Relay) streamDue(ctx context.Context) bool {
 	if !r.streaming(ctx) {
 		return false
 	}
+	var c streamCursor
+	err := r.db.QueryRowContext(ctx, r.names.SQL(readCursorSQL)).Scan(&c.from, &c.to, &c.afterXid, &c.afterID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false // no cursor row: no row was ever streamed
+	}
+	if err != nil {
+		return true
+	}
+	fromXmax := snapshotXmax(c.from.String)
+	from := fromXmax
+	if c.afterXid.Valid && xidLess(fromXmax, c.afterXid.String) {
+		from = c.afterXid.String
+	}
+	var to, afterXid any // NULL with no pair open
+	var afterID any
+	if c.to.Valid {
+		to = c.to.String
+		if c.afterXid.Valid && c.afterID.Valid {
+			afterXid, afterID = c.afterXid.String, c.afterID.Int64
+		}
+	}
 	var due bool
-	err := r.db.NewRaw(r.names.SQL(streamDueSQL)).Scan(ctx, &due)
+	err = r.db.QueryRowContext(ctx, r.names.SQL(streamDueSQL), snapshotXip(c.from.String), snapshotXip(c.to.String),
+		fromXmax, from, to, afterXid, afterID).Scan(&due)
 	return err != nil || due
+}
+
+// snapshotXmax returns the xmax of a pg_snapshot in its text form, xmin:xmax:xip,...
+func snapshotXmax(snap string) string {
+	parts := strings.SplitN(snap, ":", 3)
+	if len(parts) < 2 {
+		return "0"
+	}
+	return parts[1]
+}
+
+// snapshotXip returns the xip list of a pg_snapshot in its text form (xmin:xmax:xip,...) as an array
+// literal, {} for none ("" is no snapshot).
+func snapshotXip(snap string) string {
+	parts := strings.SplitN(snap, ":", 3)
+	if len(parts) < 3 {
+		return "{}"
+	}
+	return "{" + parts[2] + "}"
+}
+
+// xidLess reports whether the xid8 a is below b, both in decimal text. A malformed one counts as 0.
+func xidLess(a, b string) bool {
+	x, _ := strconv.ParseUint(a, 10, 64)
+	y, _ := strconv.ParseUint(b, 10, 64)
+	return x < y
 }

@@ -1,0 +1,90 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+
+	"github.com/bunbox/bunbox/internal/outboxtest"
+)
+
+// TestStreamReadIsBoundedByThePair: with many delivered streamed rows kept (the retention's), the first
+// read of a pair and the idle check read a few buffers, not the kept rows: the index scans start where the
+// pair's rows begin. Before the bound was a scalar, the first read walked outbox_events_stream_idx from
+// its first entry (a row comparison was the scan's start).
+func TestStreamReadIsBoundedByThePair(t *testing.T) {
+	outboxtest.SkipShort(t)
+	t.Parallel()
+	ctx := context.Background()
+	db, _ := outboxtest.Schema(t)
+	require.NoError(t, EnableStream(ctx, db, Config{}))
+	const kept = 20000
+	_, err := db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, payload)
+SELECT gen_random_uuid(), 'kept', '{}' FROM generate_series(1, ?)`, kept)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `UPDATE bunbox_stream SET snap_from = pg_current_snapshot(), snap_to = NULL,
+  after_xid = NULL, after_id = NULL`) // the cursor passes them, as rounds would
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, payload)
+SELECT gen_random_uuid(), 'new', '{}' FROM generate_series(1, 5)`)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `ANALYZE outbox_events`)
+	require.NoError(t, err)
+
+	r := &Relay{db: db}
+	require.True(t, r.streamDue(ctx))
+	var c streamCursor
+	require.NoError(t, db.QueryRowContext(ctx, readCursorSQL).Scan(&c.from, &c.to, &c.afterXid, &c.afterID))
+	xmax := snapshotXmax(c.from.String)
+	require.Less(t, buffers(t, db, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+streamDueSQL,
+		snapshotXip(c.from.String), "{}", xmax, xmax, nil, nil, nil), 60, "the idle check reads the kept rows")
+
+	err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		c, ok, err := lockCursor(ctx, tx, r.names.SQL)
+		require.NoError(t, err)
+		require.True(t, ok)
+		to, err := currentSnapshot(ctx, tx)
+		require.NoError(t, err)
+		c.to.String, c.to.Valid = to, true
+		read, err := r.readStream(ctx, tx, c, 500, 1<<20)
+		require.NoError(t, err)
+		require.Len(t, read.events, 5)
+		for _, ev := range read.events {
+			require.Equal(t, "new", ev.Name)
+		}
+		var plan json.RawMessage
+		require.NoError(t, tx.QueryRowContext(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+streamReadSQL,
+			c.from.String, c.to.String, "0", "0", int64(-1<<62), 500, snapshotXip(c.from.String)).Scan(&plan))
+		require.Less(t, planBuffers(t, plan), 60, "the first read of the pair reads the kept rows")
+		return nil
+	})
+	require.NoError(t, err)
+}
+
+// buffers runs an EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) query and returns the buffers its plan touched.
+func buffers(t *testing.T, db *bun.DB, query string, args ...any) int {
+	t.Helper()
+	var plan json.RawMessage
+	require.NoError(t, db.QueryRowContext(context.Background(), query, args...).Scan(&plan))
+	return planBuffers(t, plan)
+}
+
+func planBuffers(t *testing.T, plan json.RawMessage) int {
+	t.Helper()
+	var out []struct {
+		Plan struct {
+			Hit  int `json:"Shared Hit Blocks"`
+			Read int `json:"Shared Read Blocks"`
+		} `json:"Plan"`
+	}
+	require.NoError(t, json.Unmarshal(plan, &out))
+	require.Len(t, out, 1)
+	t.Logf("buffers: %d hit, %d read", out[0].Plan.Hit, out[0].Plan.Read)
+	if testing.Verbose() && out[0].Plan.Hit+out[0].Plan.Read >= 60 {
+		t.Logf("plan: %s", plan)
+	}
+	return out[0].Plan.Hit + out[0].Plan.Read
+}
