@@ -11,6 +11,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/uptrace/bun/dialect/pgdialect"
+
+	"github.com/bunbox/bunbox/internal/streamsql"
 )
 
 // The outcomes of a cancel, kept in the row's cancel_result column (bunx.Outbox.Cancel writes the first).
@@ -111,6 +113,9 @@ type cancelResult struct {
 // cancelOnce makes one pass over the cancelled rows whose tasks may still be in asynq, a page at a time.
 func (r *Relay) cancelOnce(ctx context.Context) (cancelResult, error) {
 	var res cancelResult
+	if err := r.settleStreamCancels(ctx, &res); err != nil {
+		return res, err
+	}
 	var after int64
 	for ctx.Err() == nil {
 		n, last, err := r.cancelPage(ctx, after, &res)
@@ -120,6 +125,34 @@ func (r *Relay) cancelOnce(ctx context.Context) (cancelResult, error) {
 		after = last
 	}
 	return res, nil
+}
+
+// cancelPageSQL locks a page of the cancelled rows not yet settled, after an id. Streamed rows that the
+// stream has not passed are left to settleStreamCancels: they are in none of its pages (see
+// cancelPageStreamed).
+const cancelPageSQL = `SELECT id, event_id, event_name, queue, coalesce(ordering_key, ''),
+  published_at IS NOT NULL, coalesce(cancel_result, '')
+FROM outbox_events e
+WHERE cancelled_at IS NOT NULL AND cancel_settled_at IS NULL AND id > ?%s
+ORDER BY id
+LIMIT ?
+FOR UPDATE SKIP LOCKED`
+
+// cancelPageStreamed keeps out of a cancel page the streamed rows the stream has not delivered: a stream
+// round may be enqueueing one right now, so that looking for its tasks could find none before the task
+// arrives. Once the cursor is past a row, the round that passed it has committed: its tasks are in asynq
+// if it enqueued them, and the page takes them back as a per-row row's.
+var cancelPageStreamed = fmt.Sprintf(cancelPageSQL, `
+  AND (e.published_at IS DISTINCT FROM `+streamsql.Sentinel+` OR EXISTS (SELECT 1 FROM bunbox_stream s
+    WHERE s.name = 'outbox' AND `+streamsql.Delivered+`))`)
+
+// cancelPageSQL is the cancel page's statement: with cancelPageStreamed's filter wherever the cursor's
+// table exists, as it is before the migration otherwise.
+func (r *Relay) cancelPageSQL(ctx context.Context) string {
+	if _, cursor := r.streamCatalog(ctx); cursor {
+		return cancelPageStreamed
+	}
+	return fmt.Sprintf(cancelPageSQL, "")
 }
 
 // cancelRow is the part of a cancelled row that the cancel pass needs.
@@ -142,13 +175,7 @@ func (r *Relay) cancelPage(ctx context.Context, after int64, res *cancelResult) 
 		return 0, 0, fmt.Errorf("begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	rows, err := tx.QueryContext(ctx, r.names.SQL(`SELECT id, event_id, event_name, queue, coalesce(ordering_key, ''),
-  published_at IS NOT NULL, coalesce(cancel_result, '')
-FROM outbox_events
-WHERE cancelled_at IS NOT NULL AND cancel_settled_at IS NULL AND id > ?
-ORDER BY id
-LIMIT ?
-FOR UPDATE SKIP LOCKED`), after, cancelPageSize)
+	rows, err := tx.QueryContext(ctx, r.names.SQL(r.cancelPageSQL(ctx)), after, cancelPageSize)
 	if err != nil {
 		return 0, 0, fmt.Errorf("read cancelled rows: %w", err)
 	}
