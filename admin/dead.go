@@ -9,6 +9,7 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
+	"github.com/bunbox/bunbox/internal/streamsql"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -68,15 +69,17 @@ func uuidStrings(ids []uuid.UUID) []string {
 
 // Backlog is the state of the outbox table.
 type Backlog struct {
-	// Pending counts the rows not yet published, not dead and not cancelled.
+	// Pending counts the rows not yet published, not dead and not cancelled: with the snapshot cursor
+	// (relay.EnableStream), the streamed rows it has not delivered yet too.
 	Pending int64
 	// Dead counts the rows the relay gave up on (cancelled ones included).
 	Dead int64
-	// Lag is the age of the oldest pending row; 0 when none is pending.
+	// Lag is the age of the oldest pending row (streamed ones included); 0 when none is pending.
 	Lag time.Duration
 	// Scheduled counts the published rows whose ProcessAt (model.WithProcessAt/WithProcessIn) is still
 	// ahead on the database's clock: their tasks wait in asynq's scheduled set. It is read from
 	// PostgreSQL, not from Redis: a task Redis lost still counts until the reconciler requeues it.
+	// Streamed rows count once the cursor has delivered them.
 	Scheduled int64
 	// BlockedKeys counts the ordering keys held by a dead event (see BlockedKeys).
 	BlockedKeys int64
@@ -84,7 +87,8 @@ type Backlog struct {
 
 // ReadBacklog reads the number of pending, dead and scheduled rows and the age of the oldest pending row,
 // using the partial indexes. Counting is proportional to the backlog and the rows with a ProcessAt, not to
-// the table.
+// the table. Streamed rows (relay.EnableStream) count as pending while the cursor has not passed them
+// (read through the stream's index, from the oldest transaction the cursor waits for).
 func ReadBacklog(ctx context.Context, db bun.IDB) (Backlog, error) {
 	var b Backlog
 	var lagSeconds float64
@@ -93,11 +97,15 @@ func ReadBacklog(ctx context.Context, db bun.IDB) (Backlog, error) {
 		return Backlog{}, err
 	}
 	err = db.NewRaw(names.SQL(`SELECT
-  (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL AND cancelled_at IS NULL),
+  (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL AND cancelled_at IS NULL)
+    + (SELECT count(*) FROM outbox_events e `+streamsql.Cursor+` WHERE `+streamsql.Pending+`),
   (SELECT count(*) FROM outbox_events WHERE dead_at IS NOT NULL),
-  coalesce((SELECT extract(epoch FROM clock_timestamp() - created_at)::float8 FROM outbox_events
+  greatest(coalesce((SELECT extract(epoch FROM clock_timestamp() - created_at)::float8 FROM outbox_events
     WHERE published_at IS NULL AND dead_at IS NULL AND cancelled_at IS NULL ORDER BY id LIMIT 1), 0),
-  (SELECT count(*) FROM outbox_events WHERE process_at > now() AND published_at IS NOT NULL AND cancelled_at IS NULL),
+    coalesce((SELECT extract(epoch FROM clock_timestamp() - min(e.created_at))::float8 FROM outbox_events e `+streamsql.Cursor+`
+      WHERE `+streamsql.Pending+`), 0)),
+  (SELECT count(*) FROM outbox_events e `+streamsql.Cursor+` WHERE e.process_at > now() AND e.cancelled_at IS NULL
+    AND e.published_at IS NOT NULL AND (e.published_at <> 'infinity' OR `+streamsql.Delivered+`)),
   (SELECT count(DISTINCT ordering_key) FROM outbox_events
     WHERE dead_at IS NOT NULL AND ordering_key IS NOT NULL AND completed_at IS NULL)`)).
 		Scan(ctx, &b.Pending, &b.Dead, &lagSeconds, &b.Scheduled, &b.BlockedKeys)

@@ -10,6 +10,7 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
+	"github.com/bunbox/bunbox/internal/streamsql"
 	"github.com/bunbox/bunbox/internal/tables"
 )
 
@@ -139,7 +140,7 @@ type EventBacklog struct {
 
 // ReadBacklogByEvent reads the backlog of each queue and event name that has pending or dead rows,
 // ordered by queue and name, using the partial indexes: like ReadBacklog, its cost follows the backlog,
-// not the table.
+// not the table. Streamed rows the cursor has not delivered count as pending, as in ReadBacklog.
 func ReadBacklogByEvent(ctx context.Context, db bun.IDB) ([]EventBacklog, error) {
 	var rows []struct {
 		Queue     string  `bun:"queue"`
@@ -156,6 +157,9 @@ func ReadBacklogByEvent(ctx context.Context, db bun.IDB) ([]EventBacklog, error)
   SELECT queue, event_name, count(*) AS pending, 0 AS dead,
     extract(epoch FROM clock_timestamp() - min(created_at))::float8 AS lag
   FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL AND cancelled_at IS NULL GROUP BY queue, event_name
+  UNION ALL
+  SELECT e.queue, e.event_name, count(*), 0, extract(epoch FROM clock_timestamp() - min(e.created_at))::float8
+  FROM outbox_events e `+streamsql.Cursor+` WHERE `+streamsql.Pending+` GROUP BY e.queue, e.event_name
   UNION ALL
   SELECT queue, event_name, 0, count(*), 0 FROM outbox_events WHERE dead_at IS NOT NULL GROUP BY queue, event_name
 ) AS b GROUP BY queue, event_name ORDER BY queue, event_name`)).Scan(ctx, &rows)

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -247,6 +248,10 @@ type reconcileRow struct {
 	PublishedAt time.Time  `bun:"published_at"`
 	ProcessAt   *time.Time `bun:"process_at"`
 	PageKey     time.Time  `bun:"page_key"` // the column the page is ordered by: published_at or process_at
+	// Streamed marks a streamed row the cursor has delivered (EnableStream): PublishedAt holds its
+	// created_at (it has no publish time), and PageXID its xid, by which its pages are ordered.
+	Streamed bool   `bun:"streamed"`
+	PageXID  string `bun:"page_xid"`
 }
 
 // pass is ReconcileOnce (sweep false) and Sweep (sweep true).
@@ -261,6 +266,11 @@ func (r *Reconciler) pass(ctx context.Context, sweep bool) (res ReconcileResult,
 	var hidden []string
 	if err := r.db.NewRaw(reconcileHorizonSQL).Scan(ctx, &now, &horizon, &readAt, pgdialect.Array(&hidden)); err != nil {
 		return res, fmt.Errorf("relay: reconciler: PostgreSQL: %w", err)
+	}
+	// So is the stream's cursor (see reconcileCursor.streamFrom).
+	var streamFrom sql.NullString
+	if err := r.db.NewRaw(r.names.SQL(reconcileStreamFromSQL)).Scan(ctx, &streamFrom); err != nil {
+		return res, fmt.Errorf("relay: reconciler: PostgreSQL: read the stream's cursor: %w", err)
 	}
 	from := now.Add(-r.cfg.Window)
 	c := &r.cursor
@@ -316,8 +326,13 @@ func (r *Reconciler) pass(ctx context.Context, sweep bool) (res ReconcileResult,
 		if err := r.scan(ctx, &res, scanRange{from: incFrom, to: now, notQueues: swept}); err != nil {
 			return res, err
 		}
+		since := c.streamFrom
+		if err := r.scanStream(ctx, &res, scanRange{from: from, to: now, notQueues: swept}, &since); err != nil {
+			return res, err
+		}
 	}
 	c.horizon = horizon
+	c.streamFrom = streamFrom
 	return res, nil
 }
 
@@ -354,13 +369,20 @@ LIMIT ?6`
 )
 
 // sweep scans the rows published within rg, then those published before it whose process_at is within
-// it or ahead.
+// it or ahead; each time the rows of the per-row path, then the streamed rows the cursor has delivered
+// (by their created_at, see scanStream).
 func (r *Reconciler) sweep(ctx context.Context, res *ReconcileResult, rg scanRange) error {
 	if err := r.scan(ctx, res, rg); err != nil {
 		return err
 	}
+	if err := r.scanStream(ctx, res, rg, nil); err != nil {
+		return err
+	}
 	rg.scheduled = true
-	return r.scan(ctx, res, rg)
+	if err := r.scan(ctx, res, rg); err != nil {
+		return err
+	}
+	return r.scanStream(ctx, res, rg, nil)
 }
 
 // scan pages through the rows of rg in (published_at, id) order, looks their tasks up and requeues the
@@ -383,31 +405,36 @@ func (r *Reconciler) scan(ctx context.Context, res *ReconcileResult, rg scanRang
 		}
 		last := &rows[len(rows)-1]
 		afterAt, afterID = last.PageKey, last.ID
-		missing, err := r.findMissing(ctx, res, rows)
-		res.Checked += len(rows)
-		res.Missing += len(missing)
-		if len(missing) > 0 {
-			n, rerr := requeueBounded(context.WithoutCancel(ctx), r.db, r.names, missing)
-			res.Requeued += n
-			for _, row := range missing {
-				if len(res.MissingTasks) < MaxReportedMissing {
-					res.MissingTasks = append(res.MissingTasks, MissingTask{EventID: row.EventID, Queue: row.Queue})
-				}
-				r.log.LogAttrs(ctx, slog.LevelDebug, "bunbox reconciler: task missing, requeued",
-					slog.Int64("outbox_id", row.ID), slog.String("event_id", row.EventID.String()),
-					slog.String("queue", row.Queue))
-			}
-			if rerr != nil {
-				return fmt.Errorf("relay: reconciler: requeue: %w", rerr)
-			}
-		}
-		if err != nil {
+		if err := r.checkPage(ctx, res, rows); err != nil {
 			return err
 		}
 		if len(rows) < r.cfg.BatchSize {
 			return nil
 		}
 	}
+}
+
+// checkPage looks the tasks of a page of rows up and requeues the rows whose task is gone.
+func (r *Reconciler) checkPage(ctx context.Context, res *ReconcileResult, rows []reconcileRow) error {
+	missing, err := r.findMissing(ctx, res, rows)
+	res.Checked += len(rows)
+	res.Missing += len(missing)
+	if len(missing) > 0 {
+		n, rerr := requeueBounded(context.WithoutCancel(ctx), r.db, r.names, missing)
+		res.Requeued += n
+		for _, row := range missing {
+			if len(res.MissingTasks) < MaxReportedMissing {
+				res.MissingTasks = append(res.MissingTasks, MissingTask{EventID: row.EventID, Queue: row.Queue})
+			}
+			r.log.LogAttrs(ctx, slog.LevelDebug, "bunbox reconciler: task missing, requeued",
+				slog.Int64("outbox_id", row.ID), slog.String("event_id", row.EventID.String()),
+				slog.String("queue", row.Queue))
+		}
+		if rerr != nil {
+			return fmt.Errorf("relay: reconciler: requeue: %w", rerr)
+		}
+	}
+	return err
 }
 
 // mustNames returns the Names of schema and prefix, which the config's validate has checked.
@@ -439,20 +466,24 @@ func nonNil(s []string) []string {
 	return s
 }
 
-// requeue clears published_at of the rows that are still exactly as read (same published_at), so the
-// relay enqueues them again; never of a keyed row seen completed, which would be handled after the events
-// of its key that followed it. It returns how many rows it changed.
+// requeue clears published_at of the rows that are still exactly as read (same published_at; a streamed
+// row still in the stream, which the cursor, moving only forward, still has delivered), so the relay
+// enqueues them again: a streamed row becomes a pending row of the per-row path. Never of a keyed row
+// seen completed, which would be handled after the events of its key that followed it. It returns how
+// many rows it changed.
 func requeue(ctx context.Context, db bun.IDB, names tables.Names, rows []reconcileRow) (int, error) {
 	ids := make([]int64, len(rows))
 	at := make([]time.Time, len(rows))
+	streamed := make([]bool, len(rows))
 	for i, row := range rows {
-		ids[i], at[i] = row.ID, row.PublishedAt
+		ids[i], at[i], streamed[i] = row.ID, row.PublishedAt, row.Streamed
 	}
 	res, err := db.NewRaw(names.SQL(`UPDATE outbox_events AS o
 SET published_at = NULL, next_attempt_at = NULL, last_error = ?
-FROM unnest(?::bigint[], ?::timestamptz[]) AS m(id, published_at)
-WHERE o.id = m.id AND o.published_at = m.published_at AND o.completed_at IS NULL AND o.cancelled_at IS NULL`),
-		reconcileLastError, pgdialect.Array(ids), pgdialect.Array(at)).Exec(ctx)
+FROM unnest(?::bigint[], ?::timestamptz[], ?::boolean[]) AS m(id, published_at, streamed)
+WHERE o.id = m.id AND CASE WHEN m.streamed THEN o.published_at = 'infinity' ELSE o.published_at = m.published_at END
+  AND o.completed_at IS NULL AND o.cancelled_at IS NULL`),
+		reconcileLastError, pgdialect.Array(ids), pgdialect.Array(at), pgdialect.Array(streamed)).Exec(ctx)
 	if err != nil {
 		return 0, err
 	}

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"maps"
@@ -29,6 +30,10 @@ type reconcileCursor struct {
 	// horizon is where the incremental scan of the next pass begins: the horizon read by the last pass that
 	// completed. Zero until a pass has completed: then the pass sweeps.
 	horizon time.Time
+	// streamFrom is the stream cursor's snap_from read by the last pass that completed, before it wrote
+	// its markers: the streamed rows delivered since are at or above its xmin (see reconcile_stream.go).
+	// NULL when there was no cursor row: every delivered streamed row is read.
+	streamFrom sql.NullString
 	// markers holds, per queue, the marker value the reconciler last wrote there; a queue of lastSeen
 	// without one (a write that failed) counts as lost.
 	markers map[string]uint64

@@ -15,6 +15,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/admin"
+	"github.com/bunbox/bunbox/internal/streamsql"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -151,51 +152,89 @@ type eventList struct {
 
 var errUnknownState = errors.New("unknown state")
 
+// eventsFrom is the table expression the page reads events from: outbox_events as oe, with for a streamed
+// row (relay.EnableStream) published_shown, the published time the page shows (streamsql.PublishedAt:
+// the cursor's moved_at once delivered, NULL while it waits; its published_at is 'infinity'), and
+// stream_waiting, true while the cursor has not passed it.
+func (h *Handler) eventsFrom() string {
+	return h.names.SQL(`(SELECT e.*, ` + streamsql.PublishedAt + ` AS published_shown,
+  ` + streamsql.Waiting + ` AS stream_waiting
+FROM outbox_events e ` + streamsql.Cursor + `) AS oe`)
+}
+
+// selectEvents selects model.Event rows from eventsFrom, published_at as the page shows it.
+func (h *Handler) selectEvents(dst any) *bun.SelectQuery {
+	return h.db.NewSelect().Model(dst).ModelTableExpr(h.eventsFrom()).
+		ExcludeColumn("published_at").ColumnExpr("oe.published_shown AS published_at")
+}
+
 func (h *Handler) readEvents(ctx context.Context, state string) (eventList, error) {
-	q := h.db.NewSelect().Model((*model.Event)(nil)).Limit(int64(h.cfg.ListLimit))
-	if !h.names.IsDefault() {
-		q = q.ModelTableExpr(h.names.Outbox() + " AS oe")
-	}
+	limit := int64(h.cfg.ListLimit)
+	l := eventList{State: state}
 	switch state {
 	case "pending":
-		q = q.Where("published_at IS NULL AND dead_at IS NULL").Order("id")
+		// The per-row path's pending rows and the streamed rows waiting for the cursor, each read through
+		// its own index, merged by id.
+		var streamed []model.Event
+		if err := h.selectEvents(&l.Events).Where("oe.published_at IS NULL AND oe.dead_at IS NULL").
+			Order("id").Limit(limit).Scan(ctx); err != nil {
+			return l, err
+		}
+		if err := h.selectEvents(&streamed).Where("oe.stream_waiting AND oe.dead_at IS NULL").
+			Order("id").Limit(limit).Scan(ctx); err != nil {
+			return l, err
+		}
+		l.Events = append(l.Events, streamed...)
+		sort.Slice(l.Events, func(i, j int) bool { return l.Events[i].ID < l.Events[j].ID })
+		l.Events = l.Events[:min(len(l.Events), int(limit))]
+		return l, nil
 	case "scheduled":
-		q = q.Where("published_at IS NOT NULL AND process_at > now()").Order("process_at")
+		return l, h.selectEvents(&l.Events).Where("oe.published_at IS NOT NULL AND NOT oe.stream_waiting AND oe.process_at > now()").
+			Order("process_at").Limit(limit).Scan(ctx)
 	case "dead":
-		q = q.Where("dead_at IS NOT NULL").Order("dead_at", "id")
+		return l, h.selectEvents(&l.Events).Where("oe.dead_at IS NOT NULL").Order("dead_at", "id").Limit(limit).Scan(ctx)
 	default:
 		return eventList{}, fmt.Errorf("%w %q: want pending, scheduled or dead", errUnknownState, state)
 	}
-	l := eventList{State: state}
-	err := q.Scan(ctx, &l.Events)
-	return l, err
 }
 
 // eventDetail is one event, with its asynq task when Redis is known.
 type eventDetail struct {
-	Event    model.Event
-	Payload  string
+	Event   model.Event
+	Payload string
+	// Stream says how the snapshot cursor (relay.EnableStream) delivers a streamed event: "waiting" or
+	// "delivered" (its published time is then the cursor's last move, at or after its delivery); "" for
+	// an event of the per-row path.
+	Stream   string
 	Task     *asynq.TaskInfo
 	TaskNote string
 }
 
 func (h *Handler) readEvent(ctx context.Context, id uuid.UUID) (*eventDetail, error) {
 	var ev model.Event
-	q := h.db.NewSelect().Model(&ev)
-	if !h.names.IsDefault() {
-		q = q.ModelTableExpr(h.names.Outbox() + " AS oe")
+	if err := h.selectEvents(&ev).Where("event_id = ?", id).Scan(ctx); err != nil {
+		return nil, err
 	}
-	err := q.Where("event_id = ?", id).Scan(ctx)
-	if err != nil {
+	var streamed, waiting bool
+	if err := h.db.NewRaw("SELECT oe.published_at = 'infinity', oe.stream_waiting FROM "+h.eventsFrom()+" WHERE oe.id = ?", ev.ID).
+		Scan(ctx, &streamed, &waiting); err != nil {
 		return nil, err
 	}
 	d := &eventDetail{Event: ev, Payload: indent(ev.Payload)}
+	switch {
+	case streamed && waiting:
+		d.Stream = "waiting"
+	case streamed:
+		d.Stream = "delivered"
+	}
 	if desc := model.DescribeEncoded(&ev); desc != "" { // encrypted or compressed (bunx.WithCodec): never the bytes
 		d.Payload = desc
 	}
 	switch {
 	case h.inspector == nil:
 		d.TaskNote = "not looked up: the page was not given Redis"
+	case d.Stream == "waiting":
+		d.TaskNote = "not in asynq yet: the event waits in the stream for a relay's stream round"
 	case ev.PublishedAt == nil:
 		d.TaskNote = "not in asynq yet: the relay has not published the event"
 	default:

@@ -13,6 +13,7 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/bunbox/bunbox/bunx"
+	"github.com/bunbox/bunbox/internal/streamsql"
 	"github.com/bunbox/bunbox/internal/tables"
 )
 
@@ -77,8 +78,11 @@ func (c *cli) cancel(ctx context.Context, args []string) error {
 	fmt.Fprintln(tw, "EVENT ID\tNAME\tQUEUE\tCANCEL")
 	for _, s := range states {
 		result := s.Result
-		if !s.Settled && s.Result == "" {
+		switch {
+		case !s.Settled && s.Result == "" && s.Published:
 			result = "published: the relay takes its task out of asynq (see the relay's log)"
+		case !s.Settled && s.Result == "":
+			result = "waiting in the stream: the relay settles it (see the relay's log)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.EventID, s.Name, s.Queue, result)
 	}
@@ -99,9 +103,11 @@ func readCancelled(ctx context.Context, db bun.IDB, names tables.Names, ids []uu
 		Settled   bool      `bun:"settled"`
 		Result    string    `bun:"result"`
 	}
-	if err := db.NewRaw(names.SQL(`SELECT event_id, event_name, queue, published_at IS NOT NULL AS published,
-  cancel_settled_at IS NOT NULL AS settled, coalesce(cancel_result, '') AS result
-FROM outbox_events WHERE event_id = ANY(?::uuid[])`), pgdialect.Array(s)).Scan(ctx, &rows); err != nil {
+	// A streamed row (relay.EnableStream) is published once the cursor has delivered it.
+	if err := db.NewRaw(names.SQL(`SELECT e.event_id, e.event_name, e.queue,
+  e.published_at IS NOT NULL AND (e.published_at <> 'infinity' OR `+streamsql.Delivered+`) AS published,
+  e.cancel_settled_at IS NOT NULL AS settled, coalesce(e.cancel_result, '') AS result
+FROM outbox_events e `+streamsql.Cursor+` WHERE e.event_id = ANY(?::uuid[])`), pgdialect.Array(s)).Scan(ctx, &rows); err != nil {
 		return nil, err
 	}
 	by := map[uuid.UUID]cancelledJSON{}

@@ -91,6 +91,8 @@ type statusReport struct {
 	Published        int64   `json:"published"`
 	Dead             int64   `json:"dead"`
 	Scheduled        int64   `json:"scheduled"`
+	// Stream is the snapshot cursor's state (relay.EnableStream): its waiting rows are part of Pending.
+	Stream streamStatus `json:"stream"`
 	// Events breaks Pending and Dead down by queue and event name.
 	Events []eventStatus `json:"events"`
 	// BlockedKeys counts the ordering keys held by a dead event; Blocked lists the first of them.
@@ -123,12 +125,16 @@ func (c *cli) status(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("read backlog: %w", err)
 	}
-	published, err := db.NewSelect().TableExpr(c.names().Outbox()).Where("published_at IS NOT NULL").Count(ctx)
-	if err != nil {
+	var published int64
+	if err := db.NewRaw(c.names().SQL(publishedCountSQL)).Scan(ctx, &published); err != nil {
 		return fmt.Errorf("count published: %w", err)
 	}
-	rep := statusReport{Pending: b.Pending, OldestPendingAge: b.Lag.Seconds(), Published: int64(published), Dead: b.Dead, Scheduled: b.Scheduled,
-		BlockedKeys: b.BlockedKeys}
+	st, err := admin.ReadStream(ctx, db)
+	if err != nil {
+		return fmt.Errorf("read the stream: %w", err)
+	}
+	rep := statusReport{Pending: b.Pending, OldestPendingAge: b.Lag.Seconds(), Published: published, Dead: b.Dead, Scheduled: b.Scheduled,
+		BlockedKeys: b.BlockedKeys, Stream: newStreamStatus(st)}
 	if rep.Events, err = readEventStatus(ctx, db); err != nil {
 		return err
 	}
@@ -151,6 +157,7 @@ func (c *cli) status(ctx context.Context, args []string) error {
 	fmt.Fprintf(tw, "dead\t%d\n", rep.Dead)
 	fmt.Fprintf(tw, "scheduled\t%d\n", rep.Scheduled)
 	fmt.Fprintf(tw, "blocked keys\t%d\n", rep.BlockedKeys)
+	printStreamStatus(tw, st)
 	for _, k := range rep.Blocked {
 		fmt.Fprintf(tw, "  key %s\theld by dead event %s (%d waiting behind it): `bunbox dead retry %s`\n",
 			oneLine(k.Key, 60), k.EventID, k.Waiting, k.EventID)

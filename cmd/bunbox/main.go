@@ -10,6 +10,7 @@
 //	bunbox dead purge -older-than D -yes  delete dead events for good (and/or -name NAME, or -all)
 //	bunbox cancel [-wait D] <event-id>... cancel events: never delivered, or taken out of asynq by the relay
 //	bunbox reconcile [-window 1h] [-json] one reconciler pass: re-deliver the events whose task Redis lost
+//	bunbox stream on|off|status [-json]   turn the snapshot cursor on or off, or show how far behind it is
 //	bunbox relay [-metrics-addr ...]      run a relay until SIGINT/SIGTERM, with /metrics, /healthz, /readyz
 //	bunbox ui [-addr 127.0.0.1:8080]      the operator page (read-only unless BUNBOX_UI_TOKEN is set)
 //
@@ -50,7 +51,8 @@ commands:
                           migrations after M, the upgrade of a schema that has M. Every statement is
                           re-runnable, so the output also applies over any older bunbox schema
   status [-json] [-asynq=false]
-                          pending rows, age of the oldest pending row, published, dead and scheduled counts,
+                          pending rows (streamed rows waiting included), age of the oldest pending row,
+                          published, dead and scheduled counts, the stream's state,
                           and pending and dead per queue and event name; then asynq's tasks per queue from
                           Redis (pending, active, scheduled, retry, archived, completed: the handlers'
                           failures); -asynq=false reads PostgreSQL only
@@ -68,6 +70,10 @@ commands:
   reconcile [-window W] [-json]
                           one reconciler pass over the events published within W (default 1h):
                           re-deliver those whose task Redis lost, and list them
+  stream on|off           turn the snapshot cursor on or off for the outbox (relay.EnableStream,
+                          relay.DisableStream; needs the role that owns the table)
+  stream status [-json]   whether the stream is on, its waiting rows, the age of the oldest, the oldest
+                          transaction whose rows wait, when a relay last moved the cursor
   relay [-metrics-addr A] run a relay until interrupted, with Prometheus metrics on A/metrics and
                           the probes A/healthz (alive) and A/readyz (PostgreSQL, Redis, schema);
                           it also runs the reconciler, one relay per database at a time
@@ -202,6 +208,8 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 		return c.ui(ctx, args)
 	case "cancel":
 		return c.cancel(ctx, args)
+	case "stream":
+		return c.stream(ctx, args)
 	case "help":
 		fmt.Fprint(c.stdout, usage)
 		return nil

@@ -87,7 +87,7 @@ func TestNoSecretInOutput(t *testing.T) {
 
 	const secret = "Sup3rS3cret"
 	for i, dsn := range databaseURLsWithSecret(secret) {
-		for _, args := range [][]string{{"status"}, {"dead", "list"}, {"migrate", "status"}, {"reconcile"}, {"relay", "-metrics-addr", ""}} {
+		for _, args := range [][]string{{"status"}, {"dead", "list"}, {"migrate", "status"}, {"reconcile"}, {"stream", "on"}, {"relay", "-metrics-addr", ""}} {
 			t.Run(fmt.Sprintf("DatabaseURL%d/%s", i, args[0]), func(t *testing.T) {
 				t.Parallel()
 				code, stdout, stderr := runCLI(t, map[string]string{"DATABASE_URL": dsn}, args...)

@@ -43,3 +43,47 @@ const Waiting = `(e.published_at = 'infinity' AND e.xid >= pg_snapshot_xmin(s.sn
 const Enabled = `SELECT EXISTS (SELECT 1 FROM pg_attrdef d
   JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
   WHERE d.adrelid = to_regclass('outbox_events') AND a.attname = 'published_at')`
+
+// Passed is true for a row of outbox_events aliased e that is in the stream and visible in the cursor's
+// last finished snapshot (snap_from): a part of Delivered that the index on (xid, id) finds as a range
+// (xid below the snapshot's xmax), for cleanup. It reads the cursor row itself (no Cursor join: the
+// bound must be a constant of the statement for the index), and is false without one. The rows of the
+// pair being delivered (snap_to) are left out until the pair is done.
+const Passed = `(e.published_at = 'infinity'
+  AND e.xid < (SELECT pg_snapshot_xmax(snap_from) FROM bunbox_stream WHERE name = 'outbox')
+  AND pg_visible_in_snapshot(e.xid, (SELECT snap_from FROM bunbox_stream WHERE name = 'outbox')))`
+
+// DeliveredSince returns the condition, true for a row of outbox_events aliased e that may have become
+// delivered after the cursor had the snap_from given by the placeholder param (a pg_snapshot as text, e.g.
+// "?3"; NULL: since ever): its xid is not below that snapshot's xmin (every transaction below it had
+// ended, so its rows were visible in that snap_from and delivered). An index on (xid, id) finds them as a
+// range. Use it beside Delivered.
+func DeliveredSince(param string) string {
+	return `(` + param + `::pg_snapshot IS NULL OR e.xid >= pg_snapshot_xmin(` + param + `::pg_snapshot))`
+}
+
+// PublishedAt is the published time of a row of outbox_events aliased e, for showing: its published_at, or
+// for a streamed row the cursor's moved_at when the row is delivered (it was delivered at or before then;
+// the stream keeps no time per row), NULL while it waits. It needs Cursor.
+const PublishedAt = `(CASE WHEN e.published_at = 'infinity' THEN CASE WHEN ` + Delivered + ` THEN s.moved_at END
+  ELSE e.published_at END)`
+
+// Pending is true for a streamed row of outbox_events aliased e that is waiting (see Waiting) and not
+// cancelled: what bunbox status and the metrics count as pending besides the per-row path's pending rows.
+// No waiting row is below the xmin of the cursor's snap_from (those transactions had ended before it), so
+// the index on (xid, id) reads only the rows from the oldest transaction the cursor waits for. It needs
+// Cursor.
+const Pending = `(e.published_at = 'infinity' AND e.cancelled_at IS NULL
+  AND (s.snap_from IS NULL OR e.xid >= pg_snapshot_xmin(s.snap_from)) AND ` + Waiting + `)`
+
+// Lag is a query for the cursor's state, for bunbox status: whether a cursor row exists, the streamed rows
+// pending (see Pending), the age in seconds of the oldest of them (by created_at; 0 when none), the
+// oldest transaction whose rows wait (their least xid, as text; NULL when none waits) and the seconds since
+// the cursor last moved (0 without a cursor).
+const Lag = `SELECT s.name IS NOT NULL,
+  (SELECT count(*) FROM outbox_events e WHERE ` + Pending + `),
+  coalesce((SELECT extract(epoch FROM clock_timestamp() - min(e.created_at))::float8 FROM outbox_events e
+    WHERE ` + Pending + `), 0),
+  (SELECT min(e.xid)::text FROM outbox_events e WHERE ` + Pending + `),
+  coalesce(extract(epoch FROM clock_timestamp() - s.moved_at)::float8, 0)
+FROM (SELECT 1) AS one ` + Cursor

@@ -1,0 +1,83 @@
+package relay
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/uptrace/bun/dialect/pgdialect"
+
+	"github.com/bunbox/bunbox/internal/streamsql"
+)
+
+// The reconciler and the stream (EnableStream). A streamed row the cursor has delivered has no publish
+// time (published_at stays 'infinity'), so the reconciler places it in its window by its created_at: its
+// task was enqueued after that, so a row created within Window has a task younger than Window, which
+// TaskRetention still keeps once it completed. The cursor's moved_at would not do: it is one time for
+// every delivered row (the last move), so every row of the stream would seem published a moment ago.
+// A streamed row that waited in the stream longer than Window before its delivery is not checked (as a
+// row published by a transaction open longer than Window is not).
+//
+// Waiting streamed rows are never read: their tasks do not exist yet, and the stream delivers them.
+//
+// The incremental pass (see reconcileCursor) reads, among the streamed rows, only those the cursor may
+// have delivered since the previous pass read it: a task lost since that pass's marker was written after
+// it, so after that read; the stream round that enqueued it had not committed its cursor move past the
+// row at that read, so the row was not visible in the snap_from read then, and its xid is at or above
+// that snapshot's xmin (streamsql.DeliveredSince). That is a range of the stream's index, (xid, id), and
+// the rows' pages are ordered by it. A sweep reads every delivered streamed row created within Window,
+// through the same index from its start: its cost follows the streamed rows the table keeps
+// (PublishedRetention), filtered by created_at.
+
+// reconcileStreamFromSQL reads the cursor's last finished snapshot as text; NULL without a cursor row.
+const reconcileStreamFromSQL = `SELECT (SELECT snap_from::text FROM bunbox_stream WHERE name = 'outbox')`
+
+// reconcileStreamPageSQL reads a page of the delivered streamed rows created within [?0, ?1], and with
+// scheduled those created before ?0 whose process_at is at or after it, keyset-paginated on (xid, id)
+// after (?2, ?3), of the queues ?4 (all when empty) but ?5, ?6 at most, delivered since the cursor had
+// the snap_from ?7 (NULL: any). Grouped and cancelled events are left out, as in reconcilePageSQL.
+func reconcileStreamPageSQL(scheduled bool) string {
+	window := `e.created_at >= ?0 AND e.created_at <= ?1`
+	if scheduled {
+		window = `e.process_at >= ?0 AND e.created_at < ?0`
+	}
+	return `SELECT e.id, e.event_id, e.event_name, e.queue, e.created_at AS published_at, e.process_at,
+  e.created_at AS page_key, true AS streamed, e.xid::text AS page_xid
+FROM outbox_events e ` + streamsql.Cursor + `
+WHERE e.published_at = 'infinity' AND (e.xid, e.id) > (?2::xid8, ?3::bigint) AND ` + streamsql.DeliveredSince("?7") + `
+  AND ` + streamsql.Delivered + ` AND ` + window + ` AND e.task_group IS NULL AND e.cancelled_at IS NULL
+  AND (cardinality(?4::text[]) = 0 OR e.queue = ANY(?4::text[])) AND NOT (e.queue = ANY(?5::text[]))
+ORDER BY e.xid, e.id
+LIMIT ?6`
+}
+
+// scanStream pages through the delivered streamed rows of rg in (xid, id) order, looks their tasks up and
+// requeues the rows whose task is gone (a requeued streamed row leaves the stream: a pending row of the
+// per-row path). since is the cursor's snap_from read by the previous pass (incremental), nil for a sweep.
+func (r *Reconciler) scanStream(ctx context.Context, res *ReconcileResult, rg scanRange, since *sql.NullString) error {
+	afterXID, afterID := "0", int64(0)
+	queues, notQueues := pgdialect.Array(nonNil(rg.queues)), pgdialect.Array(nonNil(rg.notQueues))
+	var bound sql.NullString
+	if since != nil {
+		bound = *since
+	}
+	query := r.names.SQL(reconcileStreamPageSQL(rg.scheduled))
+	for {
+		var rows []reconcileRow
+		if err := r.db.NewRaw(query, rg.from, rg.to, afterXID, afterID, queues, notQueues,
+			r.cfg.BatchSize, bound).Scan(ctx, &rows); err != nil {
+			return fmt.Errorf("relay: reconciler: read delivered streamed rows: %w", err)
+		}
+		if len(rows) == 0 {
+			return nil
+		}
+		last := &rows[len(rows)-1]
+		afterXID, afterID = last.PageXID, last.ID
+		if err := r.checkPage(ctx, res, rows); err != nil {
+			return err
+		}
+		if len(rows) < r.cfg.BatchSize {
+			return nil
+		}
+	}
+}
