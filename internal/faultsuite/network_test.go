@@ -312,7 +312,7 @@ func pgPartitionHold(t *testing.T, e *netEnv) string {
 		t.Errorf("the %d rows A claimed were delivered %s after the partition, want within %s", len(ids), delivered, claimReleaseMax)
 	}
 	outboxtest.WaitFor(t, 90*time.Second, "B drains while A is dark", func() bool {
-		return outboxtest.Count(t, e.db, pendingFrom, pendingWhere) == 0
+		return pendingCount(t, e.db, "TRUE") == 0
 	})
 	p.CloseAll() // the partition ends with the connections gone
 	p.Heal()
@@ -373,7 +373,7 @@ func redisPartition(t *testing.T, e *netEnv) string {
 	// Keyed rows wait behind their key's previous event until a worker handled it: the unkeyed ones
 	// show how soon the relays are back.
 	outboxtest.WaitFor(t, 60*time.Second, "the unkeyed backlog published after the heal", func() bool {
-		return outboxtest.Count(t, e.db, pendingFrom, "e.ordering_key IS NULL AND ("+pendingWhere+")") == 0
+		return pendingCount(t, e.db, "e.ordering_key IS NULL") == 0
 	})
 	return fmt.Sprintf("6s partition of both relays' Redis links; unkeyed backlog published %.1fs after the heal", time.Since(healed).Seconds())
 }
@@ -393,8 +393,8 @@ func redisReplyLost(t *testing.T, e *netEnv) string {
 	return "3s of Redis replies dropped on both relays' links"
 }
 
-// lockWatcher samples, every 100 ms, the sessions that hold rows of outbox_events locked inside a
-// transaction (the table's RowShareLock of SELECT ... FOR UPDATE, or RowExclusiveLock of UPDATE and
+// lockWatcher samples, every 100 ms, the sessions that hold rows of outbox_events (or, with the stream
+// on, the cursor row of bunbox_stream) locked inside a transaction (the table's RowShareLock of SELECT ... FOR UPDATE, or RowExclusiveLock of UPDATE and
 // DELETE: row locks themselves are not in pg_locks), with their client port, so that a session can be told
 // apart by the proxy it came through.
 type lockWatcher struct {
@@ -439,7 +439,7 @@ func watchLocks(t *testing.T, url string) *lockWatcher {
   a.xact_start, clock_timestamp() AS now
 FROM pg_stat_activity a
 WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() AND a.xact_start IS NOT NULL
-  AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.granted AND l.relation = 'outbox_events'::regclass
+  AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.granted AND l.relation IN ('outbox_events'::regclass, 'bunbox_stream'::regclass)
     AND l.mode IN ('RowShareLock', 'RowExclusiveLock'))`).Scan(ctx, &samples)
 			if err == nil {
 				w.mu.Lock()

@@ -37,3 +37,15 @@ func enableStream(t *testing.T, db *bun.DB) {
 	}
 	t.Log("FAULT_STREAM=1: the snapshot cursor is on")
 }
+
+// pendingCount counts the rows still to be delivered (pendingWhere) that also meet cond, an SQL condition
+// on outbox_events aliased e.
+func pendingCount(t *testing.T, db *bun.DB, cond string) int {
+	t.Helper()
+	var n int
+	if err := db.NewRaw("SELECT count(*) FROM "+pendingFrom+" WHERE ("+cond+") AND ("+pendingWhere+")").
+		Scan(context.Background(), &n); err != nil {
+		t.Fatalf("count pending rows: %v", err)
+	}
+	return n
+}
