@@ -48,9 +48,10 @@ test/race: test ## alias of test: the race detector is always on
 # The suite starts private PostgreSQL and Redis servers that it kills and restarts, so it needs no shared services;
 # devservices.sh only installs redis-server when it is missing (in a directory of its own, stopped at once).
 test/fault: export BUNBOX_DEV_DIR := $(CURDIR)/.dev/fault
-test/fault: ## the fault-injection suite (~2.5 min): real processes SIGKILLed, Redis and PostgreSQL restarted; then TestFaultNetwork (~3-7 min: partitions, latency, resets, lost replies through a TCP proxy); FAULT_SEED=n replays a run, BUNBOX_TEST_DRIVER=pgx runs it on pgx
+test/fault: ## the fault-injection suite (~2.5 min): real processes SIGKILLed, Redis and PostgreSQL restarted; then TestFaultNetwork (~3-7 min: partitions, latency, resets, lost replies through a TCP proxy); FAULT_SEED=n replays a run, BUNBOX_TEST_DRIVER=pgx runs it on pgx; both run twice: the per-row path, then with the snapshot cursor on (FAULT_STREAM=1)
 	@command -v redis-server >/dev/null || { $(DEV) up >/dev/null; $(DEV) down; }
 	FAULT_RACE=$${FAULT_RACE:-1} $(GO) test -race -count=1 -tags fault -timeout 15m -v -run TestFault ./internal/faultsuite/
+	FAULT_STREAM=1 FAULT_RACE=$${FAULT_RACE:-1} $(GO) test -race -count=1 -tags fault -timeout 15m -v -run TestFault ./internal/faultsuite/
 
 # The fuzz targets, as package:target. They need no server. Add a target here and both fuzz steps run it.
 FUZZ_TARGETS := \

@@ -89,7 +89,7 @@ func TestFault(t *testing.T) {
 	seed := cmp.Or(*seedFlag, envInt64(t, "FAULT_SEED"), time.Now().UnixNano()%1_000_000_000)
 	flow := cmp.Or(*flowFlag, envDuration(t, "FAULT_FLOW"), 90*time.Second)
 	kills := int(cmp.Or(int64(*killsFlag), envInt64(t, "FAULT_KILLS"), 30))
-	fmt.Printf("fault suite: FAULT_SEED=%d FAULT_FLOW=%s FAULT_KILLS=%d\n", seed, flow, kills)
+	fmt.Printf("fault suite: FAULT_SEED=%d FAULT_FLOW=%s FAULT_KILLS=%d FAULT_STREAM=%t\n", seed, flow, kills, streamOn)
 	t.Logf("FAULT_SEED=%d (replay with FAULT_SEED=%d)", seed, seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
 
@@ -111,6 +111,7 @@ func TestFault(t *testing.T) {
 	if err := relay.EnableNotifyTrigger(ctx, db); err != nil {
 		t.Fatalf("notify trigger: %v", err)
 	}
+	enableStream(t, db)
 	_ = db.Close() // the cluster restarts below; later checks open fresh pools
 
 	base := []string{"-db", pg.URL(), "-redis", rd.Addr(), "-dir", dir}
@@ -400,7 +401,7 @@ func (d drainState) String() string {
 func drain(ctx context.Context, db *bun.DB, ins *asynq.Inspector, l *ledger, redisLoss time.Time) drainState {
 	var d drainState
 	d.err = db.NewRaw(`SELECT
-  (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL),
+  (SELECT count(*) FROM `+pendingFrom+` WHERE `+pendingWhere+`),
   (SELECT count(*) FROM outbox_events WHERE dead_at IS NOT NULL),
   (SELECT count(*) FROM outbox_events WHERE ordering_key IS NOT NULL AND completed_at IS NULL)`).Scan(ctx, &d.pending, &d.dead, &d.keyedOpen)
 	if d.err != nil {
@@ -649,7 +650,7 @@ func verify(t *testing.T, db *bun.DB, ins *asynq.Inspector, dir string, l *ledge
 		}
 	}
 	must(t, db.NewRaw(`SELECT
-  (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL),
+  (SELECT count(*) FROM `+pendingFrom+` WHERE `+pendingWhere+`),
   (SELECT count(*) FROM outbox_events WHERE dead_at IS NOT NULL)`).Scan(ctx, &r.pending, &r.dead))
 
 	// Raw deliveries, counted outside the handlers' transactions.

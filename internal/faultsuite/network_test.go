@@ -20,6 +20,7 @@ import (
 
 	"github.com/bunbox/bunbox/internal/netproxy"
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/streamsql"
 	bunboxmigrate "github.com/bunbox/bunbox/migrate"
 	"github.com/bunbox/bunbox/relay"
 )
@@ -130,6 +131,7 @@ func runNetScenario(t *testing.T, pg *outboxtest.Postgres, bin, dir string, seed
 	if err := relay.EnableNotifyTrigger(ctx, db); err != nil {
 		t.Fatalf("notify trigger: %v", err)
 	}
+	enableStream(t, db)
 	rd := outboxtest.StartRedis(t, &outboxtest.RedisOptions{NoPersistence: true})
 	e := &netEnv{db: db, ins: asynq.NewInspector(asynq.RedisClientOpt{Addr: rd.Addr()})}
 	t.Cleanup(func() { _ = e.ins.Close() })
@@ -273,7 +275,11 @@ func rowsLockedBy(t *testing.T, db *bun.DB, pids []int) []int64 {
 	t.Helper()
 	var ids []int64
 	err := db.NewRaw(`SELECT o.id FROM pgrowlocks('outbox_events') l JOIN outbox_events o ON o.ctid = l.locked_row
-WHERE l.pids && ?::int[] AND o.published_at IS NULL`, pgdialect.Array(pids)).Scan(context.Background(), &ids)
+WHERE l.pids && ?0::int[] AND o.published_at IS NULL
+UNION ALL
+SELECT e.id FROM outbox_events e `+streamsql.Cursor+`
+WHERE `+streamsql.Waiting+` AND EXISTS (SELECT 1 FROM pgrowlocks('bunbox_stream') l WHERE l.pids && ?0::int[])`,
+		pgdialect.Array(pids)).Scan(context.Background(), &ids)
 	if err != nil {
 		t.Fatalf("pgrowlocks: %v", err)
 	}
@@ -284,7 +290,7 @@ WHERE l.pids && ?::int[] AND o.published_at IS NULL`, pgdialect.Array(pids)).Sca
 func allPublished(t *testing.T, db *bun.DB, ids []int64) bool {
 	t.Helper()
 	var n int
-	if err := db.NewRaw("SELECT count(*) FROM outbox_events WHERE id IN (?) AND published_at IS NULL",
+	if err := db.NewRaw("SELECT count(*) FROM "+pendingFrom+" WHERE e.id IN (?) AND (e.published_at IS NULL OR "+streamsql.Waiting+")",
 		bun.List(ids)).Scan(context.Background(), &n); err != nil {
 		t.Fatalf("count unpublished: %v", err)
 	}
@@ -306,7 +312,7 @@ func pgPartitionHold(t *testing.T, e *netEnv) string {
 		t.Errorf("the %d rows A claimed were delivered %s after the partition, want within %s", len(ids), delivered, claimReleaseMax)
 	}
 	outboxtest.WaitFor(t, 90*time.Second, "B drains while A is dark", func() bool {
-		return outboxtest.Count(t, e.db, "outbox_events", "published_at IS NULL AND dead_at IS NULL") == 0
+		return pendingCount(t, e.db, "TRUE") == 0
 	})
 	p.CloseAll() // the partition ends with the connections gone
 	p.Heal()
@@ -367,7 +373,7 @@ func redisPartition(t *testing.T, e *netEnv) string {
 	// Keyed rows wait behind their key's previous event until a worker handled it: the unkeyed ones
 	// show how soon the relays are back.
 	outboxtest.WaitFor(t, 60*time.Second, "the unkeyed backlog published after the heal", func() bool {
-		return outboxtest.Count(t, e.db, "outbox_events", "published_at IS NULL AND dead_at IS NULL AND ordering_key IS NULL") == 0
+		return pendingCount(t, e.db, "e.ordering_key IS NULL") == 0
 	})
 	return fmt.Sprintf("6s partition of both relays' Redis links; unkeyed backlog published %.1fs after the heal", time.Since(healed).Seconds())
 }
@@ -387,8 +393,8 @@ func redisReplyLost(t *testing.T, e *netEnv) string {
 	return "3s of Redis replies dropped on both relays' links"
 }
 
-// lockWatcher samples, every 100 ms, the sessions that hold rows of outbox_events locked inside a
-// transaction (the table's RowShareLock of SELECT ... FOR UPDATE, or RowExclusiveLock of UPDATE and
+// lockWatcher samples, every 100 ms, the sessions that hold rows of outbox_events (or, with the stream
+// on, the cursor row of bunbox_stream) locked inside a transaction (the table's RowShareLock of SELECT ... FOR UPDATE, or RowExclusiveLock of UPDATE and
 // DELETE: row locks themselves are not in pg_locks), with their client port, so that a session can be told
 // apart by the proxy it came through.
 type lockWatcher struct {
@@ -433,7 +439,7 @@ func watchLocks(t *testing.T, url string) *lockWatcher {
   a.xact_start, clock_timestamp() AS now
 FROM pg_stat_activity a
 WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() AND a.xact_start IS NOT NULL
-  AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.granted AND l.relation = 'outbox_events'::regclass
+  AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.granted AND l.relation IN ('outbox_events'::regclass, 'bunbox_stream'::regclass)
     AND l.mode IN ('RowShareLock', 'RowExclusiveLock'))`).Scan(ctx, &samples)
 			if err == nil {
 				w.mu.Lock()
