@@ -158,25 +158,52 @@ func checkStreamDrained(e *env, q string, n int, st streamState) error {
 }
 
 // streamReadSQL is the stream round's read (the design's step 3, relay/stream*.go), timed on its own by
-// streamReadTime: the next 500 streamed rows after the cursor, of the pair being delivered, or of the
-// pair a round would open now (snap_to NULL: the current snapshot).
+// streamReadTime with the cursor's values as its arguments, as the round binds them after it locked the
+// cursor row: snap_from, snap_to (twice), after_xid, after_id.
 const streamReadSQL = `SELECT e.id, e.event_id, e.event_name, e.queue, e.payload, e.metadata, e.created_at, e.attempts,
   e.process_at, e.max_retry, coalesce(e.timeout_ns, 0), e.deadline, coalesce(e.task_group, ''), coalesce(e.retention_ns, 0),
   coalesce(e.ordering_key, ''), e.payload_encoded, e.xid
-FROM outbox_events e,
-  (SELECT snap_from, coalesce(snap_to, pg_current_snapshot()) AS snap_to, after_xid, after_id
-   FROM bunbox_stream WHERE name = 'outbox') s
+FROM outbox_events e
 WHERE e.published_at = 'infinity' AND e.cancelled_at IS NULL
-  AND ((e.xid >= pg_snapshot_xmax(s.snap_from) AND e.xid < pg_snapshot_xmax(s.snap_to))
-    OR e.xid = ANY(ARRAY(SELECT pg_snapshot_xip(s.snap_from))))
-  AND pg_visible_in_snapshot(e.xid, s.snap_to)
-  AND (s.after_xid IS NULL OR (e.xid, e.id) > (s.after_xid, s.after_id))
+  AND ((e.xid >= pg_snapshot_xmax(?0::pg_snapshot) AND e.xid < pg_snapshot_xmax(?1::pg_snapshot))
+    OR e.xid = ANY(ARRAY(SELECT pg_snapshot_xip(?0::pg_snapshot))))
+  AND pg_visible_in_snapshot(e.xid, ?1::pg_snapshot)
+  AND (e.xid, e.id) > (?2::xid8, ?3::bigint)
 ORDER BY e.xid, e.id
 LIMIT 500`
 
-// streamReadTime runs streamReadSQL 21 times, each in a transaction rolled back, and returns the median in ms.
+// streamReadTime times streamReadSQL 21 times, each in a transaction rolled back that first reads the cursor
+// row (snap_to NULL: the pair a round would open now, up to the current snapshot), and returns the median
+// in ms.
 func streamReadTime(ctx context.Context, db *bun.DB) (float64, error) {
-	return medianQueryTime(ctx, db, streamReadSQL)
+	var ms []float64
+	for range 21 {
+		start := time.Now()
+		err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+			var from, to, afterXid string
+			var afterID int64
+			if err := tx.NewRaw(`SELECT snap_from::text, coalesce(snap_to, pg_current_snapshot())::text,
+  coalesce(after_xid, '0')::text, coalesce(after_id, 0) FROM bunbox_stream WHERE name = 'outbox'`).
+				Scan(ctx, &from, &to, &afterXid, &afterID); err != nil {
+				return err
+			}
+			rows, err := tx.QueryContext(ctx, streamReadSQL, from, to, afterXid, afterID)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+			}
+			if err := rows.Close(); err != nil {
+				return err
+			}
+			return errRollback
+		})
+		if err != errRollback {
+			return 0, err
+		}
+		ms = append(ms, time.Since(start).Seconds()*1000)
+	}
+	return median(ms), nil
 }
 
 // medianQueryTime runs query 21 times, each in a transaction rolled back, reads every row, and returns the
