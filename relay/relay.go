@@ -47,6 +47,8 @@ type Relay struct {
 	counters counters
 
 	names tables.Names // Config.Schema: the outbox's tables, qualified (internal/tables)
+
+	stream streamState // the snapshot cursor (stream.go)
 }
 
 // New checks that the outbox table exists and that Redis answers, and returns a Relay ready to Run.
@@ -213,13 +215,13 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}, busy chan<- stru
 		case <-wakeCh:
 			woken = true
 		}
-		if empties > 0 && failures == 0 && !woken && !r.due(ctx) {
+		if empties > 0 && failures == 0 && !woken && !r.due(ctx) && !r.streamDue(ctx) {
 			// Still idle, found with one cheap statement rather than a transaction.
 			empties++
 			timer.Reset(r.cfg.idleWait(empties))
 			continue
 		}
-		res := r.runOnce(ctx)
+		res := r.runRounds(ctx)
 		if ctx.Err() != nil {
 			return
 		}
@@ -259,7 +261,7 @@ func (r *Relay) helper(ctx context.Context, busy chan struct{}) {
 		case <-busy:
 		}
 		for ctx.Err() == nil {
-			res := r.runOnce(ctx)
+			res := r.runRounds(ctx)
 			if res.Err != nil || !res.full {
 				break
 			}

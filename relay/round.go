@@ -155,10 +155,20 @@ func (r *Relay) settle(ctx context.Context, tx bun.Tx, events []model.Event, d d
 		return
 	}
 	res.Published = d.marked
+	r.reportSettled(ctx, events, d, fails, res)
+}
+
+// reportSettled reports the failed rows of a round that committed (settle, or a stream round): the counts
+// in res, a log line per failed row, OnDead per dead one.
+func (r *Relay) reportSettled(ctx context.Context, events []model.Event, d delivery, fails []failure, res *BatchEvent) {
 	res.Failed = len(fails)
 	r.keys.published(events)
-	for i, f := range fails {
-		ev := &events[d.failed[i]]
+	j := 0 // fails holds the task-own failures of d.failed, in order: the outages between them are skipped
+	for _, f := range fails {
+		for events[d.failed[j]].ID != f.id {
+			j++
+		}
+		ev := &events[d.failed[j]]
 		if !f.dead {
 			r.log.LogAttrs(ctx, slog.LevelDebug, "bunbox relay: enqueue failed, will retry",
 				slog.Int64("outbox_id", ev.ID), slog.String("event_id", ev.EventID.String()),
@@ -172,7 +182,7 @@ func (r *Relay) settle(ctx context.Context, tx bun.Tx, events []model.Event, d d
 			slog.String("task_type", ev.Name), slog.Int("attempts", f.attempts), slog.String("err", f.err))
 		if r.cfg.Observer.OnDead != nil {
 			r.cfg.Observer.OnDead(ctx, DeadEvent{ID: ev.ID, EventID: ev.EventID.String(), EventName: ev.Name,
-				Attempts: f.attempts, Err: d.errs[d.failed[i]]})
+				Attempts: f.attempts, Err: d.errs[d.failed[j]]})
 		}
 	}
 }

@@ -1,0 +1,91 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/bunbox/bunbox/internal/streamsql"
+)
+
+// The relay's side of the snapshot cursor (EnableStream; the design in internal/streamsql): while the
+// stream is on for the relay's outbox, every round of the loop and of the helpers runs a stream round
+// (stream_round.go) besides its per-row round. The cursor row's lock lets one relay stream at a time; the
+// others, and the other workers of the streaming relay, run only per-row rounds meanwhile: the rows the
+// stream handed over, keyed rows, retries and the rows written while the stream was off.
+
+// streamCheckInterval is how long the relay trusts what it last read of the catalog about the stream:
+// EnableStream reaches a running relay within about this long.
+const streamCheckInterval = time.Second
+
+// streamState is what the relay knows about the stream.
+type streamState struct {
+	round sync.Mutex // held by the worker running this relay's stream round: one at a time per relay
+	sizer claimSizer // how many rows the next read asks for, under Config.BatchBytes
+
+	mu        sync.Mutex
+	checkedAt time.Time
+	on        bool // the stream is on for the outbox
+	cursor    bool // the cursor's table exists (migration 20261205000001 applied)
+
+	// legacy makes the relay behave as the release before the stream: it never streams and never reads
+	// bunbox_stream. Set only by the tests (the rolling deploy).
+	legacy bool
+}
+
+// streamCatalogSQL reads whether the stream is on and whether the cursor's table exists.
+const streamCatalogSQL = `SELECT (` + streamsql.Enabled + `), to_regclass('bunbox_stream') IS NOT NULL`
+
+// streamCatalog returns whether the stream is on for the relay's outbox and whether the cursor's table
+// exists, read from the catalog at most once per streamCheckInterval. A failed read keeps what was known:
+// the round that follows meets the same failure.
+func (r *Relay) streamCatalog(ctx context.Context) (on, cursor bool) {
+	s := &r.stream
+	if s.legacy {
+		return false, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.checkedAt.IsZero() && time.Since(s.checkedAt) < streamCheckInterval {
+		return s.on, s.cursor
+	}
+	var on2, cursor2 bool
+	if err := r.db.NewRaw(r.names.SQL(streamCatalogSQL)).Scan(ctx, &on2, &cursor2); err == nil {
+		s.on, s.cursor = on2, cursor2
+		s.checkedAt = time.Now()
+	}
+	return s.on, s.cursor
+}
+
+// streaming reports whether the relay runs stream rounds.
+func (r *Relay) streaming(ctx context.Context) bool {
+	on, _ := r.streamCatalog(ctx)
+	return on
+}
+
+// runRounds is one iteration of a worker: the per-row round (runOnce) and, while the stream is on and no
+// other worker of this relay is in one, a stream round. Their counts add up; either one's error is the
+// iteration's, and either one coming back full calls the helpers in.
+func (r *Relay) runRounds(ctx context.Context) BatchEvent {
+	res := r.runOnce(ctx)
+	if ctx.Err() != nil || !r.streaming(ctx) || !r.stream.round.TryLock() {
+		return res
+	}
+	s := r.streamRound(ctx)
+	r.stream.round.Unlock()
+	return addRounds(res, s)
+}
+
+// addRounds adds up the outcomes of two rounds of one iteration.
+func addRounds(a, b BatchEvent) BatchEvent {
+	a.Claimed += b.Claimed
+	a.Published += b.Published
+	a.Failed += b.Failed
+	a.Dead += b.Dead
+	a.Released += b.Released
+	a.Duration += b.Duration
+	a.Err = errors.Join(a.Err, b.Err)
+	a.full = a.full || b.full
+	return a
+}

@@ -1,0 +1,209 @@
+package relay
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+
+	"github.com/bunbox/bunbox/internal/streamsql"
+)
+
+// errHandOver marks a row the stream does not enqueue but hands to the per-row path: a row with an
+// ordering key, which the keyed per-row path delivers in its key's order.
+var errHandOver = errors.New("relay: handed to the per-row path")
+
+// streamRound delivers the next batch of the stream (see stream.go), in one transaction with the bounds of
+// every round (session.go):
+//
+//  1. lock the cursor row (SKIP LOCKED: when another relay holds it, there is nothing to do here);
+//  2. open a pair of snapshots if none is open (to := pg_current_snapshot()), unless nothing committed
+//     since from;
+//  3. read the pair's next rows after the cursor's position, in (xid, id) order, within BatchSize and
+//     BatchBytes (streamReadSQL);
+//  4. enqueue them as a per-row round does (deliver: the same tasks, options, spans and Observer calls),
+//     with no mark per row;
+//  5. hand to the per-row path (published_at NULL) the keyed rows and the rows whose enqueue failed, the
+//     latter charged an attempt as a per-row round charges them (markFailed) when the failure is the
+//     task's own, and not charged when it is an outage;
+//  6. move the cursor past the rows read (a pair read to its end is finished: from := to) and commit.
+//
+// A round that dies before its commit (a crash, a partition ended by the session bounds, a terminated
+// backend) releases the cursor row with its lock: the next stream round reads the same rows again and
+// their TaskIDs absorb the second enqueue, as for a per-row round that dies after its enqueues. A relay
+// that is stopped in the middle of a round moves the cursor only past the rows before the first it did not
+// try.
+func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
+	start := r.cfg.now()
+	defer func() {
+		res.Duration = r.cfg.now().Sub(start)
+		r.record(ctx, res)
+	}()
+	if ctx.Err() != nil {
+		return res
+	}
+	bg := context.WithoutCancel(ctx) // the cursor of what was enqueued has to be written
+	bounds := r.streamBounds()
+	tx, err := beginBounded(bg, r.db, bounds)
+	if err != nil {
+		res.Err = fmt.Errorf("stream: begin: %w", err)
+		return res
+	}
+	defer func() { _ = tx.Rollback() }()
+	failed := func(what string, err error) BatchEvent {
+		if ctx.Err() == nil {
+			res.Err = errors.Join(res.Err, fmt.Errorf("stream: %s: %w", what, err))
+		}
+		return res
+	}
+
+	cur, ok, err := lockCursor(ctx, tx, r.names.SQL)
+	if err != nil {
+		return failed("lock the cursor", err)
+	}
+	if !ok {
+		return res // another relay streams
+	}
+	opened := false
+	if !cur.to.Valid {
+		to, err := currentSnapshot(ctx, tx)
+		if err != nil {
+			return failed("snapshot", err)
+		}
+		if to == cur.from.String {
+			return res // nothing committed since from
+		}
+		cur.to, opened = sql.NullString{String: to, Valid: true}, true
+	}
+	limit := r.stream.sizer.limit(r.cfg.BatchSize, r.cfg.BatchBytes)
+	if r.stream.sizer.meanRow.Load() <= 0 {
+		limit = min(limit, sampleRows) // the first read measures a few rows before it reads a batch of them
+	}
+	read, err := r.readStream(ctx, tx, cur, limit, r.cfg.BatchBytes)
+	if err != nil {
+		return failed("read", err)
+	}
+	events := read.events
+	res.Claimed = len(events)
+	res.full = read.full
+	if len(events) == 0 {
+		if opened {
+			return res // the new pair holds nothing yet: nothing to write
+		}
+		if err := commitStream(bg, tx, r.names.SQL, cur, "", 0, true); err != nil { // the open pair's rest was empty
+			return failed("move the cursor", err)
+		}
+		return res
+	}
+	r.wake.note(events)
+	r.stream.sizer.observe(events, limit, r.cfg.BatchBytes)
+
+	skip := read.bad
+	for i := range events {
+		if events[i].OrderingKey != "" && skip[i] == nil {
+			if skip == nil {
+				skip = map[int]error{}
+			}
+			skip[i] = errHandOver
+		}
+	}
+	stop := keepAlive(bg, tx, bounds)
+	errs := r.deliver(ctx, events, skip, func(int64) {})
+	stop()
+
+	// A stop leaves the rows from the first one not tried on untouched: the cursor stops before it.
+	cut := len(events)
+	for i, err := range errs {
+		if errors.Is(err, errReleased) {
+			cut = i
+			break
+		}
+	}
+	res.Released = len(events) - cut
+	if cut == 0 {
+		return res
+	}
+	d := delivery{errs: errs[:cut]}
+	var handOver []int64
+	delivered, outages := 0, 0
+	for i, err := range d.errs {
+		switch {
+		case err == nil:
+			delivered++
+		case errors.Is(err, errHandOver):
+			handOver = append(handOver, events[i].ID)
+		default:
+			d.failed = append(d.failed, i)
+			handOver = append(handOver, events[i].ID)
+			if !taskOwn(err) {
+				outages++
+			}
+		}
+	}
+	fails := r.failures(events[:cut], d, &res) // an outage sets res.Err: the relay backs off
+	if delivered == 0 && len(fails) == 0 && outages > 0 {
+		return res // Redis took nothing: the rows stay in the stream for the round after the backoff
+	}
+	if err := handOverRows(bg, tx, r.names.SQL, handOver); err != nil {
+		return failed("hand over", err)
+	}
+	if err := markFailed(bg, tx, r.names, fails); err != nil {
+		return failed("mark failed", err)
+	}
+	done := cut == len(events) && !read.full
+	if err := commitStream(bg, tx, r.names.SQL, cur, read.xids[cut-1], events[cut-1].ID, done); err != nil {
+		return failed("move the cursor", err)
+	}
+	res.Published = delivered
+	r.reportSettled(bg, events[:cut], d, fails, &res)
+	return res
+}
+
+// moveCursorSQL writes the cursor's new place: the pair (from, to) and the position in it. Arguments:
+// from, to, the position's xid and id (NULL when no pair is open).
+const moveCursorSQL = `UPDATE bunbox_stream SET snap_from = ?::pg_snapshot, snap_to = ?::pg_snapshot,
+  after_xid = ?::xid8, after_id = ?::bigint, moved_at = now()
+WHERE name = 'outbox'`
+
+// commitStream moves the cursor of tx's round to the position (xid, id) in its pair, or past the pair
+// when done, and commits.
+func commitStream(ctx context.Context, tx bun.Tx, q func(string) string, cur streamCursor, xid string, id int64, done bool) error {
+	args := []any{cur.from.String, cur.to.String, xid, id}
+	if done {
+		args = []any{cur.to.String, nil, nil, nil}
+	}
+	if _, err := tx.ExecContext(ctx, q(moveCursorSQL), args...); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// handOverSQL gives rows of the stream to the per-row path: they are pending rows from then on. A row
+// that left the stream meanwhile (DisableStream, or a key tracker of an older release) is not touched.
+const handOverSQL = `UPDATE outbox_events SET published_at = NULL
+WHERE id = ANY(?) AND published_at = ` + streamsql.Sentinel
+
+func handOverRows(ctx context.Context, tx bun.Tx, q func(string) string, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := tx.NewRaw(q(handOverSQL), pgdialect.Array(ids)).Exec(ctx)
+	return err
+}
+
+// streamBounds are the round's bounds (Config.bounds) with synchronous_commit off, set in the same
+// statement: a cursor move lost in a database crash only means its rows are enqueued again, which their
+// TaskIDs absorb, as for the per-row marks (markStream).
+func (r *Relay) streamBounds() sessionBounds {
+	b := r.cfg.bounds()
+	if b.sql == "" {
+		b.sql = "SELECT set_config('synchronous_commit', 'off', true)"
+		return b
+	}
+	b.sql = strings.Replace(b.sql, "(VALUES ", "(VALUES ('synchronous_commit', 'off'), ", 1)
+	return b
+}
