@@ -157,24 +157,35 @@ func checkStreamDrained(e *env, q string, n int, st streamState) error {
 	return checkDelivered(e, q, n, 0)
 }
 
-// streamReadSQL is the stream round's read (the design's step 3, relay/stream*.go), timed on its own by
-// streamReadTime with the cursor's values as its arguments, as the round binds them after it locked the
-// cursor row: snap_from, snap_to (twice), after_xid, after_id.
-const streamReadSQL = `SELECT e.id, e.event_id, e.event_name, e.queue, e.payload, e.metadata, e.created_at, e.attempts,
-  e.process_at, e.max_retry, coalesce(e.timeout_ns, 0), e.deadline, coalesce(e.task_group, ''), coalesce(e.retention_ns, 0),
-  coalesce(e.ordering_key, ''), e.payload_encoded, e.xid
-FROM outbox_events e
-WHERE e.published_at = 'infinity' AND e.cancelled_at IS NULL
-  AND ((e.xid >= pg_snapshot_xmax(?0::pg_snapshot) AND e.xid < pg_snapshot_xmax(?1::pg_snapshot))
-    OR e.xid = ANY(ARRAY(SELECT pg_snapshot_xip(?0::pg_snapshot))))
-  AND pg_visible_in_snapshot(e.xid, ?1::pg_snapshot)
-  AND (e.xid, e.id) > (?2::xid8, ?3::bigint)
-ORDER BY e.xid, e.id
-LIMIT 500`
+// streamReadSQL is the stream round's read (relay/stream_read.go's streamReadSQL, its text at a5ff28f),
+// timed on its own by streamReadTime with the cursor's values as its arguments, as the round binds them
+// after it locked the cursor row: from, to, the position's xid and id, the limit.
+var streamReadSQL = streamReadPart(`xid = ANY(ARRAY(SELECT pg_snapshot_xip(?0::pg_snapshot)))`) + `
+UNION ALL
+` + streamReadPart(`xid >= pg_snapshot_xmax(?0::pg_snapshot) AND xid < pg_snapshot_xmax(?1::pg_snapshot)`) + `
+ORDER BY stream_xid, id
+LIMIT ?4`
 
-// streamReadTime times streamReadSQL 21 times, each in a transaction rolled back that first reads the cursor
-// row (snap_to NULL: the pair a round would open now, up to the current snapshot), and returns the median
-// in ms.
+func streamReadPart(xidCond string) string {
+	return `(SELECT id, event_id, event_name, queue, payload, metadata, created_at, attempts,
+  process_at, max_retry, coalesce(timeout_ns, 0), deadline, coalesce(task_group, ''), coalesce(retention_ns, 0),
+  coalesce(ordering_key, ''), payload_encoded,
+  CASE WHEN pg_column_compression(payload) IS NULL THEN pg_column_size(payload)
+    ELSE octet_length(payload::text) END
+  + CASE WHEN pg_column_compression(metadata) IS NULL THEN pg_column_size(metadata)
+    ELSE octet_length(metadata::text) END
+  + coalesce(pg_column_size(payload_encoded), 0) AS row_size, xid AS stream_xid
+FROM outbox_events
+WHERE ` + xidCond + `
+  AND published_at = 'infinity'::timestamptz AND cancelled_at IS NULL
+  AND pg_visible_in_snapshot(xid, ?1::pg_snapshot) AND (xid, id) > (?2::xid8, ?3::bigint)
+ORDER BY xid, id
+LIMIT ?4)`
+}
+
+// streamReadTime times streamReadSQL of 500 rows 21 times, each in a transaction rolled back that first
+// reads the cursor row (not locked: a round of the relay holds it; snap_to NULL: the pair a round would open
+// now, up to the current snapshot), and returns the median in ms.
 func streamReadTime(ctx context.Context, db *bun.DB) (float64, error) {
 	var ms []float64
 	for range 21 {
@@ -183,11 +194,11 @@ func streamReadTime(ctx context.Context, db *bun.DB) (float64, error) {
 			var from, to, afterXid string
 			var afterID int64
 			if err := tx.NewRaw(`SELECT snap_from::text, coalesce(snap_to, pg_current_snapshot())::text,
-  coalesce(after_xid, '0')::text, coalesce(after_id, 0) FROM bunbox_stream WHERE name = 'outbox'`).
+  coalesce(after_xid, '0')::text, coalesce(after_id, -9223372036854775807) FROM bunbox_stream WHERE name = 'outbox'`).
 				Scan(ctx, &from, &to, &afterXid, &afterID); err != nil {
 				return err
 			}
-			rows, err := tx.QueryContext(ctx, streamReadSQL, from, to, afterXid, afterID)
+			rows, err := tx.QueryContext(ctx, streamReadSQL, from, to, afterXid, afterID, 500)
 			if err != nil {
 				return err
 			}
