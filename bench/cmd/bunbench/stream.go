@@ -63,7 +63,13 @@ SELECT gen_random_uuid(), 'bench.event', ?, ? FROM generate_series(1, ?)`, queue
 // pending rows, and then checks what the stream left: every row delivered once (the queue holds n tasks,
 // no streamed row waits, none was handed to the per-row path). A drain that does not finish within the cap
 // is an error, with the stream's state: a relay without the stream round never delivers these rows.
-func drainStream(ctx context.Context, e *env, n int, cap time.Duration) (float64, bool, error) {
+func drainStream(cfg relay.Config) func(ctx context.Context, e *env, n int, cap time.Duration) (float64, bool, error) {
+	return func(ctx context.Context, e *env, n int, cap time.Duration) (float64, bool, error) {
+		return drainStreamConfig(ctx, e, cfg, n, cap)
+	}
+}
+
+func drainStreamConfig(ctx context.Context, e *env, cfg relay.Config, n int, cap time.Duration) (float64, bool, error) {
 	db, _, err := e.schema(ctx, 20, true)
 	if err != nil {
 		return 0, false, err
@@ -76,7 +82,7 @@ func drainStream(ctx context.Context, e *env, n int, cap time.Duration) (float64
 	if err := fillStream(ctx, db, q, n); err != nil {
 		return 0, false, err
 	}
-	rate, capped, err := relayDrain(ctx, db, e.redis, n, cap, e.cur)
+	rate, capped, err := relayDrainConfig(ctx, db, e.redis, cfg, n, cap, e.cur)
 	if err != nil {
 		return 0, false, err
 	}
