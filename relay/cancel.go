@@ -11,6 +11,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/uptrace/bun/dialect/pgdialect"
+
+	"github.com/bunbox/bunbox/internal/streamsql"
 )
 
 // The outcomes of a cancel, kept in the row's cancel_result column (bunx.Outbox.Cancel writes the first).
@@ -122,6 +124,35 @@ func (r *Relay) cancelOnce(ctx context.Context) (cancelResult, error) {
 	return res, nil
 }
 
+// cancelPageSQL locks a page of the cancelled rows not yet settled, after an id. Streamed rows that the
+// stream has not passed are in none of its pages (see cancelPageStreamed).
+const cancelPageSQL = `SELECT id, event_id, event_name, queue, coalesce(ordering_key, ''),
+  published_at IS NOT NULL, coalesce(cancel_result, '')
+FROM outbox_events e
+WHERE cancelled_at IS NOT NULL AND cancel_settled_at IS NULL AND id > ?%s
+ORDER BY id
+LIMIT ?
+FOR UPDATE SKIP LOCKED`
+
+// cancelPageStreamed keeps out of a cancel page the streamed rows the stream has not passed: a stream
+// round may be enqueueing one right now, so that looking for its tasks could find none before the task
+// arrives. The stream settles the cancel of a row it finds cancelled as it passes it, in the round that
+// moves the cursor past it (CancelNeverPublished: it was never enqueued, see streamRound). A row still
+// unsettled once the cursor is past it was enqueued before its cancel committed: the round that passed it
+// has committed, its tasks are in asynq, and the page takes them back as a published row's.
+var cancelPageStreamed = fmt.Sprintf(cancelPageSQL, `
+  AND (e.published_at IS DISTINCT FROM `+streamsql.Sentinel+` OR EXISTS (SELECT 1 FROM bunbox_stream s
+    WHERE s.name = 'outbox' AND `+streamsql.Delivered+`))`)
+
+// cancelPageSQL is the cancel page's statement: with cancelPageStreamed's filter wherever the cursor's
+// table exists, as it is before the migration otherwise.
+func (r *Relay) cancelPageSQL(ctx context.Context) string {
+	if _, cursor := r.streamCatalog(ctx); cursor {
+		return cancelPageStreamed
+	}
+	return fmt.Sprintf(cancelPageSQL, "")
+}
+
 // cancelRow is the part of a cancelled row that the cancel pass needs.
 type cancelRow struct {
 	ID        int64
@@ -142,13 +173,7 @@ func (r *Relay) cancelPage(ctx context.Context, after int64, res *cancelResult) 
 		return 0, 0, fmt.Errorf("begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	rows, err := tx.QueryContext(ctx, r.names.SQL(`SELECT id, event_id, event_name, queue, coalesce(ordering_key, ''),
-  published_at IS NOT NULL, coalesce(cancel_result, '')
-FROM outbox_events
-WHERE cancelled_at IS NOT NULL AND cancel_settled_at IS NULL AND id > ?
-ORDER BY id
-LIMIT ?
-FOR UPDATE SKIP LOCKED`), after, cancelPageSize)
+	rows, err := tx.QueryContext(ctx, r.names.SQL(r.cancelPageSQL(ctx)), after, cancelPageSize)
 	if err != nil {
 		return 0, 0, fmt.Errorf("read cancelled rows: %w", err)
 	}

@@ -219,6 +219,7 @@ func (r *Relay) trackPage(ctx context.Context, after int64, res *trackResult) (n
 	defer func() { _ = tx.Rollback() }()
 	rows, err := tx.QueryContext(ctx, r.names.SQL(`SELECT id, event_id, event_name, queue, ordering_key FROM outbox_events
 WHERE ordering_key IS NOT NULL AND completed_at IS NULL AND published_at IS NOT NULL AND dead_at IS NULL AND id > ?
+  AND published_at <> 'infinity' -- a keyed row of the stream has no task: the stream hands it over (stream_round.go)
 ORDER BY id
 LIMIT ?
 FOR UPDATE SKIP LOCKED`), after, trackPageSize)

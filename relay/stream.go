@@ -32,6 +32,9 @@ type streamState struct {
 	// legacy makes the relay behave as the release before the stream: it never streams and never reads
 	// bunbox_stream. Set only by the tests (the rolling deploy).
 	legacy bool
+	// locked, when set (by the tests), is called when a stream round of the relay has locked the cursor
+	// row; the function it returns is called before the round releases it.
+	locked func() (release func())
 }
 
 // streamCatalogSQL reads whether the stream is on and whether the cursor's table exists.

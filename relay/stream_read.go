@@ -49,10 +49,11 @@ func currentSnapshot(ctx context.Context, tx bun.Tx) (string, error) {
 // from's xmax) or those that began after it; a transaction still running at to is not in the pair, and
 // its rows wait for the next one.
 func streamReadPart(xidCond string) string {
-	return `(SELECT ` + claimColumns + `, ` + rowSizeSQL + ` AS row_size, xid AS stream_xid
+	return `(SELECT ` + claimColumns + `, ` + rowSizeSQL + ` AS row_size, xid AS stream_xid,
+  cancelled_at IS NOT NULL AS cancelled, cancelled_at IS NOT NULL AND cancel_settled_at IS NULL AS unsettled
 FROM outbox_events
 WHERE ` + xidCond + `
-  AND published_at = ` + streamsql.Sentinel + ` AND cancelled_at IS NULL
+  AND published_at = ` + streamsql.Sentinel + `
   AND pg_visible_in_snapshot(xid, ?1::pg_snapshot) AND (xid, id) > (?2::xid8, ?3::bigint)
 ORDER BY xid, id
 LIMIT ?4)`
@@ -63,7 +64,8 @@ LIMIT ?4)`
 // on) and visible in to. A transaction that stays open does not hold the stream back, and the rows already
 // delivered are not read again: each half walks outbox_events_stream_idx from where the pair's rows begin.
 // Every xid of the first half is below every xid of the second (from's xmax), so the halves, each cut at
-// the limit, come in order. A cancelled row is skipped: it is never enqueued.
+// the limit, come in order. A cancelled row is read too, so that the round settles its cancel as it
+// passes it, but never enqueued.
 var streamReadSQL = streamReadPart(`xid = ANY(ARRAY(SELECT pg_snapshot_xip(?0::pg_snapshot)))`) + `
 UNION ALL
 ` + streamReadPart(`xid >= pg_snapshot_xmax(?0::pg_snapshot) AND xid < pg_snapshot_xmax(?1::pg_snapshot)`) + `
@@ -75,7 +77,10 @@ type streamRead struct {
 	events []model.Event
 	bad    map[int]error // rows that cannot become tasks, by index into events
 	xids   []string      // each event's xid
-	full   bool          // more rows of the pair may follow: the read was cut at the limit or the byte budget
+	// cancelled holds the rows whose cancel had committed when they were read, by index into events:
+	// true for those whose cancel is not settled yet.
+	cancelled map[int]bool
+	full      bool // more rows of the pair may follow: the read was cut at the limit or the byte budget
 }
 
 // readStream reads up to limit rows of c's pair after c's position, no more than budget bytes of payload
@@ -98,10 +103,11 @@ func (r *Relay) readStream(ctx context.Context, tx bun.Tx, c streamCursor, limit
 		n++
 		var ev model.Event
 		var xid string
+		var cancelled, unsettled bool
 		payload := (*[]byte)(&ev.Payload)
 		err := rows.Scan(&ev.ID, &ev.EventID, &ev.Name, &ev.Queue, payload, &metadata, &ev.CreatedAt, &ev.Attempts,
 			&ev.ProcessAt, &ev.MaxRetry, &timeoutNs, &ev.Deadline, &ev.Group, &retentionNs,
-			&ev.OrderingKey, &ev.PayloadEncoded, &size, &xid)
+			&ev.OrderingKey, &ev.PayloadEncoded, &size, &xid, &cancelled, &unsettled)
 		if err != nil {
 			return streamRead{}, err
 		}
@@ -117,6 +123,12 @@ func (r *Relay) readStream(ctx context.Context, tx bun.Tx, c streamCursor, limit
 			}
 			res.bad[len(res.events)] = err
 		}
+		if cancelled {
+			if res.cancelled == nil {
+				res.cancelled = map[int]bool{}
+			}
+			res.cancelled[len(res.events)] = unsettled
+		}
 		res.events = append(res.events, ev)
 		res.xids = append(res.xids, xid)
 	}
@@ -128,15 +140,16 @@ func (r *Relay) readStream(ctx context.Context, tx bun.Tx, c streamCursor, limit
 }
 
 // streamDueSQL reports whether streamed rows wait for the stream: rows of a transaction running at the
-// cursor's from, or begun after it, that the cursor has not passed. Like the read, it walks
+// cursor's from, or begun after it, that the cursor has not passed (cancelled ones too: the stream settles
+// their cancels as it passes them). Like the read, it walks
 // outbox_events_stream_idx from where the undelivered rows begin.
 const streamDueSQL = `WITH c AS MATERIALIZED (SELECT * FROM bunbox_stream WHERE name = 'outbox')
 SELECT EXISTS (SELECT 1 FROM outbox_events e, c AS s
   WHERE e.xid = ANY(ARRAY(SELECT pg_snapshot_xip(snap_from) FROM c))
-    AND e.cancelled_at IS NULL AND ` + streamsql.Waiting + `)
+    AND ` + streamsql.Waiting + `)
   OR EXISTS (SELECT 1 FROM outbox_events e, c AS s
   WHERE e.xid >= (SELECT pg_snapshot_xmax(snap_from) FROM c)
-    AND e.cancelled_at IS NULL AND ` + streamsql.Waiting + `)`
+    AND ` + streamsql.Waiting + `)`
 
 // streamDue reports whether a stream round may find rows to deliver; an error says yes, so that the round
 // that follows meets it and backs off.

@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
@@ -29,7 +31,8 @@ var errHandOver = errors.New("relay: handed to the per-row path")
 //     with no mark per row;
 //  5. hand to the per-row path (published_at NULL) the keyed rows and the rows whose enqueue failed, the
 //     latter charged an attempt as a per-row round charges them (markFailed) when the failure is the
-//     task's own, and not charged when it is an outage;
+//     task's own, and not charged when it is an outage; settle the cancels of the rows it read cancelled,
+//     which it never enqueues (CancelNeverPublished);
 //  6. move the cursor past the rows read (a pair read to its end is finished: from := to) and commit.
 //
 // A round that dies before its commit (a crash, a partition ended by the session bounds, a terminated
@@ -68,6 +71,8 @@ func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
 	if !ok {
 		return res // another relay streams
 	}
+	release := r.testLocked() // before the deferred rollback, and before the commit
+	defer release()
 	opened := false
 	if !cur.to.Valid {
 		to, err := currentSnapshot(ctx, tx)
@@ -94,6 +99,7 @@ func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
 		if opened {
 			return res // the new pair holds nothing yet: nothing to write
 		}
+		release()
 		if err := commitStream(bg, tx, r.names.SQL, cur, "", 0, true); err != nil { // the open pair's rest was empty
 			return failed("move the cursor", err)
 		}
@@ -104,12 +110,19 @@ func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
 
 	skip := read.bad
 	for i := range events {
-		if events[i].OrderingKey != "" && skip[i] == nil {
-			if skip == nil {
-				skip = map[int]error{}
-			}
-			skip[i] = errHandOver
+		var why error
+		switch _, cancelled := read.cancelled[i]; {
+		case cancelled:
+			why = errCancelled
+		case events[i].OrderingKey != "" && skip[i] == nil:
+			why = errHandOver
+		default:
+			continue
 		}
+		if skip == nil {
+			skip = map[int]error{}
+		}
+		skip[i] = why
 	}
 	stop := keepAlive(bg, tx, bounds)
 	errs := r.deliver(ctx, events, skip, func(int64) {})
@@ -128,12 +141,16 @@ func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
 		return res
 	}
 	d := delivery{errs: errs[:cut]}
-	var handOver []int64
+	var handOver, cancels []int64
 	delivered, outages := 0, 0
 	for i, err := range d.errs {
 		switch {
 		case err == nil:
 			delivered++
+		case errors.Is(err, errCancelled):
+			if read.cancelled[i] {
+				cancels = append(cancels, events[i].ID)
+			}
 		case errors.Is(err, errHandOver):
 			handOver = append(handOver, events[i].ID)
 		default:
@@ -154,13 +171,44 @@ func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
 	if err := markFailed(bg, tx, r.names, fails); err != nil {
 		return failed("mark failed", err)
 	}
+	if err := settleCancels(bg, tx, r.names.SQL, cancels); err != nil {
+		return failed("settle cancels", err)
+	}
 	done := cut == len(events) && !read.full
+	release()
 	if err := commitStream(bg, tx, r.names.SQL, cur, read.xids[cut-1], events[cut-1].ID, done); err != nil {
 		return failed("move the cursor", err)
 	}
 	res.Published = delivered
 	r.reportSettled(bg, events[:cut], d, fails, &res)
+	for i := range events[:cut] {
+		if read.cancelled[i] {
+			ev := &events[i]
+			r.log.LogAttrs(bg, slog.LevelInfo, "bunbox relay: cancelled event: "+CancelNeverPublished,
+				slog.Int64("outbox_id", ev.ID), slog.String("event_id", ev.EventID.String()),
+				slog.String("task_type", ev.Name), slog.String("queue", ev.Queue), slog.Int("tasks_removed", 0))
+		}
+	}
 	return res
+}
+
+// errCancelled marks a row the stream read cancelled: it is never enqueued.
+var errCancelled = errors.New("relay: cancelled before it was delivered")
+
+// settleCancelsSQL settles the cancels of streamed rows the stream passed without enqueueing them, as
+// bunx's cancel settles a pending row's: never published, and a keyed one completed so that it does not
+// hold its key. A cancel settled meanwhile (by a relay of an older release) is kept. Arguments: the
+// result, the ids.
+const settleCancelsSQL = `UPDATE outbox_events SET cancel_settled_at = now(), cancel_result = ?,
+  completed_at = CASE WHEN ordering_key IS NOT NULL THEN coalesce(completed_at, now()) ELSE completed_at END
+WHERE id = ANY(?) AND cancel_settled_at IS NULL`
+
+func settleCancels(ctx context.Context, tx bun.Tx, q func(string) string, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := tx.NewRaw(q(settleCancelsSQL), CancelNeverPublished, pgdialect.Array(ids)).Exec(ctx)
+	return err
 }
 
 // moveCursorSQL writes the cursor's new place: the pair (from, to) and the position in it. Arguments:
@@ -193,6 +241,15 @@ func handOverRows(ctx context.Context, tx bun.Tx, q func(string) string, ids []i
 	}
 	_, err := tx.NewRaw(q(handOverSQL), pgdialect.Array(ids)).Exec(ctx)
 	return err
+}
+
+// testLocked calls the tests' streamState.locked hook, if any, and returns its release, callable more
+// than once; without a hook it does nothing.
+func (r *Relay) testLocked() (release func()) {
+	if r.stream.locked == nil {
+		return func() {}
+	}
+	return sync.OnceFunc(r.stream.locked())
 }
 
 // streamBounds are the round's bounds (Config.bounds) with synchronous_commit off, set in the same

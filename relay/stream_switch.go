@@ -69,8 +69,14 @@ func DisableStream(ctx context.Context, db bun.IDB, cfg Config) error {
   ALTER COLUMN published_at DROP DEFAULT`)); err != nil {
 			return streamDDLError("DisableStream", names, err)
 		}
-		_, err := tx.ExecContext(ctx, names.SQL(`UPDATE outbox_events e SET published_at = NULL
-FROM bunbox_stream s WHERE s.name = 'outbox' AND `+streamsql.Waiting))
+		// A waiting row cancelled meanwhile was never enqueued (the stream settles the cancel as it
+		// passes it): its cancel is settled here as bunx settles a pending row's.
+		_, err := tx.ExecContext(ctx, names.SQL(`UPDATE outbox_events e SET published_at = NULL,
+  cancel_settled_at = CASE WHEN e.cancelled_at IS NOT NULL AND e.cancel_settled_at IS NULL THEN now() ELSE e.cancel_settled_at END,
+  cancel_result = CASE WHEN e.cancelled_at IS NOT NULL AND e.cancel_settled_at IS NULL THEN ? ELSE e.cancel_result END,
+  completed_at = CASE WHEN e.cancelled_at IS NOT NULL AND e.cancel_settled_at IS NULL AND e.ordering_key IS NOT NULL
+    THEN coalesce(e.completed_at, now()) ELSE e.completed_at END
+FROM bunbox_stream s WHERE s.name = 'outbox' AND `+streamsql.Waiting), CancelNeverPublished)
 		if err != nil {
 			return err
 		}
