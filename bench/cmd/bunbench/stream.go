@@ -163,7 +163,7 @@ func checkStreamDrained(e *env, q string, n int, st streamState) error {
 	return checkDelivered(e, q, n, 0)
 }
 
-// streamReadSQL is the stream round's read (relay/stream_read.go's streamReadSQL, its text at a5ff28f),
+// streamReadSQL is the stream round's read (relay/stream_read.go's streamReadSQL, its text at 3f6f601),
 // timed on its own by streamReadTime with the cursor's values as its arguments, as the round binds them
 // after it locked the cursor row: from, to, the position's xid and id, the limit.
 var streamReadSQL = streamReadPart(`xid = ANY(ARRAY(SELECT pg_snapshot_xip(?0::pg_snapshot)))`) + `
@@ -180,10 +180,11 @@ func streamReadPart(xidCond string) string {
     ELSE octet_length(payload::text) END
   + CASE WHEN pg_column_compression(metadata) IS NULL THEN pg_column_size(metadata)
     ELSE octet_length(metadata::text) END
-  + coalesce(pg_column_size(payload_encoded), 0) AS row_size, xid AS stream_xid
+  + coalesce(pg_column_size(payload_encoded), 0) AS row_size, xid AS stream_xid,
+  cancelled_at IS NOT NULL AS cancelled, cancelled_at IS NOT NULL AND cancel_settled_at IS NULL AS unsettled
 FROM outbox_events
 WHERE ` + xidCond + `
-  AND published_at = 'infinity'::timestamptz AND cancelled_at IS NULL
+  AND published_at = 'infinity'::timestamptz
   AND pg_visible_in_snapshot(xid, ?1::pg_snapshot) AND (xid, id) > (?2::xid8, ?3::bigint)
 ORDER BY xid, id
 LIMIT ?4)`
