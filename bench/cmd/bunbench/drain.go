@@ -484,13 +484,13 @@ func runDrain(ctx context.Context, e *env, o options) error {
 	leanRatios := map[string][]float64{}
 	cappedAny := map[string]bool{}
 	rounds := max(1, min(o.rounds, 3))
-	for range rounds {
+	for round := range rounds {
 		got := map[string]drainRound{}
 		for _, a := range arms {
 			if a.name != "bare asynq" && a.name != "lean naive relay" && (!o.want(a.name) || a.extra && o.quick && o.arms == "") {
 				continue
 			}
-			e.cur = &probe{m: e.meter}
+			e.cur = &probe{m: e.meter, name: a.name, round: round}
 			rate, capped, err := a.run(ctx, e, o.drainN, o.drainCap)
 			if err != nil {
 				return fmt.Errorf("%s: %w", a.name, err)

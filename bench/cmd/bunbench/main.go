@@ -21,6 +21,8 @@
 // The arm "bunbox stream" is in the drain part (a streamed backlog), the tax part ("bunbox Record, stream on")
 // and the lull part ("bunbox stream, default Config") as well. A stream drain that does not finish within
 // -drain-cap fails the run with the stream's state (a relay without the stream round never delivers it).
+// BUNBENCH_DRAIN_PROFILE=DIR writes a CPU profile of this process over each drain arm's drain alone (one file
+// per arm and round; not with -cpuprofile).
 //
 // It reads TEST_DATABASE_URL and TEST_REDIS_ADDR, as the tests do. Every run works in schemas and asynq
 // queues of its own and drops them at the end.
