@@ -20,7 +20,8 @@
 //
 // The arm "bunbox stream" is in the drain part (a streamed backlog), the tax part ("bunbox Record, stream on")
 // and the lull part ("bunbox stream, default Config") as well. A stream drain that does not finish within
-// -drain-cap fails the run with the stream's state (a relay without the stream round never delivers it).
+// -drain-cap fails the run with the stream's state (a relay without the stream round never delivers it):
+// at once in keptdrain, at the end of the run in drain (the other arms' figures are printed first).
 // BUNBENCH_DRAIN_PROFILE=DIR writes a CPU profile of this process over each drain arm's drain alone (one file
 // per arm and round; not with -cpuprofile).
 //
@@ -173,6 +174,9 @@ func run(ctx context.Context, o options) error {
 		fmt.Printf("(%s took %s)\n\n", part, time.Since(t0).Round(time.Second))
 	}
 	fmt.Printf("bunbench: done in %s\n", time.Since(start).Round(time.Second))
+	if len(env.failures) > 0 {
+		return fmt.Errorf("%d failure(s):\n- %s", len(env.failures), strings.Join(env.failures, "\n- "))
+	}
 	return nil
 }
 
