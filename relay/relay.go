@@ -184,6 +184,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		slog.Duration("poll_interval", r.cfg.PollInterval))
 	var workers sync.WaitGroup
 	busy := make(chan struct{}, r.cfg.Workers)
+	r.stream.busy = busy // a full stream round calls a helper in at once (stream.go)
 	workers.Go(func() { r.loop(ctx, wake, busy) })
 	for range r.cfg.Workers - 1 {
 		workers.Go(func() { r.helper(ctx, busy) })

@@ -21,8 +21,9 @@ const streamCheckInterval = time.Second
 
 // streamState is what the relay knows about the stream.
 type streamState struct {
-	round sync.Mutex // held by the worker running this relay's stream round: one at a time per relay
-	sizer claimSizer // how many rows the next read asks for, under Config.BatchBytes
+	round sync.Mutex      // held by the worker running this relay's stream round: one at a time per relay
+	sizer claimSizer      // how many rows the next read asks for, under Config.BatchBytes
+	busy  chan<- struct{} // Run's call to the helpers
 
 	mu        sync.Mutex
 	checkedAt time.Time
@@ -67,17 +68,31 @@ func (r *Relay) streaming(ctx context.Context) bool {
 	return on
 }
 
-// runRounds is one iteration of a worker: the per-row round (runOnce) and, while the stream is on and no
-// other worker of this relay is in one, a stream round. Their counts add up; either one's error is the
-// iteration's, and either one coming back full calls the helpers in.
+// runRounds is one iteration of a worker: while the stream is on and no other worker of this relay is in
+// one, a stream round, then the per-row round (runOnce). Their counts add up; either one's error is the
+// iteration's, and either one coming back full calls the helpers in. The stream round goes first: a
+// helper called in by a full one takes the next stream round while this worker runs its per-row round.
 func (r *Relay) runRounds(ctx context.Context) BatchEvent {
-	res := r.runOnce(ctx)
-	if ctx.Err() != nil || !r.streaming(ctx) || !r.stream.round.TryLock() {
-		return res
+	var s BatchEvent
+	if r.streaming(ctx) && r.stream.round.TryLock() {
+		s = r.streamRound(ctx)
+		r.stream.round.Unlock()
+		if s.full {
+			r.callHelper()
+		}
 	}
-	s := r.streamRound(ctx)
-	r.stream.round.Unlock()
-	return addRounds(res, s)
+	if ctx.Err() != nil {
+		return s
+	}
+	return addRounds(r.runOnce(ctx), s)
+}
+
+// callHelper calls an idle helper in, if any, to take the next stream round.
+func (r *Relay) callHelper() {
+	select {
+	case r.stream.busy <- struct{}{}:
+	default:
+	}
 }
 
 // addRounds adds up the outcomes of two rounds of one iteration.
