@@ -57,10 +57,14 @@ func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
 		return res
 	}
 	defer func() { _ = tx.Rollback() }()
-	failed := func(what string, err error) BatchEvent {
+	failed := func(what string, err error) BatchEvent { // before the enqueues: a stop is no failure
 		if ctx.Err() == nil {
 			res.Err = errors.Join(res.Err, fmt.Errorf("stream: %s: %w", what, err))
 		}
+		return res
+	}
+	writeFailed := func(what string, err error) BatchEvent { // after them: nothing of the round is kept
+		res.Err = errors.Join(res.Err, fmt.Errorf("stream: %s: %w", what, err))
 		return res
 	}
 
@@ -166,18 +170,18 @@ func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
 		return res // Redis took nothing: the rows stay in the stream for the round after the backoff
 	}
 	if err := handOverRows(bg, tx, r.names.SQL, handOver); err != nil {
-		return failed("hand over", err)
+		return writeFailed("hand over", err)
 	}
 	if err := markFailed(bg, tx, r.names, fails); err != nil {
-		return failed("mark failed", err)
+		return writeFailed("mark failed", err)
 	}
 	if err := settleCancels(bg, tx, r.names.SQL, cancels); err != nil {
-		return failed("settle cancels", err)
+		return writeFailed("settle cancels", err)
 	}
 	done := cut == len(events) && !read.full
 	release()
 	if err := commitStream(bg, tx, r.names.SQL, cur, read.xids[cut-1], events[cut-1].ID, done); err != nil {
-		return failed("move the cursor", err)
+		return writeFailed("move the cursor", err)
 	}
 	res.Published = delivered
 	r.reportSettled(bg, events[:cut], d, fails, &res)

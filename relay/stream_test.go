@@ -92,6 +92,7 @@ func (b *testBundle) requireEnqueuedOnce(t *testing.T, events []*model.Event) {
 
 // (a) Every streamed row is delivered once, and never updated.
 func TestStreamDeliversEveryRowOnceWithoutUpdate(t *testing.T) {
+	t.Parallel()
 	outboxtest.SkipShort(t)
 	b := setupStream(t)
 	events := b.record(t, b.db, 1234)
@@ -117,6 +118,7 @@ func TestStreamDeliversEveryRowOnceWithoutUpdate(t *testing.T) {
 
 // (b) The rows of a transaction that rolls back are never delivered.
 func TestStreamSkipsRolledBackRows(t *testing.T) {
+	t.Parallel()
 	outboxtest.SkipShort(t)
 	ctx := context.Background()
 	b := setupStream(t)
@@ -142,6 +144,7 @@ func TestStreamSkipsRolledBackRows(t *testing.T) {
 // (c) A transaction held open while others commit holds nothing back: the others are delivered
 // meanwhile, and its rows once after it commits.
 func TestStreamLongTransactionDoesNotStall(t *testing.T) {
+	t.Parallel()
 	outboxtest.SkipShort(t)
 	ctx := context.Background()
 	b := setupStream(t)
@@ -169,4 +172,34 @@ func TestStreamLongTransactionDoesNotStall(t *testing.T) {
 	requireDeliveredOnce(t, b.inspector, b.queue, all)
 	b.requireEnqueuedOnce(t, all)
 	require.Zero(t, countStream(t, b.db).Updated)
+}
+
+// The wake-up drives stream rounds as it drives per-row rounds: an idle relay whose poll waits a minute
+// delivers a streamed row committed after a quiet spell, and one whose transaction committed late.
+func TestStreamWakeUp(t *testing.T) {
+	t.Parallel()
+	outboxtest.SkipShort(t)
+	ctx := context.Background()
+	b := setupStream(t)
+	r := b.newRelay(t, quietConfig())
+	run(t, r)
+	var events []*model.Event
+	for range 3 {
+		waitIdle(t, r, 40)
+		events = append(events, b.record(t, b.db, 1)...)
+		outboxtest.WaitFor(t, 30*time.Second, "the streamed event after a quiet spell relayed", func() bool {
+			return countStream(t, b.db).Delivered == int64(len(events))
+		})
+	}
+	waitIdle(t, r, 10)
+	tx, err := b.db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	events = append(events, b.record(t, tx, 1)...)
+	waitIdle(t, r, 3) // the move seen, and a round woken that found nothing
+	require.NoError(t, tx.Commit())
+	outboxtest.WaitFor(t, 30*time.Second, "the streamed event relayed after its late commit", func() bool {
+		return countStream(t, b.db).Delivered == int64(len(events))
+	})
+	requireDeliveredOnce(t, b.inspector, b.queue, events)
 }
