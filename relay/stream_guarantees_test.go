@@ -78,7 +78,7 @@ func TestStreamFailuresAreHandedOver(t *testing.T) {
 	outboxtest.WaitFor(t, streamWait, "the rejected rows dead", func() bool {
 		return outboxtest.Count(t, b.db, "outbox_events", "dead_at IS NOT NULL AND attempts = 3 AND published_at IS NULL AND last_error LIKE '%not this one%'") == 5
 	})
-	require.EqualValues(t, 5, dead.Load())
+	outboxtest.WaitFor(t, streamWait, "OnDead for each (called after the commit)", func() bool { return dead.Load() == 5 })
 	for _, ev := range events[:5] {
 		require.Equal(t, 3, b.enq.count(ev.EventID.String()), "attempts of a rejected row")
 	}
