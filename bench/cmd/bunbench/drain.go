@@ -135,7 +135,7 @@ func relayDrainConfig(ctx context.Context, db *bun.DB, redis asynq.RedisClientOp
 	defer cancel()
 	stopped := make(chan error, 1)
 	if err := p.begin(ctx); err != nil {
-		r.Close()
+		_ = r.Close()
 		return 0, false, err
 	}
 	start := time.Now()
@@ -155,7 +155,7 @@ func relayDrainConfig(ctx context.Context, db *bun.DB, redis asynq.RedisClientOp
 		return 0, false, fmt.Errorf("the relay's Run did not return within %s of its context's end (%d of %d events delivered)",
 			relayStopWait, relayDelivered(r), n)
 	}
-	r.Close()
+	_ = r.Close()
 	return rate, capped, err
 }
 
