@@ -123,12 +123,15 @@ func (m *meter) since(ctx context.Context, r0 reading) (cost, error) {
 // probe measures one arm of one round: begin when its drain starts, end when the last event is in
 // Redis, then optionally vacuum, the cost the drain left for later.
 type probe struct {
-	m      *meter
-	r0     reading
-	began  bool
-	drain  *cost
-	vacuum *cost
-	dups   int64 // enqueues that met a task already there (asynq.ErrTaskIDConflict), where the arm counts them
+	m       *meter
+	name    string // the arm, for its CPU profile (BUNBENCH_DRAIN_PROFILE)
+	round   int
+	stopCPU func()
+	r0      reading
+	began   bool
+	drain   *cost
+	vacuum  *cost
+	dups    int64 // enqueues that met a task already there (asynq.ErrTaskIDConflict), where the arm counts them
 }
 
 // begin and end are no-ops on a nil probe (the growth and memory parts drain without one).
@@ -139,12 +142,21 @@ func (p *probe) begin(ctx context.Context) error {
 	var err error
 	p.r0, err = p.m.read(ctx)
 	p.began = err == nil
+	if dir := os.Getenv("BUNBENCH_DRAIN_PROFILE"); dir != "" && err == nil && p.name != "" {
+		// A CPU profile of this process over the drain alone, one file per arm and round.
+		name := strings.NewReplacer(" ", "_", ",", "", "(", "", ")", "").Replace(p.name)
+		p.stopCPU, err = startCPUProfile(filepath.Join(dir, fmt.Sprintf("drain-%s-%d.pprof", name, p.round)))
+	}
 	return err
 }
 
 func (p *probe) end(ctx context.Context) error {
 	if p == nil || !p.began {
 		return nil
+	}
+	if p.stopCPU != nil {
+		p.stopCPU()
+		p.stopCPU = nil
 	}
 	c, err := p.m.since(ctx, p.r0)
 	if err == nil {

@@ -121,29 +121,49 @@ func drainBunbox(ctx context.Context, e *env, n int, cap time.Duration) (float64
 
 // relayDrain drains with relay.New(db) and measures the drain with p (nil measures nothing).
 func relayDrain(ctx context.Context, db *bun.DB, redis asynq.RedisClientOpt, n int, cap time.Duration, p *probe) (float64, bool, error) {
-	r, err := relay.New(db, redis, relay.Config{DisableNotify: true, PublishedRetention: -1})
+	return relayDrainConfig(ctx, db, redis, relay.Config{}, n, cap, p)
+}
+
+// relayDrainConfig is relayDrain with cfg (NOTIFY and the cleanup of published rows are turned off in it).
+func relayDrainConfig(ctx context.Context, db *bun.DB, redis asynq.RedisClientOpt, cfg relay.Config, n int, cap time.Duration, p *probe) (float64, bool, error) {
+	cfg.DisableNotify, cfg.PublishedRetention = true, -1
+	r, err := relay.New(db, redis, cfg)
 	if err != nil {
 		return 0, false, err
 	}
-	defer r.Close()
 	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	stopped := make(chan error, 1)
 	if err := p.begin(ctx); err != nil {
-		cancel()
+		_ = r.Close()
 		return 0, false, err
 	}
 	start := time.Now()
 	go func() { stopped <- r.Run(runCtx) }()
-	rate, capped, err := waitCount(ctx, start, n, cap, func() int64 { return r.Stats().Published })
+	rate, capped, err := waitCount(ctx, start, n, cap, func() int64 { return relayDelivered(r) })
 	if perr := p.end(ctx); err == nil {
 		err = perr
 	}
 	cancel()
-	if rerr := <-stopped; err == nil {
-		err = rerr
+	select {
+	case rerr := <-stopped:
+		if err == nil {
+			err = rerr
+		}
+	case <-time.After(relayStopWait):
+		// Not closed: Close would wait for the same Run. The run ends with this error.
+		return 0, false, fmt.Errorf("the relay's Run did not return within %s of its context's end (%d of %d events delivered)",
+			relayStopWait, relayDelivered(r), n)
 	}
+	_ = r.Close()
 	return rate, capped, err
 }
+
+// relayStopWait bounds how long relayDrain waits for the relay's Run to return once the drain is over.
+const relayStopWait = 30 * time.Second
+
+// relayDelivered is how many rows relay r delivered: those it marked published and those it streamed.
+func relayDelivered(r *relay.Relay) int64 { return r.Stats().Published }
 
 // drainAsynq is the ceiling: bare asynq.Client enqueues of the same tasks from 32 goroutines.
 func drainAsynq(ctx context.Context, e *env, n int, cap time.Duration) (float64, bool, error) {
@@ -420,6 +440,8 @@ func drainArms() []drainArm {
 		{"bare asynq", "asynq.Client.EnqueueContext of the same tasks from 32 goroutines: the ceiling", drainAsynq, false},
 		{"lean naive relay", "the relay a user writes in an afternoon, on the table they would write: lean_outbox (id bigserial, event_id uuid, payload jsonb, published_at; one partial index on id WHERE published_at IS NULL, no other); one loop: SELECT id, event_id, payload ... LIMIT 500 FOR UPDATE SKIP LOCKED, 32 enqueues in flight, UPDATE ... SET published_at = now() WHERE id = ANY(...), COMMIT (synchronous_commit on)", drainLean, false},
 		{"bunbox relay", "relay.New with the default Config (2 workers, batches of 500, 32 enqueues in flight), NOTIFY off", drainBunbox, false},
+		{"bunbox stream", "the same relay on an outbox where relay.EnableStream was called before the backlog was written (in transactions of 1,000 events): every row streamed, delivered by the snapshot cursor with no per-row UPDATE; the run fails unless the queue then holds every row once, no streamed row waits and none left the stream", drainStream(relay.Config{}), false},
+		{"bunbox stream, 1 worker", "the same with relay.Config{Workers: 1}: no second worker polling while the first streams", drainStream(relay.Config{Workers: 1}), true},
 		{"naive SKIP LOCKED relay", "the lean naive relay's loop on bunbox's table (seven indexes), reading id and event_id only", drainNaive, false},
 		{"(a) snapshot cursor, 2 relays", "prototype: rows carry txid xid8 DEFAULT pg_current_xact_id(), one index (txid, id); a relay holding the lease on a one-row cursor reads 500 rows at a time with (txid, id) > cursor AND txid < pg_snapshot_xmin(pg_current_snapshot()), up to two batches ahead, 32 enqueues in flight across batches, and moves the cursor once per batch (synchronous_commit off); no per-row UPDATE; the second relay waits for the lease", drainSnapshot, false},
 		{"(b) DELETE + full published log, 2 relays", "prototype: a pending-only table dl_outbox (id bigserial PRIMARY KEY, event_id, payload); each relay claims 500 FOR UPDATE SKIP LOCKED and, while enqueuing (32 in flight over both), deletes the delivered rows 100 at a time and appends them (id, event_id, payload, published_at) to dl_published (no index), in the claim's transaction (synchronous_commit off)", drainDelete(true), true},
@@ -462,13 +484,13 @@ func runDrain(ctx context.Context, e *env, o options) error {
 	leanRatios := map[string][]float64{}
 	cappedAny := map[string]bool{}
 	rounds := max(1, min(o.rounds, 3))
-	for range rounds {
+	for round := range rounds {
 		got := map[string]drainRound{}
 		for _, a := range arms {
 			if a.name != "bare asynq" && a.name != "lean naive relay" && (!o.want(a.name) || a.extra && o.quick && o.arms == "") {
 				continue
 			}
-			e.cur = &probe{m: e.meter}
+			e.cur = &probe{m: e.meter, name: a.name, round: round}
 			rate, capped, err := a.run(ctx, e, o.drainN, o.drainCap)
 			if err != nil {
 				return fmt.Errorf("%s: %w", a.name, err)

@@ -33,10 +33,11 @@ type env struct {
 	meter *meter
 	cur   *probe // the drain arm being measured, nil outside the drain part
 
-	mu      sync.Mutex
-	schemas []string
-	queues  []string
-	closers []func()
+	mu       sync.Mutex
+	failures []string // what must fail the run once every part has printed its figures
+	schemas  []string
+	queues   []string
+	closers  []func()
 }
 
 func newEnv(ctx context.Context) (*env, error) {
@@ -137,6 +138,14 @@ func (e *env) queue(arm string) string {
 }
 
 func (e *env) dropQueue(q string) { _ = e.ins.DeleteQueue(q, true) }
+
+// fail records a failure that ends the run with an error after the parts ran, and says it at once.
+func (e *env) fail(msg string) {
+	fmt.Fprintf(os.Stderr, "bunbench: FAILED: %s\n", msg)
+	e.mu.Lock()
+	e.failures = append(e.failures, msg)
+	e.mu.Unlock()
+}
 
 func (e *env) onClose(f func()) {
 	e.mu.Lock()

@@ -26,27 +26,7 @@ FOR UPDATE SKIP LOCKED`
 
 // claimTime runs the claim 21 times, each in a transaction rolled back, and returns the median in ms.
 func claimTime(ctx context.Context, db *bun.DB) (float64, error) {
-	var ms []float64
-	for range 21 {
-		start := time.Now()
-		err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-			rows, err := tx.QueryContext(ctx, claimSQL)
-			if err != nil {
-				return err
-			}
-			for rows.Next() {
-			}
-			if err := rows.Close(); err != nil {
-				return err
-			}
-			return errRollback
-		})
-		if err != errRollback {
-			return 0, err
-		}
-		ms = append(ms, time.Since(start).Seconds()*1000)
-	}
-	return median(ms), nil
+	return medianQueryTime(ctx, db, claimSQL)
 }
 
 var errRollback = fmt.Errorf("rollback")

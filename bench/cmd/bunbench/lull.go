@@ -41,6 +41,7 @@ type lullArm struct {
 	queue      string
 	proc       *exec.Cmd
 	extra      bool // run only when -arms names it
+	stream     bool // relay.EnableStream on the arm's outbox before its relay starts
 }
 
 func lullArms() []*lullArm {
@@ -48,6 +49,7 @@ func lullArms() []*lullArm {
 		{name: "wake-up off (before)", note: "relay.Config{WakeInterval: -1}, every other field at its default: the adaptive poll up to PollInterval 500 ms", wake: -1},
 		{name: "default Config (wake-up on)", note: "relay.Config{}: the wake-up reads the id sequence's last value every 5 ms", wake: 0},
 		{name: "wake-up every 10 ms", note: "relay.Config{WakeInterval: 10 * time.Millisecond}", wake: 10 * time.Millisecond},
+		{name: "bunbox stream, default Config", note: "relay.Config{} on an outbox where relay.EnableStream was called: every event streamed (the snapshot cursor)", wake: 0, stream: true},
 		{name: "A/A: wake-up off, a second arm", note: "relay.Config{WakeInterval: -1} again: the spread of two identical arms", wake: -1, extra: true},
 	}
 }
@@ -139,6 +141,11 @@ func lullTax(ctx context.Context, e *env, o options, pm int, none *bun.DB, arms 
 		}
 		if err := createTables(ctx, db); err != nil {
 			return nil, err
+		}
+		if a.stream {
+			if err := enableStream(ctx, db); err != nil {
+				return nil, fmt.Errorf("%s: %w", a.name, err)
+			}
 		}
 		a.db, a.ob, a.schema, a.queue = db, bunx.New(db), schema, e.queue("lulltax")
 	}
@@ -308,6 +315,11 @@ func (a *lullArm) start(ctx context.Context, e *env) error {
 	db, schema, err := e.schema(ctx, 10, true)
 	if err != nil {
 		return err
+	}
+	if a.stream {
+		if err := enableStream(ctx, db); err != nil {
+			return err
+		}
 	}
 	a.db, a.ob, a.schema, a.queue = db, bunx.New(db), schema, e.queue("lull")
 	return a.startProc(ctx)

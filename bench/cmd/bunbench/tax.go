@@ -219,6 +219,31 @@ func taxArms(ctx context.Context, e *env, conns int, designs bool) ([]taxArm, er
 		})})
 	}
 
+	// bunbox Record with the stream on (relay.EnableStream): the same INSERT, whose rows take the stream's
+	// defaults (xid = pg_current_xact_id(), published_at 'infinity'), so that they skip the three partial
+	// indexes of pending rows and go into the stream's index instead.
+	streamDB, err := schema(true)
+	if err != nil {
+		return nil, err
+	}
+	if err := enableStream(ctx, streamDB); err != nil {
+		return nil, err
+	}
+	streamRec := bunx.New(streamDB)
+	arms = append(arms, taxArm{"bunbox Record, stream on", "Outbox.Record after each insert, on an outbox where relay.EnableStream was called", run(streamDB, func(ctx context.Context, tx bun.Tx, lines bool) error {
+		return insertOrder(ctx, tx, lines, func(names []string, payloads []any) error {
+			evs := make([]*model.Event, len(names))
+			for i := range names {
+				ev, err := model.NewEvent(names[i], payloads[i])
+				if err != nil {
+					return err
+				}
+				evs[i] = ev
+			}
+			return streamRec.Record(ctx, tx, evs...)
+		})
+	})})
+
 	// The single-statement limit: the events travel in the business row's own INSERT as a data-modifying
 	// CTE (bun's InsertQuery.With with an insert of model.Event), so the transaction has no extra round
 	// trip. The order's event carries only its application-assigned ref: the id is not known before the

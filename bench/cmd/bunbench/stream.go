@@ -1,0 +1,253 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/bunbox/bunbox/internal/streamsql"
+	"github.com/bunbox/bunbox/relay"
+)
+
+// The arm "bunbox stream": the bunbox relay with its default Config on an outbox where relay.EnableStream
+// was called before the events were written, so that every row is in the stream (published_at 'infinity',
+// xid = its transaction's id) and the relay delivers it by moving the snapshot cursor past it, with no
+// per-row UPDATE. The rows are written in transactions of streamFillTx events, as the prototypes' backlogs.
+
+// streamFillTx is how many events each transaction of a streamed backlog writes: a backlog of many
+// transactions, as producers leave one, rather than one transaction whose rows all share an xid.
+const streamFillTx = 1000
+
+// enableStream turns the stream on for the outbox in db's schema (the default table names).
+func enableStream(ctx context.Context, db *bun.DB) error {
+	if err := relay.EnableStream(ctx, db, relay.Config{}); err != nil {
+		return fmt.Errorf("relay.EnableStream: %w", err)
+	}
+	on, err := relay.StreamEnabled(ctx, db, relay.Config{})
+	if err != nil {
+		return err
+	}
+	if !on {
+		return errors.New("relay.EnableStream returned, but relay.StreamEnabled says the stream is off")
+	}
+	return nil
+}
+
+// fillStream writes a backlog of n events into bunbox's table with the stream on, streamFillTx events per
+// transaction, checks that every row is streamed, then VACUUM ANALYZE and CHECKPOINT as fillOutbox does.
+func fillStream(ctx context.Context, db *bun.DB, queue string, n int) error {
+	var before int64
+	if err := db.NewRaw("SELECT count(*) FROM outbox_events WHERE published_at = 'infinity'").Scan(ctx, &before); err != nil {
+		return err
+	}
+	for done := 0; done < n; done += streamFillTx {
+		if _, err := db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, queue, payload)
+SELECT gen_random_uuid(), 'bench.event', ?, ? FROM generate_series(1, ?)`, queue, string(drainPayload), min(streamFillTx, n-done)); err != nil {
+			return err
+		}
+	}
+	var streamed int64
+	if err := db.NewRaw("SELECT count(*) FROM outbox_events WHERE published_at = 'infinity' AND xid IS NOT NULL").Scan(ctx, &streamed); err != nil {
+		return err
+	}
+	if streamed-before != int64(n) {
+		return fmt.Errorf("the stream's backlog: %d of the %d rows written are streamed (published_at 'infinity', xid set): is the stream on?", streamed-before, n)
+	}
+	return vacuumAndCheckpoint(ctx, db, "outbox_events")
+}
+
+// drainStream drains a streamed backlog with a relay of Config cfg, as drainBunbox drains a backlog of
+// pending rows, and then checks what the stream left: every row delivered once (the queue holds n tasks,
+// no streamed row waits, none was handed to the per-row path). A drain that does not finish within the cap
+// fails the run (env.fail: at its end, with the stream's state; a relay without the stream round never
+// delivers these rows), its round reported as capped meanwhile.
+func drainStream(cfg relay.Config) func(ctx context.Context, e *env, n int, cap time.Duration) (float64, bool, error) {
+	return func(ctx context.Context, e *env, n int, cap time.Duration) (float64, bool, error) {
+		return drainStreamConfig(ctx, e, cfg, n, cap)
+	}
+}
+
+func drainStreamConfig(ctx context.Context, e *env, cfg relay.Config, n int, cap time.Duration) (float64, bool, error) {
+	db, _, err := e.schema(ctx, 20, true)
+	if err != nil {
+		return 0, false, err
+	}
+	q := e.queue("stream")
+	defer e.dropQueue(q)
+	if err := enableStream(ctx, db); err != nil {
+		return 0, false, err
+	}
+	if err := fillStream(ctx, db, q, n); err != nil {
+		return 0, false, err
+	}
+	rate, capped, err := relayDrainConfig(ctx, db, e.redis, cfg, n, cap, e.cur)
+	if err != nil {
+		return 0, false, err
+	}
+	st, serr := readStreamState(ctx, db)
+	if capped { // the run goes on, to keep the other arms' figures, and ends with an error that says this
+		e.fail(fmt.Sprintf("the stream's drain of %d events did not finish within -drain-cap %s: %.0f events/s until then, "+
+			"%s (a relay that has no stream round leaves streamed rows alone; on a slow machine raise -drain-cap)",
+			n, cap, rate, st.describe(serr)))
+		return rate, true, nil
+	}
+	if serr != nil {
+		return 0, false, serr
+	}
+	if err := checkStreamDrained(e, q, n, st); err != nil {
+		return 0, false, err
+	}
+	return rate, false, e.cur.vacuumAfter(ctx, db, "outbox_events")
+}
+
+// streamState is what a streamed outbox holds, by the states of internal/streamsql.
+type streamState struct {
+	delivered, waiting int64 // streamed rows the cursor has passed, and those it has not
+	pending, published int64 // classic rows (or handed over): published_at NULL and not dead, and a real timestamp
+	dead               int64
+	snapFrom, snapTo   string
+	afterXid           string
+	afterID            int64
+	movedAgo           time.Duration
+	cursorRow, enabled bool
+}
+
+func readStreamState(ctx context.Context, db bun.IDB) (streamState, error) {
+	var st streamState
+	err := db.NewRaw(`SELECT count(*) FILTER (WHERE `+streamsql.Delivered+`),
+  count(*) FILTER (WHERE `+streamsql.Waiting+`),
+  count(*) FILTER (WHERE e.published_at IS NULL AND e.dead_at IS NULL),
+  count(*) FILTER (WHERE e.published_at IS NOT NULL AND e.published_at <> 'infinity'),
+  count(*) FILTER (WHERE e.dead_at IS NOT NULL)
+FROM outbox_events e `+streamsql.Cursor).Scan(ctx, &st.delivered, &st.waiting, &st.pending, &st.published, &st.dead)
+	if err != nil {
+		return st, err
+	}
+	var moved float64
+	err = db.NewRaw(`SELECT snap_from::text, coalesce(snap_to::text, ''), coalesce(after_xid::text, ''), coalesce(after_id, 0),
+  extract(epoch FROM clock_timestamp() - moved_at) FROM bunbox_stream WHERE name = 'outbox'`).
+		Scan(ctx, &st.snapFrom, &st.snapTo, &st.afterXid, &st.afterID, &moved)
+	switch {
+	case err == nil:
+		st.cursorRow, st.movedAgo = true, time.Duration(moved*float64(time.Second))
+	case isNoRows(err):
+		err = nil
+	}
+	if err == nil {
+		st.enabled, err = relay.StreamEnabled(ctx, db, relay.Config{})
+	}
+	return st, err
+}
+
+// describe says the state in a sentence, for an error.
+func (st streamState) describe(err error) string {
+	if err != nil {
+		return fmt.Sprintf("the stream's state could not be read: %v", err)
+	}
+	cursor := "no cursor row"
+	if st.cursorRow {
+		cursor = fmt.Sprintf("cursor snap_from %s, snap_to %q, after (%s, %d), moved %s ago", st.snapFrom, st.snapTo,
+			st.afterXid, st.afterID, st.movedAgo.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("streamed rows: %d delivered, %d waiting; classic or handed-over rows: %d pending, %d published, %d dead; %s; stream on: %t",
+		st.delivered, st.waiting, st.pending, st.published, st.dead, cursor, st.enabled)
+}
+
+// checkStreamDrained fails unless the stream delivered the backlog of n rows once: queue q holds n tasks, no
+// streamed row waits, and no row left the stream (none pending, published by a per-row mark, or dead).
+func checkStreamDrained(e *env, q string, n int, st streamState) error {
+	if st.delivered != int64(n) || st.waiting != 0 || st.pending != 0 || st.published != 0 || st.dead != 0 {
+		return fmt.Errorf("after the drain of %d streamed rows, %s", n, st.describe(nil))
+	}
+	return checkDelivered(e, q, n, 0)
+}
+
+// streamReadSQL is the stream round's read (relay/stream_read.go's streamReadSQL, its text at 3f6f601),
+// timed on its own by streamReadTime with the cursor's values as its arguments, as the round binds them
+// after it locked the cursor row: from, to, the position's xid and id, the limit.
+var streamReadSQL = streamReadPart(`xid = ANY(ARRAY(SELECT pg_snapshot_xip(?0::pg_snapshot)))`) + `
+UNION ALL
+` + streamReadPart(`xid >= pg_snapshot_xmax(?0::pg_snapshot) AND xid < pg_snapshot_xmax(?1::pg_snapshot)`) + `
+ORDER BY stream_xid, id
+LIMIT ?4`
+
+func streamReadPart(xidCond string) string {
+	return `(SELECT id, event_id, event_name, queue, payload, metadata, created_at, attempts,
+  process_at, max_retry, coalesce(timeout_ns, 0), deadline, coalesce(task_group, ''), coalesce(retention_ns, 0),
+  coalesce(ordering_key, ''), payload_encoded,
+  CASE WHEN pg_column_compression(payload) IS NULL THEN pg_column_size(payload)
+    ELSE octet_length(payload::text) END
+  + CASE WHEN pg_column_compression(metadata) IS NULL THEN pg_column_size(metadata)
+    ELSE octet_length(metadata::text) END
+  + coalesce(pg_column_size(payload_encoded), 0) AS row_size, xid AS stream_xid,
+  cancelled_at IS NOT NULL AS cancelled, cancelled_at IS NOT NULL AND cancel_settled_at IS NULL AS unsettled
+FROM outbox_events
+WHERE ` + xidCond + `
+  AND published_at = 'infinity'::timestamptz
+  AND pg_visible_in_snapshot(xid, ?1::pg_snapshot) AND (xid, id) > (?2::xid8, ?3::bigint)
+ORDER BY xid, id
+LIMIT ?4)`
+}
+
+// streamReadTime times streamReadSQL of 500 rows 21 times, each in a transaction rolled back that first
+// reads the cursor row (not locked: a round of the relay holds it; snap_to NULL: the pair a round would open
+// now, up to the current snapshot), and returns the median in ms.
+func streamReadTime(ctx context.Context, db *bun.DB) (float64, error) {
+	var ms []float64
+	for range 21 {
+		start := time.Now()
+		err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+			var from, to, afterXid string
+			var afterID int64
+			if err := tx.NewRaw(`SELECT snap_from::text, coalesce(snap_to, pg_current_snapshot())::text,
+  coalesce(after_xid, '0')::text, coalesce(after_id, -9223372036854775807) FROM bunbox_stream WHERE name = 'outbox'`).
+				Scan(ctx, &from, &to, &afterXid, &afterID); err != nil {
+				return err
+			}
+			rows, err := tx.QueryContext(ctx, streamReadSQL, from, to, afterXid, afterID, 500)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+			}
+			if err := rows.Close(); err != nil {
+				return err
+			}
+			return errRollback
+		})
+		if err != errRollback {
+			return 0, err
+		}
+		ms = append(ms, time.Since(start).Seconds()*1000)
+	}
+	return median(ms), nil
+}
+
+// medianQueryTime runs query 21 times, each in a transaction rolled back, reads every row, and returns the
+// median time in ms.
+func medianQueryTime(ctx context.Context, db *bun.DB, query string) (float64, error) {
+	var ms []float64
+	for range 21 {
+		start := time.Now()
+		err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+			rows, err := tx.QueryContext(ctx, query)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+			}
+			if err := rows.Close(); err != nil {
+				return err
+			}
+			return errRollback
+		})
+		if err != errRollback {
+			return 0, err
+		}
+		ms = append(ms, time.Since(start).Seconds()*1000)
+	}
+	return median(ms), nil
+}
