@@ -107,7 +107,7 @@ func (r *Relay) readStream(ctx context.Context, tx bun.Tx, c streamCursor, limit
 		return streamRead{}, err
 	}
 	defer rows.Close()
-	var res streamRead
+	res := streamRead{events: make([]model.Event, 0, limit), xids: make([]string, 0, limit)}
 	var metadata sql.RawBytes
 	var timeoutNs, retentionNs, size, taken int64
 	n := 0
