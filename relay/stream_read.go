@@ -183,8 +183,8 @@ WHERE name = 'outbox'`
 // streamDue reports whether a stream round may find rows to deliver; an error says yes, so that the round
 // that follows meets it and backs off.
 func (r *Relay) streamDue(ctx context.Context) bool {
-	if !r.streaming(ctx) {
-		return false
+	if !r.streaming(ctx) || r.stream.active.Load() {
+		return false // off, or another worker of this relay is in a stream round (streamState.active)
 	}
 	var c streamCursor
 	err := r.db.QueryRowContext(ctx, r.names.SQL(readCursorSQL)).Scan(&c.from, &c.to, &c.afterXid, &c.afterID)
