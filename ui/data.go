@@ -173,15 +173,16 @@ func (h *Handler) readEvents(ctx context.Context, state string) (eventList, erro
 	l := eventList{State: state}
 	switch state {
 	case "pending":
-		// The per-row path's pending rows and the streamed rows waiting for the cursor, each read through
-		// its own index, merged by id.
+		// The per-row path's pending rows and the streamed rows waiting for the cursor (the first of them in
+		// the cursor's order, (xid, id)), each read through its own index, merged by id.
 		var streamed []model.Event
 		if err := h.selectEvents(&l.Events).Where("oe.published_at IS NULL AND oe.dead_at IS NULL").
 			Order("id").Limit(limit).Scan(ctx); err != nil {
 			return l, err
 		}
-		if err := h.selectEvents(&streamed).Where("oe.stream_waiting AND oe.dead_at IS NULL").
-			Order("id").Limit(limit).Scan(ctx); err != nil {
+		if err := h.selectEvents(&streamed).Where("oe.published_at = 'infinity' AND oe.xid >= "+streamsql.WaitingFrom+
+			" AND oe.stream_waiting AND oe.dead_at IS NULL").
+			Order("xid", "id").Limit(limit).Scan(ctx); err != nil {
 			return l, err
 		}
 		l.Events = append(l.Events, streamed...)
