@@ -30,8 +30,11 @@ const Delivered = `(e.published_at = 'infinity' AND coalesce(pg_visible_in_snaps
   OR (s.snap_to IS NOT NULL AND pg_visible_in_snapshot(e.xid, s.snap_to) AND (e.xid, e.id) <= (s.after_xid, s.after_id)), false))`
 
 // Waiting is true for a row of outbox_events aliased e that is in the stream and not yet delivered (see
-// Delivered): what the stream still has to enqueue.
-const Waiting = `(e.published_at = 'infinity' AND NOT coalesce(pg_visible_in_snapshot(e.xid, s.snap_from)
+// Delivered): what the stream still has to enqueue. Its first condition is implied by the rest (a row
+// whose transaction is older than snap_from's xmin is visible in snap_from, or was rolled back) and
+// bounds the read to outbox_events_stream_idx's newest entries: a count of the waiting rows reads them,
+// not every streamed row the retention keeps.
+const Waiting = `(e.published_at = 'infinity' AND e.xid >= pg_snapshot_xmin(s.snap_from) AND NOT coalesce(pg_visible_in_snapshot(e.xid, s.snap_from)
   OR (s.snap_to IS NOT NULL AND pg_visible_in_snapshot(e.xid, s.snap_to) AND (e.xid, e.id) <= (s.after_xid, s.after_id)), false))`
 
 // Enabled is a query for one boolean: whether the stream is on for the outbox, that is whether
