@@ -217,7 +217,7 @@ func (h *Handler) readEvent(ctx context.Context, id uuid.UUID) (*eventDetail, er
 		return nil, err
 	}
 	var streamed, waiting bool
-	if err := h.db.NewRaw("SELECT oe.published_at = 'infinity', oe.stream_waiting FROM "+h.eventsFrom()+" WHERE oe.id = ?", ev.ID).
+	if err := h.db.NewRaw("SELECT coalesce(oe.published_at = 'infinity', false), coalesce(oe.stream_waiting, false) FROM "+h.eventsFrom()+" WHERE oe.id = ?", ev.ID).
 		Scan(ctx, &streamed, &waiting); err != nil {
 		return nil, err
 	}
