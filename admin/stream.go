@@ -15,8 +15,7 @@ import (
 type StreamState struct {
 	// On reports whether the stream is on: new rows are streamed rows.
 	On bool
-	// Cursor reports whether the cursor row exists (the stream was turned on once); without it, Waiting
-	// counts every streamed row.
+	// Cursor reports whether the cursor row exists (the stream was turned on once).
 	Cursor bool
 	// Waiting counts the streamed rows the cursor has not passed yet (cancelled ones left out): pending
 	// rows that a relay's stream round delivers. They are part of Backlog.Pending.

@@ -27,9 +27,10 @@ import (
 // row at that read, so the row was not visible in the snap_from read then, and its xid is at or above
 // that snapshot's xmin (streamsql.DeliveredSince). That is a range of the stream's index, (xid, id), and
 // the rows' pages are ordered by it. A sweep reads every delivered streamed row created within Window,
-// through the same index from the xid of a mark taken before the window began (see xidMark), or from the
-// index's start when the Reconciler is younger than Window (its first pass): then its cost follows the
-// streamed rows the table keeps (PublishedRetention), filtered by created_at.
+// through the same index from the xid of a mark taken before the window began (see xidMark); when the
+// Reconciler is younger than Window (its first pass), from the least xid of the streamed rows created
+// within the window, which one read of the streamed rows the table keeps (PublishedRetention) finds. The
+// rows created before the window whose ProcessAt is within it or ahead are read from the index's start.
 
 // reconcileStreamFromSQL reads the cursor's last finished snapshot as text (NULL without a cursor row), and
 // an xidMark: the xmax of the statement's snapshot (taken as the statement began), then the clock.
@@ -71,6 +72,10 @@ func (c *reconcileCursor) sweepFromXID(from time.Time) string {
 	return xid
 }
 
+// reconcileStreamFirstSQL reads the least xid of the streamed rows created within [?0, ?1] (NULL: none).
+const reconcileStreamFirstSQL = `SELECT min(e.xid)::text FROM outbox_events e
+WHERE e.published_at = 'infinity' AND e.created_at >= ?0 AND e.created_at <= ?1`
+
 // reconcileStreamPageSQL reads a page of the delivered streamed rows created within [?0, ?1], and with
 // scheduled those created before ?0 whose process_at is at or after it, keyset-paginated on (xid, id)
 // after (?2, ?3), of the queues ?4 (all when empty) but ?5, ?6 at most, delivered since the cursor had
@@ -94,8 +99,24 @@ LIMIT ?6`
 // requeues the rows whose task is gone (a requeued streamed row leaves the stream: a pending row of the
 // per-row path). since is the cursor's snap_from read by the previous pass (incremental), nil for a sweep.
 func (r *Reconciler) scanStream(ctx context.Context, res *ReconcileResult, rg scanRange, since *sql.NullString) error {
-	// (xid, id) > (x, 0): the xids from x on (ids are positive).
-	afterXID, afterID := r.cursor.sweepFromXID(rg.from), int64(0)
+	// (xid, id) > (x, 0): the xids from x on (ids are positive). The rows created before the window (with
+	// scheduled) are read from the index's start.
+	afterXID, afterID := "0", int64(0)
+	if !rg.scheduled {
+		afterXID = r.cursor.sweepFromXID(rg.from)
+	}
+	if afterXID == "0" && !rg.scheduled {
+		// No mark before the window (a Reconciler younger than it): one read finds where the window's rows
+		// begin, so that the pages read the index from there, not the whole table each.
+		var first sql.NullString
+		if err := r.db.NewRaw(r.names.SQL(reconcileStreamFirstSQL), rg.from, rg.to).Scan(ctx, &first); err != nil {
+			return fmt.Errorf("relay: reconciler: read delivered streamed rows: %w", err)
+		}
+		if !first.Valid {
+			return nil
+		}
+		afterXID = first.String
+	}
 	queues, notQueues := pgdialect.Array(nonNil(rg.queues)), pgdialect.Array(nonNil(rg.notQueues))
 	var bound sql.NullString
 	if since != nil {

@@ -125,24 +125,31 @@ func TestReconcilerSweepsScheduledStreamedRows(t *testing.T) {
 }
 
 // A sweep by a Reconciler older than its Window starts its read of the stream's index at a mark taken
-// before the window began, and still finds a lost task of a row created within the window.
+// before the window began, and still finds a lost task of a row created within the window, and of one
+// created before it whose ProcessAt is ahead (read from the index's start).
 func TestReconcilerSweepFromAMark(t *testing.T) {
 	t.Parallel()
 	b := setupReconcile(t)
 	ctx := context.Background()
 	require.NoError(t, relay.EnableStream(ctx, b.db, relay.Config{}))
 	const window = 2 * time.Second
-	rc := newReconciler(t, b, relay.ReconcilerConfig{Window: window})
-	_, err := rc.ReconcileOnce(ctx) // the mark
+	// Written before the mark (its xid is below the mark's), delivered after it.
+	scheduled := b.insertRow(t, time.Hour)
+	_, err := b.db.ExecContext(ctx, "UPDATE outbox_events SET process_at = now() + interval '1 hour' WHERE event_id = ?", scheduled)
 	require.NoError(t, err)
+	rc := newReconciler(t, b, relay.ReconcilerConfig{Window: window})
+	res, err := rc.ReconcileOnce(ctx) // the mark
+	require.NoError(t, err)
+	require.Zero(t, res.Checked, "the row waits")
 	marked := time.Now()
 	outboxtest.WaitFor(t, 10*time.Second, "the mark older than the window", func() bool { return time.Since(marked) > window+time.Second })
 	old := b.insertRow(t, time.Hour) // before the window: not checked
 	lost := b.insertRow(t, 0)
 	outboxtest.DeliverStream(t, b.db)
-	res, err := rc.Sweep(ctx)
+	res, err = rc.Sweep(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []relay.MissingTask{{EventID: lost, Queue: b.queue}}, res.MissingTasks)
+	require.Equal(t, []relay.MissingTask{{EventID: lost, Queue: b.queue}, {EventID: scheduled, Queue: b.queue}}, res.MissingTasks,
+		"the row created within the window, then the one created before it whose ProcessAt is ahead")
 	require.Empty(t, b.publishedAt(t, lost))
 	require.Equal(t, "infinity", b.publishedAt(t, old))
 }

@@ -173,15 +173,16 @@ func (h *Handler) readEvents(ctx context.Context, state string) (eventList, erro
 	l := eventList{State: state}
 	switch state {
 	case "pending":
-		// The per-row path's pending rows and the streamed rows waiting for the cursor, each read through
-		// its own index, merged by id.
+		// The per-row path's pending rows and the streamed rows waiting for the cursor (the first of them in
+		// the cursor's order, (xid, id)), each read through its own index, merged by id.
 		var streamed []model.Event
 		if err := h.selectEvents(&l.Events).Where("oe.published_at IS NULL AND oe.dead_at IS NULL").
 			Order("id").Limit(limit).Scan(ctx); err != nil {
 			return l, err
 		}
-		if err := h.selectEvents(&streamed).Where("oe.stream_waiting AND oe.dead_at IS NULL").
-			Order("id").Limit(limit).Scan(ctx); err != nil {
+		if err := h.selectEvents(&streamed).Where("oe.published_at = 'infinity' AND oe.xid >= "+streamsql.WaitingFrom+
+			" AND oe.stream_waiting AND oe.dead_at IS NULL").
+			Order("xid", "id").Limit(limit).Scan(ctx); err != nil {
 			return l, err
 		}
 		l.Events = append(l.Events, streamed...)
@@ -216,7 +217,7 @@ func (h *Handler) readEvent(ctx context.Context, id uuid.UUID) (*eventDetail, er
 		return nil, err
 	}
 	var streamed, waiting bool
-	if err := h.db.NewRaw("SELECT oe.published_at = 'infinity', oe.stream_waiting FROM "+h.eventsFrom()+" WHERE oe.id = ?", ev.ID).
+	if err := h.db.NewRaw("SELECT coalesce(oe.published_at = 'infinity', false), coalesce(oe.stream_waiting, false) FROM "+h.eventsFrom()+" WHERE oe.id = ?", ev.ID).
 		Scan(ctx, &streamed, &waiting); err != nil {
 		return nil, err
 	}

@@ -70,11 +70,15 @@ const PublishedAt = `(CASE WHEN e.published_at = 'infinity' THEN CASE WHEN ` + D
 
 // Pending is true for a streamed row of outbox_events aliased e that is waiting (see Waiting) and not
 // cancelled: what bunbox status and the metrics count as pending besides the per-row path's pending rows.
-// No waiting row is below the xmin of the cursor's snap_from (those transactions had ended before it), so
-// the index on (xid, id) reads only the rows from the oldest transaction the cursor waits for. It needs
-// Cursor.
-const Pending = `(e.published_at = 'infinity' AND e.cancelled_at IS NULL
-  AND (s.snap_from IS NULL OR e.xid >= pg_snapshot_xmin(s.snap_from)) AND ` + Waiting + `)`
+// It reads the index on (xid, id) from WaitingFrom only. It needs Cursor.
+const Pending = `(e.published_at = 'infinity' AND e.cancelled_at IS NULL AND e.xid >= ` + WaitingFrom + `
+  AND ` + Waiting + `)`
+
+// WaitingFrom is the least xid a waiting streamed row can have: the xmin of the cursor's snap_from (every
+// transaction below it had ended before that snapshot, so its rows are delivered), 0 without a cursor row.
+// It reads the cursor row itself, so that it is a constant of the statement: a range of the index on
+// (xid, id).
+const WaitingFrom = `coalesce((SELECT pg_snapshot_xmin(snap_from) FROM bunbox_stream WHERE name = 'outbox'), '0'::xid8)`
 
 // Lag is a query for the cursor's state, for bunbox status: whether a cursor row exists, the streamed rows
 // pending (see Pending), the age in seconds of the oldest of them (by created_at; 0 when none), the
