@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -165,14 +166,15 @@ func checkStreamDrained(e *env, q string, n int, st streamState) error {
 	return checkDelivered(e, q, n, 0)
 }
 
-// streamReadSQL is the stream round's read (relay/stream_read.go's streamReadSQL, its text at 3f6f601),
-// timed on its own by streamReadTime with the cursor's values as its arguments, as the round binds them
-// after it locked the cursor row: from, to, the position's xid and id, the limit.
-var streamReadSQL = streamReadPart(`xid = ANY(ARRAY(SELECT pg_snapshot_xip(?0::pg_snapshot)))`) + `
+// streamReadSQL is the stream round's read (relay/stream_read.go's streamReadSQL, its text at d181e7c and
+// after), timed on its own by streamReadTime with the cursor's values as its arguments, as the round binds
+// them after it locked the cursor row: from, to, the least xid to read, the position's xid and id, the
+// limit, and from's xip list as an array literal.
+var streamReadSQL = streamReadPart(`xid = ANY(?6::xid8[]) AND xid >= ?2::xid8`) + `
 UNION ALL
-` + streamReadPart(`xid >= pg_snapshot_xmax(?0::pg_snapshot) AND xid < pg_snapshot_xmax(?1::pg_snapshot)`) + `
+` + streamReadPart(`xid >= greatest(pg_snapshot_xmax(?0::pg_snapshot), ?2::xid8) AND xid < pg_snapshot_xmax(?1::pg_snapshot)`) + `
 ORDER BY stream_xid, id
-LIMIT ?4`
+LIMIT ?5`
 
 func streamReadPart(xidCond string) string {
 	return `(SELECT id, event_id, event_name, queue, payload, metadata, created_at, attempts,
@@ -187,53 +189,52 @@ func streamReadPart(xidCond string) string {
 FROM outbox_events
 WHERE ` + xidCond + `
   AND published_at = 'infinity'::timestamptz
-  AND pg_visible_in_snapshot(xid, ?1::pg_snapshot) AND (xid, id) > (?2::xid8, ?3::bigint)
+  AND pg_visible_in_snapshot(xid, ?1::pg_snapshot)
+  AND (xid > ?3::xid8 OR (xid = ?3::xid8 AND id > ?4::bigint))
 ORDER BY xid, id
-LIMIT ?4)`
+LIMIT ?5)`
 }
 
 // streamReadTime times streamReadSQL of 500 rows 21 times, each in a transaction rolled back that first
 // reads the cursor row (not locked: a round of the relay holds it; snap_to NULL: the pair a round would open
 // now, up to the current snapshot), and returns the median in ms.
 func streamReadTime(ctx context.Context, db *bun.DB) (float64, error) {
-	var ms []float64
-	for range 21 {
-		start := time.Now()
-		err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-			var from, to, afterXid string
-			var afterID int64
-			if err := tx.NewRaw(`SELECT snap_from::text, coalesce(snap_to, pg_current_snapshot())::text,
+	return medianTxTime(ctx, db, func(ctx context.Context, tx bun.Tx) (string, []any, error) {
+		var from, to, afterXid string
+		var afterID int64
+		if err := tx.NewRaw(`SELECT snap_from::text, coalesce(snap_to, pg_current_snapshot())::text,
   coalesce(after_xid, '0')::text, coalesce(after_id, -9223372036854775807) FROM bunbox_stream WHERE name = 'outbox'`).
-				Scan(ctx, &from, &to, &afterXid, &afterID); err != nil {
-				return err
-			}
-			rows, err := tx.QueryContext(ctx, streamReadSQL, from, to, afterXid, afterID, 500)
-			if err != nil {
-				return err
-			}
-			for rows.Next() {
-			}
-			if err := rows.Close(); err != nil {
-				return err
-			}
-			return errRollback
-		})
-		if err != errRollback {
-			return 0, err
+			Scan(ctx, &from, &to, &afterXid, &afterID); err != nil {
+			return "", nil, err
 		}
-		ms = append(ms, time.Since(start).Seconds()*1000)
-	}
-	return median(ms), nil
+		xip := "{}"
+		if parts := strings.SplitN(from, ":", 3); len(parts) == 3 {
+			xip = "{" + parts[2] + "}"
+		}
+		return streamReadSQL, []any{from, to, afterXid, afterXid, afterID, 500, xip}, nil
+	})
 }
 
 // medianQueryTime runs query 21 times, each in a transaction rolled back, reads every row, and returns the
 // median time in ms.
 func medianQueryTime(ctx context.Context, db *bun.DB, query string) (float64, error) {
+	return medianTxTime(ctx, db, func(context.Context, bun.Tx) (string, []any, error) { return query, nil, nil })
+}
+
+// medianTxTime runs the query that prep returns 21 times, each in a transaction rolled back (prep runs in
+// it first, and its statements count in the time, as the round's cursor read does), reads every row, and returns the median time in ms.
+func medianTxTime(ctx context.Context, db *bun.DB,
+	prep func(context.Context, bun.Tx) (string, []any, error),
+) (float64, error) {
 	var ms []float64
 	for range 21 {
 		start := time.Now()
 		err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-			rows, err := tx.QueryContext(ctx, query)
+			query, args, err := prep(ctx, tx)
+			if err != nil {
+				return err
+			}
+			rows, err := tx.QueryContext(ctx, query, args...)
 			if err != nil {
 				return err
 			}
