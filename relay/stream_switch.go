@@ -31,15 +31,9 @@ func EnableStream(ctx context.Context, db bun.IDB, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	return db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		if _, err := tx.ExecContext(ctx, "SET LOCAL lock_timeout = '"+streamLockTimeout+"'"); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, names.SQL(`ALTER TABLE outbox_events
+	return alterOutbox(ctx, db, names, "EnableStream", `ALTER TABLE outbox_events
   ALTER COLUMN xid SET DEFAULT pg_current_xact_id(),
-  ALTER COLUMN published_at SET DEFAULT `+streamsql.Sentinel)); err != nil {
-			return streamDDLError("EnableStream", names, err)
-		}
+  ALTER COLUMN published_at SET DEFAULT `+streamsql.Sentinel, func(ctx context.Context, tx bun.Tx) error {
 		// The snapshot is taken after the ALTER holds the table: every streamed row is written by a
 		// transaction that is still running in it or starts after it, so none is visible in it.
 		// A cursor row left by an earlier EnableStream is kept as it is: it still tells which streamed rows
@@ -60,15 +54,9 @@ func DisableStream(ctx context.Context, db bun.IDB, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	return db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		if _, err := tx.ExecContext(ctx, "SET LOCAL lock_timeout = '"+streamLockTimeout+"'"); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, names.SQL(`ALTER TABLE outbox_events
+	return alterOutbox(ctx, db, names, "DisableStream", `ALTER TABLE outbox_events
   ALTER COLUMN xid DROP DEFAULT,
-  ALTER COLUMN published_at DROP DEFAULT`)); err != nil {
-			return streamDDLError("DisableStream", names, err)
-		}
+  ALTER COLUMN published_at DROP DEFAULT`, func(ctx context.Context, tx bun.Tx) error {
 		// A waiting row cancelled meanwhile was never enqueued (the stream settles the cancel as it
 		// passes it): its cancel is settled here as bunx settles a pending row's.
 		_, err := tx.ExecContext(ctx, names.SQL(`UPDATE outbox_events e SET published_at = NULL,
@@ -104,6 +92,23 @@ func streamNames(cfg Config) (tables.Names, error) {
 		return tables.Names{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return mustNames(cfg.Schema, cfg.TablePrefix), nil
+}
+
+// alterOutbox runs alter (an ALTER TABLE of the outbox, in default names) in a transaction that waits at
+// most streamLockTimeout for the table's lock, then runs then in the same transaction. A failed ALTER's error
+// names op, the table, the owner role and the lock.
+func alterOutbox(ctx context.Context, db bun.IDB, names tables.Names, op, alter string,
+	then func(context.Context, bun.Tx) error,
+) error {
+	return db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.ExecContext(ctx, "SET LOCAL lock_timeout = '"+streamLockTimeout+"'"); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, names.SQL(alter)); err != nil {
+			return streamDDLError(op, names, err)
+		}
+		return then(ctx, tx)
+	})
 }
 
 func streamDDLError(op string, names tables.Names, err error) error {
