@@ -194,10 +194,14 @@ func TestStreamRoundKilledMidEnqueue(t *testing.T) {
 			return
 		}
 		once.Do(func() {
-			// The backend that holds the cursor row's lock is the stream round's.
+			// The backend that holds the cursor row's lock (FOR UPDATE: RowShareLock on the table) is
+			// the stream round's. pg_locks has a row per lock mode, so one backend can appear more
+			// than once, and it spans every database of the cluster: count backends, in this one.
 			var k int64
-			err := b.db.NewRaw(`SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l
-WHERE l.relation = to_regclass('bunbox_stream') AND l.pid <> pg_backend_pid()`).Scan(ctx, &k)
+			err := b.db.NewRaw(`SELECT count(pg_terminate_backend(pid)) FROM (SELECT DISTINCT l.pid FROM pg_locks l
+WHERE l.relation = to_regclass('bunbox_stream') AND l.mode = 'RowShareLock' AND l.granted
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.pid <> pg_backend_pid()) AS holders`).Scan(ctx, &k)
 			require.NoError(t, err)
 			terminated.Store(k)
 		})
