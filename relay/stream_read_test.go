@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -40,7 +41,7 @@ SELECT gen_random_uuid(), 'new', '{}' FROM generate_series(1, 5)`)
 	require.NoError(t, db.QueryRowContext(ctx, readCursorSQL).Scan(&c.from, &c.to, &c.afterXid, &c.afterID))
 	xmax := snapshotXmax(c.from.String)
 	require.Less(t, buffers(t, db, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+streamDueSQL,
-		snapshotXip(c.from.String), "{}", xmax, xmax, nil, nil, nil), 60, "the idle check reads the kept rows")
+		snapshotXip(c.from.String), "{}", xmax, xmax, nil, nil, nil, int64(math.MinInt64+1)), 60, "the idle check reads the kept rows")
 
 	err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		c, ok, err := lockCursor(ctx, tx, r.names.SQL)
@@ -87,4 +88,73 @@ func planBuffers(t *testing.T, plan json.RawMessage) int {
 		t.Logf("plan: %s", plan)
 	}
 	return out[0].Plan.Hit + out[0].Plan.Read
+}
+
+// TestStreamReadMidPairStartsAtThePosition: in the middle of a pair, with the position inside a
+// transaction that wrote many rows and statistics that count many rows after it, the read starts at the
+// position (it does not walk the rows of that transaction it has passed) and the idle check walks the
+// index, not the table (a plain EXISTS was planned as a sequential scan after such an ANALYZE).
+func TestStreamReadMidPairStartsAtThePosition(t *testing.T) {
+	outboxtest.SkipShort(t)
+	t.Parallel()
+	ctx := context.Background()
+	db, _ := outboxtest.Schema(t)
+	require.NoError(t, EnableStream(ctx, db, Config{}))
+	const kept, big = 20000, 4000
+	_, err := db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, payload)
+SELECT gen_random_uuid(), 'kept', '{}' FROM generate_series(1, ?)`, kept)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `UPDATE bunbox_stream SET snap_from = pg_current_snapshot(), snap_to = NULL,
+  after_xid = NULL, after_id = NULL`) // the cursor passes them, as rounds would
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, payload)
+SELECT gen_random_uuid(), 'big', '{}' FROM generate_series(1, ?)`, big) // one transaction
+	require.NoError(t, err)
+
+	r := &Relay{db: db}
+	var ids []int64
+	tx, err := db.BeginTx(ctx, nil) // a round that reads three quarters of the big transaction
+	require.NoError(t, err)
+	c, ok, err := lockCursor(ctx, tx, r.names.SQL)
+	require.NoError(t, err)
+	require.True(t, ok)
+	to, err := currentSnapshot(ctx, tx)
+	require.NoError(t, err)
+	c.to.String, c.to.Valid = to, true
+	read, err := r.readStream(ctx, tx, c, big*3/4, 1<<30)
+	require.NoError(t, err)
+	require.Len(t, read.events, big*3/4)
+	last := len(read.events) - 1
+	require.NoError(t, commitStream(ctx, tx, r.names.SQL, c, read.xids[last], read.events[last].ID, false))
+	_, err = db.ExecContext(ctx, `ANALYZE outbox_events`)
+	require.NoError(t, err)
+
+	c = streamCursor{}
+	require.NoError(t, db.QueryRowContext(ctx, readCursorSQL).Scan(&c.from, &c.to, &c.afterXid, &c.afterID))
+	require.True(t, c.to.Valid, "a pair open, its position in the big transaction")
+	require.True(t, r.streamDue(ctx))
+	require.Less(t, buffers(t, db, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+streamDueSQL,
+		"{}", "{}", snapshotXmax(c.from.String), c.afterXid.String, c.to.String, c.afterXid.String, c.afterID.Int64,
+		c.afterID.Int64), 20, "the idle check walks the table or the passed rows")
+
+	err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		c, ok, err := lockCursor(ctx, tx, r.names.SQL)
+		require.NoError(t, err)
+		require.True(t, ok)
+		read, err := r.readStream(ctx, tx, c, big, 1<<30)
+		require.NoError(t, err)
+		require.Len(t, read.events, big/4, "the rest of the big transaction")
+		for _, ev := range read.events {
+			require.Greater(t, ev.ID, c.afterID.Int64)
+			ids = append(ids, ev.ID)
+		}
+		var plan json.RawMessage
+		require.NoError(t, tx.QueryRowContext(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+streamReadAfterSQL,
+			c.from.String, c.to.String, c.afterXid.String, c.afterXid.String, c.afterID.Int64, 10,
+			snapshotXip(c.from.String)).Scan(&plan))
+		require.Less(t, planBuffers(t, plan), 10, "a read of 10 rows after the position walks the rows before it")
+		return nil
+	})
+	require.NoError(t, err)
+	require.Len(t, ids, big/4)
 }

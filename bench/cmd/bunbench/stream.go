@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -166,15 +167,23 @@ func checkStreamDrained(e *env, q string, n int, st streamState) error {
 	return checkDelivered(e, q, n, 0)
 }
 
-// streamReadSQL is the stream round's read (relay/stream_read.go's streamReadSQL, its text at d181e7c and
-// after), timed on its own by streamReadTime with the cursor's values as its arguments, as the round binds
-// them after it locked the cursor row: from, to, the least xid to read, the position's xid and id, the
-// limit, and from's xip list as an array literal.
-var streamReadSQL = streamReadPart(`xid = ANY(?6::xid8[]) AND xid >= ?2::xid8`) + `
+// streamReadSQL and streamReadAfterSQL are the stream round's read (relay/stream_read.go's, their text
+// since the position became the second half's start), timed on their own by streamReadTime with the
+// cursor's values as their arguments, as the round binds them after it locked the cursor row: from, to, the
+// least xid to read, the position's xid and id, the limit, and from's xip list as an array literal. The
+// round runs streamReadAfterSQL when the position is at or past from's xmax.
+var (
+	streamReadSQL      = streamReadPair(`xid >= pg_snapshot_xmax(?0::pg_snapshot)`)
+	streamReadAfterSQL = streamReadPair(`(xid, id) > (?3::xid8, ?4::bigint)`)
+)
+
+func streamReadPair(secondFrom string) string {
+	return streamReadPart(`xid = ANY(?6::xid8[]) AND xid >= ?2::xid8`) + `
 UNION ALL
-` + streamReadPart(`xid >= greatest(pg_snapshot_xmax(?0::pg_snapshot), ?2::xid8) AND xid < pg_snapshot_xmax(?1::pg_snapshot)`) + `
+` + streamReadPart(secondFrom+` AND xid < pg_snapshot_xmax(?1::pg_snapshot)`) + `
 ORDER BY stream_xid, id
 LIMIT ?5`
+}
 
 func streamReadPart(xidCond string) string {
 	return `(SELECT id, event_id, event_name, queue, payload, metadata, created_at, attempts,
@@ -207,11 +216,19 @@ func streamReadTime(ctx context.Context, db *bun.DB) (float64, error) {
 			Scan(ctx, &from, &to, &afterXid, &afterID); err != nil {
 			return "", nil, err
 		}
-		xip := "{}"
-		if parts := strings.SplitN(from, ":", 3); len(parts) == 3 {
+		xip, query := "{}", streamReadSQL
+		parts := strings.SplitN(from, ":", 3)
+		if len(parts) == 3 {
 			xip = "{" + parts[2] + "}"
 		}
-		return streamReadSQL, []any{from, to, afterXid, afterXid, afterID, 500, xip}, nil
+		if len(parts) >= 2 {
+			x, _ := strconv.ParseUint(afterXid, 10, 64)
+			xmax, _ := strconv.ParseUint(parts[1], 10, 64)
+			if x != 0 && x >= xmax {
+				query = streamReadAfterSQL
+			}
+		}
+		return query, []any{from, to, afterXid, afterXid, afterID, 500, xip}, nil
 	})
 }
 
