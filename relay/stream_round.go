@@ -19,8 +19,8 @@ import (
 // ordering key, which the keyed per-row path delivers in its key's order.
 var errHandOver = errors.New("relay: handed to the per-row path")
 
-// streamRound delivers the next batch of the stream (see stream.go), in one transaction with the bounds of
-// every round (session.go):
+// streamRound delivers the next batches of the stream (see stream.go), in one transaction with the bounds
+// of every round (session.go):
 //
 //  1. lock the cursor row (SKIP LOCKED: when another relay holds it, there is nothing to do here);
 //  2. open a pair of snapshots if none is open (to := pg_current_snapshot()), unless nothing committed
@@ -28,7 +28,8 @@ var errHandOver = errors.New("relay: handed to the per-row path")
 //  3. read the pair's next rows after the cursor's position, in (xid, id) order, within BatchSize and
 //     BatchBytes (streamReadSQL);
 //  4. enqueue them as a per-row round does (deliver: the same tasks, options, spans and Observer calls),
-//     with no mark per row;
+//     with no mark per row, while reading the pair's next batch, up to streamRoundBatches batches
+//     (readAhead, stream_ahead.go);
 //  5. hand to the per-row path (published_at NULL) the keyed rows and the rows whose enqueue failed, the
 //     latter charged an attempt as a per-row round charges them (markFailed) when the failure is the
 //     task's own, and not charged when it is an outage; settle the cancels of the rows it read cancelled,
@@ -39,7 +40,8 @@ var errHandOver = errors.New("relay: handed to the per-row path")
 // backend) releases the cursor row with its lock: the next stream round reads the same rows again and
 // their TaskIDs absorb the second enqueue, as for a per-row round that dies after its enqueues. A relay
 // that is stopped in the middle of a round moves the cursor only past the rows before the first it did not
-// try.
+// try; a batch whose enqueues all met an outage ends the round before it, its rows still in the stream.
+// The round is one BatchEvent (Observer.OnBatch) for all its batches.
 func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
 	start := r.cfg.now()
 	defer func() {
@@ -88,18 +90,11 @@ func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
 		}
 		cur.to, opened = sql.NullString{String: to, Valid: true}, true
 	}
-	limit := r.stream.sizer.limit(r.cfg.BatchSize, r.cfg.BatchBytes)
-	if r.stream.sizer.meanRow.Load() <= 0 {
-		limit = min(limit, sampleRows) // the first read measures a few rows before it reads a batch of them
-	}
-	read, err := r.readStream(ctx, tx, cur, limit, r.cfg.BatchBytes)
+	read, err := r.readStreamBatch(ctx, tx, cur)
 	if err != nil {
 		return failed("read", err)
 	}
-	events := read.events
-	res.Claimed = len(events)
-	res.full = read.full
-	if len(events) == 0 {
+	if len(read.events) == 0 {
 		if opened {
 			return res // the new pair holds nothing yet: nothing to write
 		}
@@ -109,50 +104,35 @@ func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
 		}
 		return res
 	}
-	r.wake.note(events)
-	r.stream.sizer.observe(events, limit, r.cfg.BatchBytes)
-
-	skip := read.bad
-	for i := range events {
-		var why error
-		switch _, cancelled := read.cancelled[i]; {
-		case cancelled:
-			why = errCancelled
-		case events[i].OrderingKey != "" && skip[i] == nil:
-			why = errHandOver
-		default:
-			continue
-		}
-		if skip == nil {
-			skip = map[int]error{}
-		}
-		skip[i] = why
+	p := r.readAhead(ctx, tx, bounds, cur, read)
+	events := p.events
+	res.Claimed = len(events)
+	res.full = p.full
+	if p.readErr != nil {
+		return writeFailed("read", p.readErr)
 	}
-	stop := keepAlive(bg, tx, bounds)
-	errs := r.deliver(ctx, events, skip, func(int64) {})
-	stop()
 
-	// A stop leaves the rows from the first one not tried on untouched: the cursor stops before it.
-	cut := len(events)
-	for i, err := range errs {
-		if errors.Is(err, errReleased) {
-			cut = i
-			break
-		}
-	}
+	// A stop leaves the rows from the first one not tried on untouched, and an outage of a whole batch
+	// that batch's rows and the later ones: the cursor stops before them.
+	cut, outage := p.settled()
 	res.Released = len(events) - cut
-	if cut == 0 {
-		return res
+	var left error
+	if outage != nil {
+		left = fmt.Errorf("enqueue: %d rows left in the stream, none charged: %w", len(events)-cut, outage)
 	}
-	d := delivery{errs: errs[:cut]}
+	if cut == 0 {
+		res.Err = left
+		return res // Redis took nothing: the rows stay in the stream for the round after the backoff
+	}
+	d := delivery{errs: p.errs[:cut]}
 	var handOver, cancels []int64
-	delivered, outages := 0, 0
+	delivered := 0
 	for i, err := range d.errs {
 		switch {
 		case err == nil:
 			delivered++
 		case errors.Is(err, errCancelled):
-			if read.cancelled[i] {
+			if p.cancelled[i] {
 				cancels = append(cancels, events[i].ID)
 			}
 		case errors.Is(err, errHandOver):
@@ -160,15 +140,10 @@ func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
 		default:
 			d.failed = append(d.failed, i)
 			handOver = append(handOver, events[i].ID)
-			if !taskOwn(err) {
-				outages++
-			}
 		}
 	}
 	fails := r.failures(events[:cut], d, &res) // an outage sets res.Err: the relay backs off
-	if delivered == 0 && len(fails) == 0 && outages > 0 {
-		return res // Redis took nothing: the rows stay in the stream for the round after the backoff
-	}
+	res.Err = errors.Join(res.Err, left)
 	if err := handOverRows(bg, tx, r.names.SQL, handOver); err != nil {
 		return writeFailed("hand over", err)
 	}
@@ -178,15 +153,15 @@ func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
 	if err := settleCancels(bg, tx, r.names.SQL, cancels); err != nil {
 		return writeFailed("settle cancels", err)
 	}
-	done := cut == len(events) && !read.full
+	done := cut == len(events) && !p.full
 	release()
-	if err := commitStream(bg, tx, r.names.SQL, cur, read.xids[cut-1], events[cut-1].ID, done); err != nil {
+	if err := commitStream(bg, tx, r.names.SQL, cur, p.xids[cut-1], events[cut-1].ID, done); err != nil {
 		return writeFailed("move the cursor", err)
 	}
 	res.Published = delivered
 	r.reportSettled(bg, events[:cut], d, fails, &res)
 	for i := range events[:cut] {
-		if read.cancelled[i] {
+		if p.cancelled[i] {
 			ev := &events[i]
 			r.log.LogAttrs(bg, slog.LevelInfo, "bunbox relay: cancelled event: "+CancelNeverPublished,
 				slog.Int64("outbox_id", ev.ID), slog.String("event_id", ev.EventID.String()),
