@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 
@@ -101,8 +102,9 @@ func (r *Relay) readAhead(ctx context.Context, tx bun.Tx, bounds sessionBounds, 
 	bg := context.WithoutCancel(ctx)
 	batches := []*streamBatch{r.startBatch(ctx, first)}
 	full, readErr := first.full, error(nil)
+	most := cmp.Or(r.stream.batches, streamRoundBatches)
 	stop := keepAlive(bg, tx, bounds)
-	for k := 1; k < streamRoundBatches && full && ctx.Err() == nil; k++ {
+	for k := 1; k < most && full && ctx.Err() == nil; k++ {
 		if k >= 2 {
 			before := batches[k-2]
 			<-before.done

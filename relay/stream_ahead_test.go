@@ -110,6 +110,38 @@ func TestStreamAheadStoppedMidRound(t *testing.T) {
 	require.Zero(t, countStream(t, b.db).Classic)
 }
 
+// A relay stopped in the middle of the enqueues of its round's third batch: the cursor moves past the rows
+// before the first one not tried, every one of them enqueued, and no further.
+func TestStreamAheadStoppedMidBatch(t *testing.T) {
+	t.Parallel()
+	outboxtest.SkipShort(t)
+	b := setupStream(t)
+	events := b.record(t, b.db, 400)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b.enq.before = func(n int) {
+		if n == 150 {
+			cancel()
+		}
+	}
+	first := b.newRelay(t, Config{BatchSize: 100, Workers: 1, DisableReconciler: true})
+	require.NoError(t, first.Run(ctx))
+	b.enq.before = nil
+	c := countStream(t, b.db)
+	t.Logf("the stopped round moved the cursor past %d rows", c.Delivered)
+	require.Less(t, c.Delivered, int64(208), "nothing past the first row not tried")
+	for _, id := range deliveredIDs(t, b.db) {
+		require.Equal(t, 1, b.enq.count(id.String()), "a row the cursor passed was enqueued")
+	}
+	run(t, b.newRelay(t, Config{BatchSize: 100, DisableReconciler: true}))
+	b.waitQueued(t, len(events))
+	outboxtest.WaitFor(t, streamWait, "the cursor past every row", func() bool {
+		return countStream(t, b.db).Delivered == int64(len(events))
+	})
+	requireDeliveredOnce(t, b.inspector, b.queue, events)
+	require.Zero(t, countStream(t, b.db).Classic)
+}
+
 // Failures, hand-overs and an outage in the later batches of a round: keyed rows and a task's own failures
 // in the third batch are handed over (the latter charged) in the same commit as the batches before; the
 // fourth batch, whose enqueues all meet an outage, ends the round before it: its rows stay in the stream,
