@@ -133,13 +133,20 @@ func (r *Relay) readAhead(ctx context.Context, tx bun.Tx, bounds sessionBounds, 
 		}
 		batches = append(batches, r.startBatch(ctx, read))
 	}
-	p := streamPass{full: full, readErr: readErr}
-	n := 0
 	for _, b := range batches {
 		<-b.done
-		n += len(b.read.events)
 	}
 	stop()
+	return joinBatches(batches, full, readErr)
+}
+
+// joinBatches puts the rows of the done batches one after the other.
+func joinBatches(batches []*streamBatch, full bool, readErr error) streamPass {
+	n := 0
+	for _, b := range batches {
+		n += len(b.read.events)
+	}
+	p := streamPass{full: full, readErr: readErr, starts: make([]int, 0, len(batches))}
 	p.events, p.xids, p.errs = make([]model.Event, 0, n), make([]string, 0, n), make([]error, 0, n)
 	for _, b := range batches {
 		start := len(p.events)
