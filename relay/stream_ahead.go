@@ -4,10 +4,9 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/uptrace/bun"
-
-	"github.com/bunbox/bunbox/model"
 )
 
 // streamRoundBatches bounds the batches one stream round reads and enqueues before it moves the cursor and
@@ -74,16 +73,20 @@ func (b *streamBatch) outage() bool {
 	return false
 }
 
-// streamPass is what a stream round read and tried, its batches' rows one after the other in the order
-// read.
+// streamPass is what a stream round read and tried: its batches, in the order read.
 type streamPass struct {
-	events    []model.Event
-	xids      []string     // each row's xid
-	cancelled map[int]bool // as streamRead's, by index into events
-	errs      []error      // by row: as streamBatch's
-	starts    []int        // where each batch begins in events
-	full      bool         // more rows of the pair may follow the last one read
-	readErr   error        // a read after the first failed: the round's transaction cannot commit
+	batches []*streamBatch // each one done
+	full    bool           // more rows of the pair may follow the last one read
+	readErr error          // a read after the first failed: the round's transaction cannot commit
+}
+
+// rows is how many rows the pass read.
+func (p *streamPass) rows() int {
+	n := 0
+	for _, b := range p.batches {
+		n += len(b.read.events)
+	}
+	return n
 }
 
 // readAhead enqueues the rows of first, the round's first read, and reads the pair's next batches while
@@ -137,31 +140,7 @@ func (r *Relay) readAhead(ctx context.Context, tx bun.Tx, bounds sessionBounds, 
 		<-b.done
 	}
 	stop()
-	return joinBatches(batches, full, readErr)
-}
-
-// joinBatches puts the rows of the done batches one after the other.
-func joinBatches(batches []*streamBatch, full bool, readErr error) streamPass {
-	n := 0
-	for _, b := range batches {
-		n += len(b.read.events)
-	}
-	p := streamPass{full: full, readErr: readErr, starts: make([]int, 0, len(batches))}
-	p.events, p.xids, p.errs = make([]model.Event, 0, n), make([]string, 0, n), make([]error, 0, n)
-	for _, b := range batches {
-		start := len(p.events)
-		p.starts = append(p.starts, start)
-		for i, unsettled := range b.read.cancelled {
-			if p.cancelled == nil {
-				p.cancelled = map[int]bool{}
-			}
-			p.cancelled[start+i] = unsettled
-		}
-		p.events = append(p.events, b.read.events...)
-		p.xids = append(p.xids, b.read.xids...)
-		p.errs = append(p.errs, b.errs...)
-	}
-	return p
+	return streamPass{batches: batches, full: full, readErr: readErr}
 }
 
 // settled returns how many rows of the pass the round settles, which the cursor moves past: the rows
@@ -169,24 +148,24 @@ func joinBatches(batches []*streamBatch, full bool, readErr error) streamPass {
 // for an outage, whose outage it returns. The rows from there on stay in the stream, for the round after
 // the relay's backoff, as they would in a round of that batch alone.
 func (p *streamPass) settled() (cut int, outage error) {
-	cut = len(p.errs)
-	for i, err := range p.errs {
-		if errors.Is(err, errReleased) {
-			cut = i
+	cut = p.rows()
+	start := 0
+	for _, b := range p.batches {
+		if i := slices.IndexFunc(b.errs, func(err error) bool { return errors.Is(err, errReleased) }); i >= 0 {
+			cut = start + i
 			break
 		}
+		start += len(b.errs)
 	}
-	for k, start := range p.starts {
+	start = 0
+	for _, b := range p.batches {
 		if start >= cut {
 			break
 		}
-		end := cut
-		if k+1 < len(p.starts) {
-			end = min(end, p.starts[k+1])
-		}
-		if err := outageOnly(p.errs[start:end]); err != nil {
+		if err := outageOnly(b.errs[:min(len(b.errs), cut-start)]); err != nil {
 			return start, err
 		}
+		start += len(b.errs)
 	}
 	return cut, nil
 }

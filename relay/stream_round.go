@@ -13,6 +13,7 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/bunbox/bunbox/internal/streamsql"
+	"github.com/bunbox/bunbox/model"
 )
 
 // errHandOver marks a row the stream does not enqueue but hands to the per-row path: a row with an
@@ -105,8 +106,7 @@ func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
 		return res
 	}
 	p := r.readAhead(ctx, tx, bounds, cur, read)
-	events := p.events
-	res.Claimed = len(events)
+	res.Claimed = p.rows()
 	res.full = p.full
 	if p.readErr != nil {
 		return writeFailed("read", p.readErr)
@@ -115,60 +115,105 @@ func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
 	// A stop leaves the rows from the first one not tried on untouched, and an outage of a whole batch
 	// that batch's rows and the later ones: the cursor stops before them.
 	cut, outage := p.settled()
-	res.Released = len(events) - cut
+	res.Released = res.Claimed - cut
 	var left error
 	if outage != nil {
-		left = fmt.Errorf("enqueue: %d rows left in the stream, none charged: %w", len(events)-cut, outage)
+		left = fmt.Errorf("enqueue: %d rows left in the stream, none charged: %w", res.Claimed-cut, outage)
 	}
 	if cut == 0 {
 		res.Err = left
 		return res // Redis took nothing: the rows stay in the stream for the round after the backoff
 	}
-	d := delivery{errs: p.errs[:cut]}
-	var handOver, cancels []int64
-	delivered := 0
+	var s streamSettled
+	for _, b := range p.batches {
+		n := min(len(b.read.events), cut-s.rows)
+		if n <= 0 {
+			break
+		}
+		r.settleBatch(&s, b, n, &res) // an outage sets res.Err: the relay backs off
+	}
+	res.Err = errors.Join(res.Err, left)
+	if err := handOverRows(bg, tx, r.names.SQL, s.handOver); err != nil {
+		return writeFailed("hand over", err)
+	}
+	if err := markFailed(bg, tx, r.names, s.fails); err != nil {
+		return writeFailed("mark failed", err)
+	}
+	if err := settleCancels(bg, tx, r.names.SQL, s.cancels); err != nil {
+		return writeFailed("settle cancels", err)
+	}
+	done := cut == res.Claimed && !p.full
+	release()
+	if err := commitStream(bg, tx, r.names.SQL, cur, s.lastXid, s.lastID, done); err != nil {
+		return writeFailed("move the cursor", err)
+	}
+	res.Published = s.delivered
+	charged := 0
+	for _, part := range s.parts {
+		r.reportSettled(bg, part.events, part.d, part.fails, &res)
+		charged += res.Failed
+		for i := range part.events {
+			if part.cancelled[i] {
+				ev := &part.events[i]
+				r.log.LogAttrs(bg, slog.LevelInfo, "bunbox relay: cancelled event: "+CancelNeverPublished,
+					slog.Int64("outbox_id", ev.ID), slog.String("event_id", ev.EventID.String()),
+					slog.String("task_type", ev.Name), slog.String("queue", ev.Queue), slog.Int("tasks_removed", 0))
+			}
+		}
+	}
+	res.Failed = charged
+	return res
+}
+
+// streamSettled is what a stream round writes and reports for the rows it settles, gathered batch by
+// batch.
+type streamSettled struct {
+	rows              int     // rows settled so far
+	handOver, cancels []int64 // ids of the rows to hand over, and of the cancelled rows whose cancel to settle
+	fails             []failure
+	delivered         int
+	lastXid           string // the last row settled, where the cursor moves to
+	lastID            int64
+	parts             []settledPart // for the reports after the commit
+}
+
+// settledPart is the settled rows of one batch.
+type settledPart struct {
+	events    []model.Event
+	d         delivery
+	fails     []failure
+	cancelled map[int]bool
+}
+
+// settleBatch adds the first n rows of the done batch b to s: the delivered ones, the keyed and failed
+// ones to hand over (the failures charged by the retry policy when the task's own, see failures), the
+// cancels to settle.
+func (r *Relay) settleBatch(s *streamSettled, b *streamBatch, n int, res *BatchEvent) {
+	events := b.read.events[:n]
+	d := delivery{errs: b.errs[:n]}
 	for i, err := range d.errs {
 		switch {
 		case err == nil:
-			delivered++
+			s.delivered++
 		case errors.Is(err, errCancelled):
-			if p.cancelled[i] {
-				cancels = append(cancels, events[i].ID)
+			if b.read.cancelled[i] {
+				s.cancels = append(s.cancels, events[i].ID)
 			}
 		case errors.Is(err, errHandOver):
-			handOver = append(handOver, events[i].ID)
+			s.handOver = append(s.handOver, events[i].ID)
 		default:
 			d.failed = append(d.failed, i)
-			handOver = append(handOver, events[i].ID)
+			s.handOver = append(s.handOver, events[i].ID)
 		}
 	}
-	fails := r.failures(events[:cut], d, &res) // an outage sets res.Err: the relay backs off
-	res.Err = errors.Join(res.Err, left)
-	if err := handOverRows(bg, tx, r.names.SQL, handOver); err != nil {
-		return writeFailed("hand over", err)
-	}
-	if err := markFailed(bg, tx, r.names, fails); err != nil {
-		return writeFailed("mark failed", err)
-	}
-	if err := settleCancels(bg, tx, r.names.SQL, cancels); err != nil {
-		return writeFailed("settle cancels", err)
-	}
-	done := cut == len(events) && !p.full
-	release()
-	if err := commitStream(bg, tx, r.names.SQL, cur, p.xids[cut-1], events[cut-1].ID, done); err != nil {
-		return writeFailed("move the cursor", err)
-	}
-	res.Published = delivered
-	r.reportSettled(bg, events[:cut], d, fails, &res)
-	for i := range events[:cut] {
-		if p.cancelled[i] {
-			ev := &events[i]
-			r.log.LogAttrs(bg, slog.LevelInfo, "bunbox relay: cancelled event: "+CancelNeverPublished,
-				slog.Int64("outbox_id", ev.ID), slog.String("event_id", ev.EventID.String()),
-				slog.String("task_type", ev.Name), slog.String("queue", ev.Queue), slog.Int("tasks_removed", 0))
-		}
-	}
-	return res
+	before := res.Err
+	res.Err = nil
+	fails := r.failures(events, d, res)
+	res.Err = errors.Join(before, res.Err)
+	s.fails = append(s.fails, fails...)
+	s.parts = append(s.parts, settledPart{events: events, d: d, fails: fails, cancelled: b.read.cancelled})
+	s.rows += n
+	s.lastXid, s.lastID = b.read.xids[n-1], events[n-1].ID
 }
 
 // errCancelled marks a row the stream read cancelled: it is never enqueued.
