@@ -234,6 +234,18 @@ func waitHolding(t *testing.T, e *netEnv, i int) {
 	})
 }
 
+// waitHoldingRows waits until a session of relay A holds rows it claimed (rowsLockedBy), not only a lock
+// on the tables: a round that found nothing (a per-row round, or a stream round with nothing to read)
+// holds table locks for a moment and nothing a partition could catch. With the stream on and its rounds
+// quick, partitions timed by the table locks alone missed A's rounds with rows ten times in a row.
+func waitHoldingRows(t *testing.T, e *netEnv) {
+	t.Helper()
+	outboxtest.WaitFor(t, 30*time.Second, "relay A mid-round, holding rows", func() bool {
+		pids := e.locks.holding(e.pgProxy[0])
+		return len(pids) > 0 && len(rowsLockedBy(t, e.db, pids)) > 0
+	})
+}
+
 // partitionHolding partitions relay A's link to PostgreSQL while A holds claimed rows, and returns when
 // it was partitioned and the ids of the rows A's silent sessions hold. A partition that fell between two of
 // A's rounds caught nothing: it is healed and tried again.
@@ -245,7 +257,7 @@ func partitionHolding(t *testing.T, e *netEnv) (time.Time, []int64) {
 	e.rdProxy[0].SetLatency(150 * time.Millisecond)
 	defer e.rdProxy[0].SetLatency(0)
 	for attempt := 1; ; attempt++ {
-		waitHolding(t, e, 0)
+		waitHoldingRows(t, e)
 		p.Partition()
 		at := time.Now()
 		var ids []int64
