@@ -20,19 +20,9 @@ func TestStreamReadIsBoundedByThePair(t *testing.T) {
 	outboxtest.SkipShort(t)
 	t.Parallel()
 	ctx := context.Background()
-	db, _ := outboxtest.Schema(t)
-	require.NoError(t, EnableStream(ctx, db, Config{}))
-	const kept = 20000
-	_, err := db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, payload)
-SELECT gen_random_uuid(), 'kept', '{}' FROM generate_series(1, ?)`, kept)
-	require.NoError(t, err)
-	_, err = db.ExecContext(ctx, `UPDATE bunbox_stream SET snap_from = pg_current_snapshot(), snap_to = NULL,
-  after_xid = NULL, after_id = NULL`) // the cursor passes them, as rounds would
-	require.NoError(t, err)
-	_, err = db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, payload)
-SELECT gen_random_uuid(), 'new', '{}' FROM generate_series(1, 5)`)
-	require.NoError(t, err)
-	_, err = db.ExecContext(ctx, `ANALYZE outbox_events`)
+	db := streamWithKeptRows(t, 20000)
+	insertStreamed(t, db, "new", 5)
+	_, err := db.ExecContext(ctx, `ANALYZE outbox_events`)
 	require.NoError(t, err)
 
 	r := &Relay{db: db}
@@ -62,6 +52,25 @@ SELECT gen_random_uuid(), 'new', '{}' FROM generate_series(1, 5)`)
 		require.Less(t, planBuffers(t, plan), 60, "the first read of the pair reads the kept rows")
 		return nil
 	})
+	require.NoError(t, err)
+}
+
+// streamWithKeptRows returns a schema with the stream on and kept streamed rows, all delivered: the
+// cursor passed them, as rounds would (outboxtest.DeliverStream).
+func streamWithKeptRows(t *testing.T, kept int) *bun.DB {
+	t.Helper()
+	db, _ := outboxtest.Schema(t)
+	require.NoError(t, EnableStream(context.Background(), db, Config{}))
+	insertStreamed(t, db, "kept", kept)
+	outboxtest.DeliverStream(t, db)
+	return db
+}
+
+// insertStreamed writes n streamed rows named name in one transaction (one statement).
+func insertStreamed(t *testing.T, db *bun.DB, name string, n int) {
+	t.Helper()
+	_, err := db.ExecContext(context.Background(), `INSERT INTO outbox_events (event_id, event_name, payload)
+SELECT gen_random_uuid(), ?, '{}' FROM generate_series(1, ?)`, name, n)
 	require.NoError(t, err)
 }
 
@@ -98,18 +107,9 @@ func TestStreamReadMidPairStartsAtThePosition(t *testing.T) {
 	outboxtest.SkipShort(t)
 	t.Parallel()
 	ctx := context.Background()
-	db, _ := outboxtest.Schema(t)
-	require.NoError(t, EnableStream(ctx, db, Config{}))
-	const kept, big = 20000, 4000
-	_, err := db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, payload)
-SELECT gen_random_uuid(), 'kept', '{}' FROM generate_series(1, ?)`, kept)
-	require.NoError(t, err)
-	_, err = db.ExecContext(ctx, `UPDATE bunbox_stream SET snap_from = pg_current_snapshot(), snap_to = NULL,
-  after_xid = NULL, after_id = NULL`) // the cursor passes them, as rounds would
-	require.NoError(t, err)
-	_, err = db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, payload)
-SELECT gen_random_uuid(), 'big', '{}' FROM generate_series(1, ?)`, big) // one transaction
-	require.NoError(t, err)
+	db := streamWithKeptRows(t, 20000)
+	const big = 4000
+	insertStreamed(t, db, "big", big) // one transaction
 
 	r := &Relay{db: db}
 	var ids []int64
