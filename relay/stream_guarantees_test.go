@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/streamsql"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -177,6 +178,35 @@ func TestStreamKeyedRowsInKeyOrder(t *testing.T) {
 	require.EqualValues(t, keys*perKey, outboxtest.Count(t, b.db, "outbox_events",
 		"ordering_key IS NOT NULL AND published_at IS NOT NULL AND published_at <> 'infinity'"), "keyed rows handed over")
 	b.requireEnqueuedOnce(t, unkeyed)
+}
+
+// A keyed row the stream handed over is its key's head: a later row of its key still waiting in the
+// stream (published_at 'infinity', never enqueued) must not hold it back as if its task were in asynq.
+// Another relay's stream round holds the cursor here, so the later row waits for the whole test.
+func TestStreamWaitingRowDoesNotHoldItsKey(t *testing.T) {
+	t.Parallel()
+	outboxtest.SkipShort(t)
+	ctx := context.Background()
+	b := setupStream(t)
+	head := b.record(t, b.db, 1, model.WithOrderingKey("account-1"))[0]
+	_, err := b.db.NewRaw(`UPDATE outbox_events SET published_at = NULL WHERE event_id = ?`, head.EventID).Exec(ctx)
+	require.NoError(t, err) // what the stream's hand-over writes (handOverSQL)
+	next := b.record(t, b.db, 1, model.WithOrderingKey("account-1"))[0]
+
+	other, err := b.db.BeginTx(ctx, nil) // another relay's stream round, holding the cursor
+	require.NoError(t, err)
+	defer func() { _ = other.Rollback() }()
+	_, err = other.ExecContext(ctx, `SELECT 1 FROM bunbox_stream WHERE name = 'outbox' FOR UPDATE`)
+	require.NoError(t, err)
+
+	run(t, b.newRelay(t, Config{Workers: 1, DisableReconciler: true}))
+	outboxtest.WaitFor(t, streamWait, "the handed-over head published", func() bool {
+		return outboxtest.Count(t, b.db, "outbox_events",
+			fmt.Sprintf("event_id = '%s' AND published_at IS NOT NULL", head.EventID)) == 1
+	})
+	require.EqualValues(t, 1, outboxtest.Count(t, b.db, "outbox_events",
+		fmt.Sprintf("event_id = '%s' AND published_at = %s", next.EventID, streamsql.Sentinel)), "the next row still waits in the stream")
+	require.NoError(t, other.Rollback())
 }
 
 // (g) A stream round that dies in the middle of its enqueues, its backend terminated, or its relay
