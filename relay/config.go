@@ -66,7 +66,8 @@ type Config struct {
 	// BatchBytes bounds the bytes of payload and metadata (as JSON text) one round claims: the claim stops
 	// adding rows once the next one would go over, and always takes at least one row, however large. With
 	// Workers rounds at once, a relay holds at most about Workers × BatchBytes of events (plus one row per
-	// worker over it). 1 byte to 1 GiB. Defaults to 16 MiB.
+	// worker over it), and one BatchBytes more while it streams (a stream round reads its next batch while
+	// it enqueues one). 1 byte to 1 GiB. Defaults to 16 MiB.
 	BatchBytes int64
 	// Concurrency bounds the enqueues running at once over all workers, 1 to 1024. Defaults to 32. asynq
 	// has one script call per enqueue; the relay's own Redis client pipelines the calls in flight.

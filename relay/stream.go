@@ -42,6 +42,12 @@ type streamState struct {
 	// locked, when set (by the tests), is called when a stream round of the relay has locked the cursor
 	// row; the function it returns is called before the round releases it.
 	locked func() (release func())
+	// reading, when set (by the tests), is called before a stream round reads its batch k (k >= 1) while
+	// the enqueues of the batches before run (readAhead).
+	reading func(k int)
+	// batches, when set (by the benchmarks), bounds a stream round's batches instead of
+	// streamRoundBatches: 1 is the round before read-ahead.
+	batches int
 }
 
 // streamCatalogSQL reads whether the stream is on and whether the cursor's table exists.

@@ -13,14 +13,15 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/bunbox/bunbox/internal/streamsql"
+	"github.com/bunbox/bunbox/model"
 )
 
 // errHandOver marks a row the stream does not enqueue but hands to the per-row path: a row with an
 // ordering key, which the keyed per-row path delivers in its key's order.
 var errHandOver = errors.New("relay: handed to the per-row path")
 
-// streamRound delivers the next batch of the stream (see stream.go), in one transaction with the bounds of
-// every round (session.go):
+// streamRound delivers the next batches of the stream (see stream.go), in one transaction with the bounds
+// of every round (session.go):
 //
 //  1. lock the cursor row (SKIP LOCKED: when another relay holds it, there is nothing to do here);
 //  2. open a pair of snapshots if none is open (to := pg_current_snapshot()), unless nothing committed
@@ -28,7 +29,8 @@ var errHandOver = errors.New("relay: handed to the per-row path")
 //  3. read the pair's next rows after the cursor's position, in (xid, id) order, within BatchSize and
 //     BatchBytes (streamReadSQL);
 //  4. enqueue them as a per-row round does (deliver: the same tasks, options, spans and Observer calls),
-//     with no mark per row;
+//     with no mark per row, while reading the pair's next batch, up to streamRoundBatches batches
+//     (readAhead, stream_ahead.go);
 //  5. hand to the per-row path (published_at NULL) the keyed rows and the rows whose enqueue failed, the
 //     latter charged an attempt as a per-row round charges them (markFailed) when the failure is the
 //     task's own, and not charged when it is an outage; settle the cancels of the rows it read cancelled,
@@ -39,7 +41,8 @@ var errHandOver = errors.New("relay: handed to the per-row path")
 // backend) releases the cursor row with its lock: the next stream round reads the same rows again and
 // their TaskIDs absorb the second enqueue, as for a per-row round that dies after its enqueues. A relay
 // that is stopped in the middle of a round moves the cursor only past the rows before the first it did not
-// try.
+// try; a batch whose enqueues all met an outage ends the round before it, its rows still in the stream.
+// The round is one BatchEvent (Observer.OnBatch) for all its batches.
 func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
 	start := r.cfg.now()
 	defer func() {
@@ -88,18 +91,11 @@ func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
 		}
 		cur.to, opened = sql.NullString{String: to, Valid: true}, true
 	}
-	limit := r.stream.sizer.limit(r.cfg.BatchSize, r.cfg.BatchBytes)
-	if r.stream.sizer.meanRow.Load() <= 0 {
-		limit = min(limit, sampleRows) // the first read measures a few rows before it reads a batch of them
-	}
-	read, err := r.readStream(ctx, tx, cur, limit, r.cfg.BatchBytes)
+	read, err := r.readStreamBatch(ctx, tx, cur)
 	if err != nil {
 		return failed("read", err)
 	}
-	events := read.events
-	res.Claimed = len(events)
-	res.full = read.full
-	if len(events) == 0 {
+	if len(read.events) == 0 {
 		if opened {
 			return res // the new pair holds nothing yet: nothing to write
 		}
@@ -109,91 +105,115 @@ func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
 		}
 		return res
 	}
-	r.wake.note(events)
-	r.stream.sizer.observe(events, limit, r.cfg.BatchBytes)
-
-	skip := read.bad
-	for i := range events {
-		var why error
-		switch _, cancelled := read.cancelled[i]; {
-		case cancelled:
-			why = errCancelled
-		case events[i].OrderingKey != "" && skip[i] == nil:
-			why = errHandOver
-		default:
-			continue
-		}
-		if skip == nil {
-			skip = map[int]error{}
-		}
-		skip[i] = why
+	p := r.readAhead(ctx, tx, bounds, cur, read)
+	res.Claimed = p.rows()
+	res.full = p.full
+	if p.readErr != nil {
+		return writeFailed("read", p.readErr)
 	}
-	stop := keepAlive(bg, tx, bounds)
-	errs := r.deliver(ctx, events, skip, func(int64) {})
-	stop()
 
-	// A stop leaves the rows from the first one not tried on untouched: the cursor stops before it.
-	cut := len(events)
-	for i, err := range errs {
-		if errors.Is(err, errReleased) {
-			cut = i
+	// A stop leaves the rows from the first one not tried on untouched, and an outage of a whole batch
+	// that batch's rows and the later ones: the cursor stops before them.
+	cut, outage := p.settled()
+	res.Released = res.Claimed - cut
+	var left error
+	if outage != nil {
+		left = fmt.Errorf("enqueue: %d rows left in the stream, none charged: %w", res.Claimed-cut, outage)
+	}
+	if cut == 0 {
+		res.Err = left
+		return res // Redis took nothing: the rows stay in the stream for the round after the backoff
+	}
+	var s streamSettled
+	for _, b := range p.batches {
+		n := min(len(b.read.events), cut-s.rows)
+		if n <= 0 {
 			break
 		}
+		r.settleBatch(&s, b, n, &res) // an outage sets res.Err: the relay backs off
 	}
-	res.Released = len(events) - cut
-	if cut == 0 {
-		return res
+	res.Err = errors.Join(res.Err, left)
+	if err := handOverRows(bg, tx, r.names.SQL, s.handOver); err != nil {
+		return writeFailed("hand over", err)
 	}
-	d := delivery{errs: errs[:cut]}
-	var handOver, cancels []int64
-	delivered, outages := 0, 0
+	if err := markFailed(bg, tx, r.names, s.fails); err != nil {
+		return writeFailed("mark failed", err)
+	}
+	if err := settleCancels(bg, tx, r.names.SQL, s.cancels); err != nil {
+		return writeFailed("settle cancels", err)
+	}
+	done := cut == res.Claimed && !p.full
+	release()
+	if err := commitStream(bg, tx, r.names.SQL, cur, s.lastXid, s.lastID, done); err != nil {
+		return writeFailed("move the cursor", err)
+	}
+	res.Published = s.delivered
+	charged := 0
+	for _, part := range s.parts {
+		r.reportSettled(bg, part.events, part.d, part.fails, &res)
+		charged += res.Failed
+		for i := range part.events {
+			if part.cancelled[i] {
+				ev := &part.events[i]
+				r.log.LogAttrs(bg, slog.LevelInfo, "bunbox relay: cancelled event: "+CancelNeverPublished,
+					slog.Int64("outbox_id", ev.ID), slog.String("event_id", ev.EventID.String()),
+					slog.String("task_type", ev.Name), slog.String("queue", ev.Queue), slog.Int("tasks_removed", 0))
+			}
+		}
+	}
+	res.Failed = charged
+	return res
+}
+
+// streamSettled is what a stream round writes and reports for the rows it settles, gathered batch by
+// batch.
+type streamSettled struct {
+	rows              int     // rows settled so far
+	handOver, cancels []int64 // ids of the rows to hand over, and of the cancelled rows whose cancel to settle
+	fails             []failure
+	delivered         int
+	lastXid           string // the last row settled, where the cursor moves to
+	lastID            int64
+	parts             []settledPart // for the reports after the commit
+}
+
+// settledPart is the settled rows of one batch.
+type settledPart struct {
+	events    []model.Event
+	d         delivery
+	fails     []failure
+	cancelled map[int]bool
+}
+
+// settleBatch adds the first n rows of the done batch b to s: the delivered ones, the keyed and failed
+// ones to hand over (the failures charged by the retry policy when the task's own, see failures), the
+// cancels to settle.
+func (r *Relay) settleBatch(s *streamSettled, b *streamBatch, n int, res *BatchEvent) {
+	events := b.read.events[:n]
+	d := delivery{errs: b.errs[:n]}
 	for i, err := range d.errs {
 		switch {
 		case err == nil:
-			delivered++
+			s.delivered++
 		case errors.Is(err, errCancelled):
-			if read.cancelled[i] {
-				cancels = append(cancels, events[i].ID)
+			if b.read.cancelled[i] {
+				s.cancels = append(s.cancels, events[i].ID)
 			}
 		case errors.Is(err, errHandOver):
-			handOver = append(handOver, events[i].ID)
+			s.handOver = append(s.handOver, events[i].ID)
 		default:
 			d.failed = append(d.failed, i)
-			handOver = append(handOver, events[i].ID)
-			if !taskOwn(err) {
-				outages++
-			}
+			s.handOver = append(s.handOver, events[i].ID)
 		}
 	}
-	fails := r.failures(events[:cut], d, &res) // an outage sets res.Err: the relay backs off
-	if delivered == 0 && len(fails) == 0 && outages > 0 {
-		return res // Redis took nothing: the rows stay in the stream for the round after the backoff
-	}
-	if err := handOverRows(bg, tx, r.names.SQL, handOver); err != nil {
-		return writeFailed("hand over", err)
-	}
-	if err := markFailed(bg, tx, r.names, fails); err != nil {
-		return writeFailed("mark failed", err)
-	}
-	if err := settleCancels(bg, tx, r.names.SQL, cancels); err != nil {
-		return writeFailed("settle cancels", err)
-	}
-	done := cut == len(events) && !read.full
-	release()
-	if err := commitStream(bg, tx, r.names.SQL, cur, read.xids[cut-1], events[cut-1].ID, done); err != nil {
-		return writeFailed("move the cursor", err)
-	}
-	res.Published = delivered
-	r.reportSettled(bg, events[:cut], d, fails, &res)
-	for i := range events[:cut] {
-		if read.cancelled[i] {
-			ev := &events[i]
-			r.log.LogAttrs(bg, slog.LevelInfo, "bunbox relay: cancelled event: "+CancelNeverPublished,
-				slog.Int64("outbox_id", ev.ID), slog.String("event_id", ev.EventID.String()),
-				slog.String("task_type", ev.Name), slog.String("queue", ev.Queue), slog.Int("tasks_removed", 0))
-		}
-	}
-	return res
+	before := res.Err
+	res.Err = nil
+	fails := r.failures(events, d, res)
+	res.Err = errors.Join(before, res.Err)
+	s.fails = append(s.fails, fails...)
+	s.parts = append(s.parts, settledPart{events: events, d: d, fails: fails, cancelled: b.read.cancelled})
+	s.rows += n
+	s.lastXid, s.lastID = b.read.xids[n-1], events[n-1].ID
 }
 
 // errCancelled marks a row the stream read cancelled: it is never enqueued.
