@@ -14,6 +14,7 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
+	"github.com/bunbox/bunbox/internal/streamsql"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -495,14 +496,16 @@ func (r *Relay) rerunArchived(ctx context.Context, task *asynq.Task, opts []asyn
 	return err
 }
 
-// warnKeyedWithoutInspector logs, at start, that keyed rows wait because the relay cannot track them.
+// warnKeyedWithoutInspector logs, at start, that keyed rows wait because the relay cannot track them:
+// pending ones, and those waiting in the stream, which hands every keyed row to the per-row path.
 func (r *Relay) warnKeyedWithoutInspector(ctx context.Context, db bun.IDB) {
 	if r.keys != nil {
 		return
 	}
 	var keyed bool
 	if err := db.NewRaw(r.names.SQL(`SELECT EXISTS (SELECT 1 FROM outbox_events
-WHERE ordering_key IS NOT NULL AND completed_at IS NULL AND published_at IS NULL AND dead_at IS NULL)`)).Scan(ctx, &keyed); err == nil && keyed {
+WHERE ordering_key IS NOT NULL AND completed_at IS NULL AND dead_at IS NULL
+  AND (published_at IS NULL OR published_at = `+streamsql.Sentinel+`))`)).Scan(ctx, &keyed); err == nil && keyed {
 		r.log.LogAttrs(ctx, slog.LevelWarn, "bunbox relay: keyed events are waiting, but this relay relays none: "+
 			"give relay.New the Redis options or Config.Inspector")
 	}

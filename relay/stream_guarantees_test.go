@@ -214,7 +214,6 @@ func TestStreamWaitingRowDoesNotHoldItsKey(t *testing.T) {
 func TestStreamRoundKilledMidEnqueue(t *testing.T) {
 	t.Parallel()
 	outboxtest.SkipShort(t)
-	ctx := context.Background()
 	b := setupStream(t)
 	events := b.record(t, b.db, 400)
 	var once sync.Once
@@ -223,18 +222,7 @@ func TestStreamRoundKilledMidEnqueue(t *testing.T) {
 		if n != 150 {
 			return
 		}
-		once.Do(func() {
-			// The backend that holds the cursor row's lock (FOR UPDATE: RowShareLock on the table) is
-			// the stream round's. pg_locks has a row per lock mode, so one backend can appear more
-			// than once, and it spans every database of the cluster: count backends, in this one.
-			var k int64
-			err := b.db.NewRaw(`SELECT count(pg_terminate_backend(pid)) FROM (SELECT DISTINCT l.pid FROM pg_locks l
-WHERE l.relation = to_regclass('bunbox_stream') AND l.mode = 'RowShareLock' AND l.granted
-  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-  AND l.pid <> pg_backend_pid()) AS holders`).Scan(ctx, &k)
-			require.NoError(t, err)
-			terminated.Store(k)
-		})
+		once.Do(func() { terminated.Store(terminateStreamRound(t, b.db)) })
 	}
 	r := b.newRelay(t, Config{BatchSize: 100, Workers: 1, DisableReconciler: true})
 	run(t, r)
@@ -279,4 +267,21 @@ func TestStreamRelayStoppedMidEnqueue(t *testing.T) {
 	})
 	requireDeliveredOnce(t, b.inspector, b.queue, events)
 	require.Zero(t, countStream(t, b.db).Classic)
+}
+
+// A relay that cannot track keyed events says so at start when the keyed rows wait in the stream, as it
+// does for pending ones (TestOrderingWithoutInspectorKeyedRowsWait): the stream hands them to the per-row
+// path, where they would wait unsaid.
+func TestStreamWarnsKeyedWithoutInspector(t *testing.T) {
+	t.Parallel()
+	outboxtest.SkipShort(t)
+	b := setupStream(t)
+	b.record(t, b.db, 1, model.WithOrderingKey("account-1"))
+	r, err := New(b.db, nil, Config{Enqueuer: b.enq, Logger: b.logs.logger(), DisableReconciler: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Close() })
+	run(t, r)
+	outboxtest.WaitFor(t, streamWait, "the warning", func() bool {
+		return len(b.logs.matching("keyed events are waiting, but this relay relays none")) > 0
+	})
 }
