@@ -70,9 +70,17 @@ const PublishedAt = `(CASE WHEN e.published_at = 'infinity' THEN CASE WHEN ` + D
 
 // Pending is true for a streamed row of outbox_events aliased e that is waiting (see Waiting) and not
 // cancelled: what bunbox status and the metrics count as pending besides the per-row path's pending rows.
-// It reads the index on (xid, id) from WaitingFrom only. It needs Cursor.
+// It reads the index on (xid, id) from WaitingFrom to WaitingTo only. It needs Cursor.
 const Pending = `(e.published_at = 'infinity' AND e.cancelled_at IS NULL AND e.xid >= ` + WaitingFrom + `
-  AND ` + Waiting + `)`
+  AND e.xid < ` + WaitingTo + ` AND ` + Waiting + `)`
+
+// WaitingTo is above the xid of every row a statement in READ COMMITTED can see: its snapshot's xmax. It
+// changes no count there; it is there for the planner. WaitingFrom is known only when the statement runs,
+// so the planner takes a third of the table for xid >= WaitingFrom, and with 10 M delivered rows kept it
+// planned a sequential scan of them for a count of the few waiting ones; with both bounds it takes a
+// narrow range and reads the index. (In a REPEATABLE READ transaction that wrote streamed rows after its
+// snapshot, its own rows lie above that xmax and are not counted.)
+const WaitingTo = `pg_snapshot_xmax(pg_current_snapshot())`
 
 // WaitingFrom is the least xid a waiting streamed row can have: the xmin of the cursor's snap_from (every
 // transaction below it had ended before that snapshot, so its rows are delivered), 0 without a cursor row.
