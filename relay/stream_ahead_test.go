@@ -98,16 +98,8 @@ func TestStreamAheadStoppedMidRound(t *testing.T) {
 	t.Logf("the stopped round moved the cursor past %d rows", c.Delivered)
 	require.GreaterOrEqual(t, c.Delivered, int64(108), "the batches done before the stop committed")
 	require.LessOrEqual(t, c.Delivered, int64(208), "nothing past the batch in flight at the stop")
-	for _, id := range deliveredIDs(t, b.db) {
-		require.Equal(t, 1, b.enq.count(id.String()), "a row the cursor passed was enqueued")
-	}
-	run(t, b.newRelay(t, Config{BatchSize: 100, DisableReconciler: true}))
-	b.waitQueued(t, len(events))
-	outboxtest.WaitFor(t, streamWait, "the cursor past every row", func() bool {
-		return countStream(t, b.db).Delivered == int64(len(events))
-	})
-	requireDeliveredOnce(t, b.inspector, b.queue, events)
-	require.Zero(t, countStream(t, b.db).Classic)
+	b.requirePassedEnqueuedOnce(t)
+	b.deliverRestOnce(t, events)
 }
 
 // A relay stopped in the middle of the enqueues of its round's third batch: the cursor moves past the rows
@@ -130,16 +122,8 @@ func TestStreamAheadStoppedMidBatch(t *testing.T) {
 	c := countStream(t, b.db)
 	t.Logf("the stopped round moved the cursor past %d rows", c.Delivered)
 	require.Less(t, c.Delivered, int64(208), "nothing past the first row not tried")
-	for _, id := range deliveredIDs(t, b.db) {
-		require.Equal(t, 1, b.enq.count(id.String()), "a row the cursor passed was enqueued")
-	}
-	run(t, b.newRelay(t, Config{BatchSize: 100, DisableReconciler: true}))
-	b.waitQueued(t, len(events))
-	outboxtest.WaitFor(t, streamWait, "the cursor past every row", func() bool {
-		return countStream(t, b.db).Delivered == int64(len(events))
-	})
-	requireDeliveredOnce(t, b.inspector, b.queue, events)
-	require.Zero(t, countStream(t, b.db).Classic)
+	b.requirePassedEnqueuedOnce(t)
+	b.deliverRestOnce(t, events)
 }
 
 // Failures, hand-overs and an outage in the later batches of a round: keyed rows and a task's own failures
@@ -237,4 +221,25 @@ func TestStreamAheadRowsOfATransactionOpenAtThePairsStart(t *testing.T) {
 	b.requireEnqueuedOnce(t, all)
 	require.Positive(t, reads.Load(), "rounds read ahead")
 	require.Zero(t, countStream(t, b.db).Updated)
+}
+
+// deliverRestOnce runs a relay that delivers what an earlier one left, and requires every one of events
+// passed by the cursor and in the queue once, none handed over.
+func (b *streamBundle) deliverRestOnce(t *testing.T, events []*model.Event) {
+	t.Helper()
+	run(t, b.newRelay(t, Config{BatchSize: 100, DisableReconciler: true}))
+	b.waitQueued(t, len(events))
+	outboxtest.WaitFor(t, streamWait, "the cursor past every row", func() bool {
+		return countStream(t, b.db).Delivered == int64(len(events))
+	})
+	requireDeliveredOnce(t, b.inspector, b.queue, events)
+	require.Zero(t, countStream(t, b.db).Classic)
+}
+
+// requirePassedEnqueuedOnce requires each row the cursor has passed enqueued once, no more, no less.
+func (b *streamBundle) requirePassedEnqueuedOnce(t *testing.T) {
+	t.Helper()
+	for _, id := range deliveredIDs(t, b.db) {
+		require.Equal(t, 1, b.enq.count(id.String()), "a row the cursor passed was enqueued")
+	}
 }

@@ -36,12 +36,7 @@ func TestStreamReadIsBoundedByThePair(t *testing.T) {
 		snapshotXip(c.from.String), "{}", xmax, xmax, nil, nil, nil, int64(math.MinInt64+1)), 60, "the idle check reads the kept rows")
 
 	err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		c, ok, err := lockCursor(ctx, tx, r.names.SQL)
-		require.NoError(t, err)
-		require.True(t, ok)
-		to, err := currentSnapshot(ctx, tx)
-		require.NoError(t, err)
-		c.to.String, c.to.Valid = to, true
+		c := openPair(t, tx, r)
 		read, err := r.readStream(ctx, tx, c, 500, 1<<20)
 		require.NoError(t, err)
 		require.Len(t, read.events, 5)
@@ -117,12 +112,7 @@ func TestStreamReadMidPairStartsAtThePosition(t *testing.T) {
 	var ids []int64
 	tx, err := db.BeginTx(ctx, nil) // a round that reads three quarters of the big transaction
 	require.NoError(t, err)
-	c, ok, err := lockCursor(ctx, tx, r.names.SQL)
-	require.NoError(t, err)
-	require.True(t, ok)
-	to, err := currentSnapshot(ctx, tx)
-	require.NoError(t, err)
-	c.to.String, c.to.Valid = to, true
+	c := openPair(t, tx, r)
 	read, err := r.readStream(ctx, tx, c, big*3/4, 1<<30)
 	require.NoError(t, err)
 	require.Len(t, read.events, big*3/4)
@@ -239,12 +229,7 @@ func TestStreamReadKeepsToTheIndex(t *testing.T) {
 		defer func() { _ = tx.Rollback() }()
 		_, err = tx.ExecContext(ctx, "SET LOCAL random_page_cost = 1000")
 		require.NoError(t, err)
-		c, ok, err := lockCursor(ctx, tx, r.names.SQL)
-		require.NoError(t, err)
-		require.True(t, ok)
-		to, err := currentSnapshot(ctx, tx)
-		require.NoError(t, err)
-		c.to.String, c.to.Valid = to, true
+		c := openPair(t, tx, r)
 		read, err := r.readStream(ctx, tx, c, 1500, 1<<30) // a position in the pair's second transaction
 		require.NoError(t, err)
 		last := len(read.events) - 1
@@ -261,4 +246,17 @@ func TestStreamReadKeepsToTheIndex(t *testing.T) {
 	plan := explain((&Relay{cfg: Config{}.withDefaults()}).streamBounds())
 	require.False(t, strings.Contains(plan, `"Sort"`), "the read sorts the pair's rows")
 	require.False(t, strings.Contains(plan, `"Bitmap Heap Scan"`), "the read scans the pair's rows by bitmap")
+}
+
+// openPair locks the cursor in tx, as a stream round does, and opens a pair up to now.
+func openPair(t *testing.T, tx bun.Tx, r *Relay) streamCursor {
+	t.Helper()
+	ctx := context.Background()
+	c, ok, err := lockCursor(ctx, tx, r.names.SQL)
+	require.NoError(t, err)
+	require.True(t, ok)
+	to, err := currentSnapshot(ctx, tx)
+	require.NoError(t, err)
+	c.to.String, c.to.Valid = to, true
+	return c
 }
