@@ -155,8 +155,9 @@ func TestStreamReadMidPairStartsAtThePosition(t *testing.T) {
 // (streamsql.Pending) reads the stream index from the cursor on, not every delivered row kept. Its lower
 // bound is known only when the statement runs: alone, the planner took a third of the table for it, and
 // with 10 M delivered rows kept (bunbench -parts keptdrain) it planned a sequential scan of them. The
-// estimate is what the upper bound (streamsql.WaitingTo) changes, at any size: this test checks it, the
-// count, and the buffers the count reads.
+// estimate is what the upper bound (streamsql.WaitingTo) changes, at any size: this test checks it and the
+// count. (Not the buffers the count reads: the lower bound is the xmin of the cursor's snapshot, and a
+// transaction of another test open when the cursor moved puts it below the kept rows, as in CI's pooler run.)
 func TestStreamPendingCountIsBoundedByTheCursor(t *testing.T) {
 	t.Parallel()
 	outboxtest.SkipShort(t)
@@ -175,7 +176,6 @@ func TestStreamPendingCountIsBoundedByTheCursor(t *testing.T) {
 	est := scanEstimate(t, plan, "outbox_events")
 	t.Logf("the planner's estimate of the rows it reads from outbox_events: %.0f of %d", est, kept+5)
 	require.Less(t, est, float64(kept)/100)
-	require.Less(t, buffers(t, db, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+count), 30)
 }
 
 // scanEstimate returns the rows the planner expects from the scans of relation in a plan (EXPLAIN FORMAT
