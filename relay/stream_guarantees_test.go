@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/internal/streamsql"
@@ -189,8 +190,11 @@ func TestStreamWaitingRowDoesNotHoldItsKey(t *testing.T) {
 	ctx := context.Background()
 	b := setupStream(t)
 	head := b.record(t, b.db, 1, model.WithOrderingKey("account-1"))[0]
-	_, err := b.db.NewRaw(`UPDATE outbox_events SET published_at = NULL WHERE event_id = ?`, head.EventID).Exec(ctx)
-	require.NoError(t, err) // what the stream's hand-over writes (handOverSQL)
+	var headID int64
+	require.NoError(t, b.db.NewRaw(`SELECT id FROM outbox_events WHERE event_id = ?`, head.EventID).Scan(ctx, &headID))
+	require.NoError(t, b.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		return handOverRows(ctx, tx, (&Relay{}).names.SQL, []int64{headID}) // as a stream round hands it over
+	}))
 	next := b.record(t, b.db, 1, model.WithOrderingKey("account-1"))[0]
 
 	other, err := b.db.BeginTx(ctx, nil) // another relay's stream round, holding the cursor

@@ -282,11 +282,11 @@ func (r *Relay) testLocked() (release func()) {
 //   - synchronous_commit off: a cursor move lost in a database crash only means its rows are enqueued
 //     again, which their TaskIDs absorb, as for the per-row marks (markStream);
 //   - enable_bitmapscan and enable_sort off: the read (streamReadSQL) asks for the pair's next rows in the
-//     index's order, and the index is what serves it. With statistics that do not know the pair's rows yet
-//     (an ANALYZE of a large table before they were written), the planner took them for a few and chose to
-//     read every remaining row of the pair with a bitmap scan and sort them, at each read: 1,364 buffers and
-//     63 ms for a read of 500 with 10 M rows kept, against about 20 buffers (TestStreamReadKeepsToTheIndex-
-//     WithStaleStatistics). The other statements of the round look rows up by primary key.
+//     index's order, and the index is what serves it. With statistics that sampled few of the pair's rows
+//     (an ANALYZE of a large table), the planner took them for a few and chose to read every remaining row
+//     of the pair with a bitmap scan and sort them, at each read: 1,364 buffers and 63 ms for a read of 500
+//     with 10 M rows kept, against about 20 buffers (TestStreamReadKeepsToTheIndex). The other statements of
+//     the round look rows up by primary key.
 func (r *Relay) streamBounds() sessionBounds {
 	b := r.cfg.bounds()
 	const settings = "('synchronous_commit', 'off'), ('enable_bitmapscan', 'off'), ('enable_sort', 'off')"
