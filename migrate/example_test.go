@@ -46,4 +46,5 @@ func ExampleRegister() {
 	// 20261202000002 bunbox_cancel
 	// 20261204000001 bunbox_payload_codec
 	// 20261205000001 bunbox_stream
+	// 20261206000001 bunbox_stream_marks
 }

@@ -276,6 +276,11 @@ func (r *Reconciler) pass(ctx context.Context, sweep bool) (res ReconcileResult,
 	from := now.Add(-r.cfg.Window)
 	c := &r.cursor
 	c.markXID(mark, from)
+	if streamFrom.Valid { // the stream was turned on: its rows may need the mark after this Reconciler
+		if err := r.recordMark(ctx, mark); err != nil {
+			return res, fmt.Errorf("relay: reconciler: PostgreSQL: record a time mark of the stream: %w", err)
+		}
+	}
 	horizon = c.holdForHidden(horizon, readAt, from, hidden)
 	res.HiddenTransactions = len(hidden)
 	if len(hidden) > 0 && !c.blindLogged {

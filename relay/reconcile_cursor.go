@@ -54,6 +54,8 @@ type reconcileCursor struct {
 	lastRead    time.Time
 	// blindLogged records that the reconciler has said that its role cannot see other roles' transactions.
 	blindLogged bool
+	// marksLogged records that the reconciler has said that it cannot use bunbox_stream_marks.
+	marksLogged bool
 }
 
 func newReconcileCursor() reconcileCursor {

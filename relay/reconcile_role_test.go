@@ -1,8 +1,11 @@
 package relay_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,4 +112,28 @@ func TestReconcilerUnderRoleWithoutReadAllStats(t *testing.T) {
 	require.EqualValues(t, 1, outboxtest.Count(t, db, "outbox_events", "event_id = ? AND published_at IS NULL", late.EventID))
 	b.relayAll(t)
 	b.requireTasks(t, []*model.Event{late})
+}
+
+// A reconciler whose role may read and update the outbox but not write bunbox_stream_marks says once at
+// Warn that it cannot keep the stream's time marks, names the GRANT, and its passes succeed as before.
+func TestReconcilerWithoutMarksPrivilege(t *testing.T) {
+	outboxtest.SkipPooled(t, "it creates a login role, which the test PgBouncer has no auth entry for; the direct pass runs it")
+	t.Parallel()
+	ctx := context.Background()
+	db, schema := outboxtest.Schema(t)
+	rd := outboxtest.StartRedis(t, &outboxtest.RedisOptions{NoPersistence: true})
+	require.NoError(t, relay.EnableStream(ctx, db, relay.Config{}))
+	blind := restrictedRole(t, db, schema)
+	var logs bytes.Buffer // the passes run on this goroutine
+	rc, err := relay.NewReconciler(blind, asynq.RedisClientOpt{Addr: rd.Addr()},
+		relay.ReconcilerConfig{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rc.Close() })
+	for range 2 {
+		_, err := rc.ReconcileOnce(ctx)
+		require.NoError(t, err)
+	}
+	require.Equal(t, 1, strings.Count(logs.String(), "cannot keep the stream's time marks"), logs.String())
+	require.Contains(t, logs.String(), "GRANT SELECT, INSERT, DELETE")
+	require.Zero(t, outboxtest.Count(t, db, "bunbox_stream_marks", "true"))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/uptrace/bun/dialect/pgdialect"
@@ -27,10 +28,11 @@ import (
 // row at that read, so the row was not visible in the snap_from read then, and its xid is at or above
 // that snapshot's xmin (streamsql.DeliveredSince). That is a range of the stream's index, (xid, id), and
 // the rows' pages are ordered by it. A sweep reads every delivered streamed row created within Window,
-// through the same index from the xid of a mark taken before the window began (see xidMark); when the
-// Reconciler is younger than Window (its first pass), from the least xid of the streamed rows created
-// within the window, which one read of the streamed rows the table keeps (PublishedRetention) finds. The
-// rows created before the window whose ProcessAt is within it or ahead are read from the index's start.
+// through the same index from the xid of a mark taken before the window began (see xidMark): one of the
+// Reconciler's own passes, or when it is younger than Window one that a pass recorded in the database
+// (see reconcile_marks.go). Only without either does it look for the least xid of the streamed rows
+// created within the window, a read of every streamed row the table keeps (PublishedRetention). The rows
+// created before the window whose ProcessAt is within it or ahead are read from the index's start.
 
 // reconcileStreamFromSQL reads the cursor's last finished snapshot as text (NULL without a cursor row), and
 // an xidMark: the xmax of the statement's snapshot (taken as the statement began), then the clock.
@@ -58,6 +60,13 @@ func (c *reconcileCursor) markXID(m xidMark, from time.Time) {
 		}
 	}
 	c.xidMarks = c.xidMarks[keep:]
+}
+
+// adoptMark keeps m, a mark recorded in the database before the first of the cursor's own, as the earliest.
+func (c *reconcileCursor) adoptMark(m xidMark) {
+	if len(c.xidMarks) == 0 || m.at.Before(c.xidMarks[0].at) {
+		c.xidMarks = append([]xidMark{m}, c.xidMarks...)
+	}
 }
 
 // sweepFromXID returns the xid a sweep of the window starting at from reads the stream's index from: the
@@ -95,6 +104,47 @@ ORDER BY e.xid, e.id
 LIMIT ?6`
 }
 
+// streamStart returns the xid from which a scan of rg (not scheduled) reads the stream's index: the
+// greatest of the lower bounds it knows of the xids of the rows it looks for. Those are the mark of this
+// Reconciler's own taken before the window began, else the latest recorded one (see recordedMark), and
+// in an incremental pass (since valid) the xmin of the cursor read by the previous pass. Without any, it
+// finds the least xid of the streamed rows created within the window (the read of every streamed row
+// the table keeps that the marks are there to avoid), and returns false when there is none.
+func (r *Reconciler) streamStart(ctx context.Context, rg scanRange, since *sql.NullString) (string, bool, error) {
+	c := &r.cursor
+	from, err := strconv.ParseUint(c.sweepFromXID(rg.from), 10, 64)
+	if err != nil {
+		return "", false, fmt.Errorf("relay: reconciler: a time mark of the stream: %w", err)
+	}
+	if from == 0 {
+		m, ok, err := r.recordedMark(ctx, rg.from)
+		if err != nil {
+			return "", false, fmt.Errorf("relay: reconciler: read a time mark of the stream: %w", err)
+		}
+		if ok {
+			c.adoptMark(m)
+			if from, err = strconv.ParseUint(m.xmax, 10, 64); err != nil {
+				return "", false, fmt.Errorf("relay: reconciler: a time mark of the stream: %w", err)
+			}
+		}
+	}
+	if since != nil && since.Valid {
+		xmin, err := snapshotXmin(since.String)
+		if err != nil {
+			return "", false, err
+		}
+		return strconv.FormatUint(max(from, xmin), 10), true, nil
+	}
+	if from > 0 {
+		return strconv.FormatUint(from, 10), true, nil
+	}
+	var first sql.NullString
+	if err := r.db.NewRaw(r.names.SQL(reconcileStreamFirstSQL), rg.from, rg.to).Scan(ctx, &first); err != nil {
+		return "", false, fmt.Errorf("relay: reconciler: read delivered streamed rows: %w", err)
+	}
+	return first.String, first.Valid, nil
+}
+
 // scanStream pages through the delivered streamed rows of rg in (xid, id) order, looks their tasks up and
 // requeues the rows whose task is gone (a requeued streamed row leaves the stream: a pending row of the
 // per-row path). since is the cursor's snap_from read by the previous pass (incremental), nil for a sweep.
@@ -103,19 +153,11 @@ func (r *Reconciler) scanStream(ctx context.Context, res *ReconcileResult, rg sc
 	// scheduled) are read from the index's start.
 	afterXID, afterID := "0", int64(0)
 	if !rg.scheduled {
-		afterXID = r.cursor.sweepFromXID(rg.from)
-	}
-	if afterXID == "0" && !rg.scheduled {
-		// No mark before the window (a Reconciler younger than it): one read finds where the window's rows
-		// begin, so that the pages read the index from there, not the whole table each.
-		var first sql.NullString
-		if err := r.db.NewRaw(r.names.SQL(reconcileStreamFirstSQL), rg.from, rg.to).Scan(ctx, &first); err != nil {
-			return fmt.Errorf("relay: reconciler: read delivered streamed rows: %w", err)
+		var ok bool
+		var err error
+		if afterXID, ok, err = r.streamStart(ctx, rg, since); err != nil || !ok {
+			return err
 		}
-		if !first.Valid {
-			return nil
-		}
-		afterXID = first.String
 	}
 	queues, notQueues := pgdialect.Array(nonNil(rg.queues)), pgdialect.Array(nonNil(rg.notQueues))
 	var bound sql.NullString

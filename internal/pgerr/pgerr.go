@@ -17,6 +17,7 @@ import (
 const (
 	UniqueViolation         = "23505"
 	UndefinedTable          = "42P01"
+	InsufficientPrivilege   = "42501"
 	InvalidSQLStatementName = "26000" // a prepared statement the server does not have
 	// DuplicatePreparedStatement: a name already prepared on the server connection (behind a transaction
 	// pooler, by another client).

@@ -42,7 +42,8 @@ var ErrInvalidSchema = errors.New("invalid schema name")
 var ErrInvalidTablePrefix = errors.New("invalid table prefix")
 
 // The names that SQL rewrites: the tables of the migrations.
-var tableNames = map[string]bool{"outbox_events": true, "inbox_events": true, "bunbox_leases": true, "bunbox_stream": true}
+var tableNames = map[string]bool{"outbox_events": true, "inbox_events": true, "bunbox_leases": true, "bunbox_stream": true,
+	"bunbox_stream_marks": true}
 
 // keywords may follow DROP INDEX before the index's name.
 var keywords = map[string]bool{"IF": true, "EXISTS": true, "CONCURRENTLY": true}

@@ -1,0 +1,1 @@
+DROP TABLE IF EXISTS bunbox_stream_marks;
