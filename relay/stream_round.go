@@ -286,10 +286,12 @@ func (r *Relay) testLocked() (release func()) {
 //     (an ANALYZE of a large table), the planner took them for a few and chose to read every remaining row
 //     of the pair with a bitmap scan and sort them, at each read: 1,364 buffers and 63 ms for a read of 500
 //     with 10 M rows kept, against about 20 buffers (TestStreamReadKeepsToTheIndex). The other statements of
-//     the round look rows up by primary key.
+//     the round look rows up by primary key;
+//   - jit off: a statement whose estimated cost passes jit_above_cost (a large table's statistics) is
+//     compiled at each run, 30 ms and more, for a read of a few milliseconds (see indexOrderSettings).
 func (r *Relay) streamBounds() sessionBounds {
 	b := r.cfg.bounds()
-	const settings = "('synchronous_commit', 'off'), ('enable_bitmapscan', 'off'), ('enable_sort', 'off')"
+	const settings = "('synchronous_commit', 'off'), " + indexOrderSettings
 	if b.sql == "" {
 		b.sql = "SELECT set_config(name, setting, true) FROM (VALUES " + settings + ") AS s(name, setting)"
 		return b

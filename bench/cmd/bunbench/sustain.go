@@ -22,6 +22,7 @@ import (
 	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/internal/streamsql"
 	"github.com/bunbox/bunbox/model"
+	"github.com/bunbox/bunbox/relay"
 )
 
 // The flat-at-scale parts (issue 18 item 3).
@@ -623,6 +624,17 @@ FROM generate_series(?::bigint, ?::bigint) g,
 		}
 		if st, err := readStreamState(ctx, kept); err != nil || st.delivered != int64(o.keptRows) || st.waiting != 0 {
 			return fmt.Errorf("the kept rows are not all delivered streamed rows: %s", st.describe(err))
+		}
+		// The time mark that the reconcilers of a table written over days would have recorded before the
+		// window of a new relay's reconciler (bunbox_stream_marks): the kept rows count as created then, so
+		// only the rounds' backlogs, written from now on, are past it. Without it that reconciler's first
+		// sweep reads every kept row, as one just deployed on a table with no marks yet does.
+		for _, db := range []*bun.DB{kept, empty} {
+			if _, err := db.ExecContext(ctx, `INSERT INTO bunbox_stream_marks (at, next_xid)
+VALUES (now() - make_interval(secs => ?::float8), pg_snapshot_xmax(pg_current_snapshot()))`,
+				(relay.ReconcileWindowDefault + time.Minute).Seconds()); err != nil {
+				return fmt.Errorf("record a time mark: %w", err)
+			}
 		}
 	}
 	if err := execAll(ctx, kept, "VACUUM ANALYZE outbox_events", "CHECKPOINT"); err != nil {
