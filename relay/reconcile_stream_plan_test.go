@@ -22,13 +22,8 @@ func TestReconcilerStreamPageKeepsToTheIndex(t *testing.T) {
 	outboxtest.SkipShort(t)
 	t.Parallel()
 	ctx := context.Background()
-	db := streamWithKeptRows(t, 20000)
-	for range 5 {
-		insertStreamed(t, db, "new", 1000)
-	}
+	db := streamWithNewRowsAnalyzed(t)
 	outboxtest.DeliverStream(t, db)
-	_, err := db.ExecContext(ctx, `ANALYZE outbox_events`)
-	require.NoError(t, err)
 	var afterXID string // a page in the middle of the new rows
 	require.NoError(t, db.NewRaw("SELECT xid::text FROM outbox_events WHERE event_name = 'new' ORDER BY xid, id OFFSET 1500 LIMIT 1").
 		Scan(ctx, &afterXID))

@@ -63,6 +63,19 @@ func streamWithKeptRows(t *testing.T, kept int) *bun.DB {
 	return db
 }
 
+// streamWithNewRowsAnalyzed is streamWithKeptRows(t, 20000) with 5,000 streamed rows named "new" written
+// after them in five transactions, not delivered, and the table analyzed.
+func streamWithNewRowsAnalyzed(t *testing.T) *bun.DB {
+	t.Helper()
+	db := streamWithKeptRows(t, 20000)
+	for range 5 {
+		insertStreamed(t, db, "new", 1000)
+	}
+	_, err := db.ExecContext(context.Background(), `ANALYZE outbox_events`)
+	require.NoError(t, err)
+	return db
+}
+
 // insertStreamed writes n streamed rows named name in one transaction (one statement).
 func insertStreamed(t *testing.T, db *bun.DB, name string, n int) {
 	t.Helper()
@@ -216,12 +229,7 @@ func TestStreamReadKeepsToTheIndex(t *testing.T) {
 	outboxtest.SkipShort(t)
 	t.Parallel()
 	ctx := context.Background()
-	db := streamWithKeptRows(t, 20000)
-	for range 5 {
-		insertStreamed(t, db, "new", 1000)
-	}
-	_, err := db.ExecContext(ctx, `ANALYZE outbox_events`)
-	require.NoError(t, err)
+	db := streamWithNewRowsAnalyzed(t)
 	r := &Relay{db: db}
 	explain := func(bounds sessionBounds) string {
 		tx, err := beginBounded(ctx, db, bounds)
