@@ -4,10 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/bunbox/bunbox/internal/pgerr"
@@ -82,14 +79,4 @@ func (r *Reconciler) marksUnusable(ctx context.Context, err error) bool {
 			"streamed row among every streamed row the table keeps", slog.Any("err", err))
 	}
 	return true
-}
-
-// snapshotXmin returns the xmin of a pg_snapshot in its text form ("xmin:xmax:xip,..."), as a decimal.
-func snapshotXmin(snap string) (uint64, error) {
-	xmin, _, _ := strings.Cut(snap, ":")
-	v, err := strconv.ParseUint(xmin, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("relay: reconciler: the stream's cursor %q is not a snapshot: %w", snap, err)
-	}
-	return v, nil
 }

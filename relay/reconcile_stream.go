@@ -158,7 +158,7 @@ const indexOrderSettings = "('jit', 'off'), ('enable_bitmapscan', 'off'), ('enab
 // index's order, local to its transaction (safe behind a transaction pooler; any role may set them); the
 // scheduled rows' read (from the index on process_at, then sorted: few rows) only turns JIT off.
 var (
-	reconcileStreamBounds          = sessionBounds{sql: "SELECT set_config(name, setting, true) FROM (VALUES " + indexOrderSettings + ") AS s(name, setting)"}
+	reconcileStreamBounds          = sessionBounds{sql: setLocalSQL(indexOrderSettings)}
 	reconcileStreamScheduledBounds = sessionBounds{sql: "SELECT set_config('jit', 'off', true)"}
 )
 

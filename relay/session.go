@@ -73,6 +73,12 @@ func newSessionBounds(idle, statement, lock time.Duration) sessionBounds {
 	return b
 }
 
+// setLocalSQL is a statement that sets each (name, setting) row of pairs (SQL, e.g. "('jit', 'off')") for
+// the current transaction only.
+func setLocalSQL(pairs string) string {
+	return "SELECT set_config(name, setting, true) FROM (VALUES " + pairs + ") AS s(name, setting)"
+}
+
 // readCommitted is the isolation of every relay, reconciler and cleaner transaction, whatever the
 // database's default_transaction_isolation: their claims and marks are written for READ COMMITTED (SKIP
 // LOCKED sees the rows committed since the claim began), and under SERIALIZABLE concurrent rounds fail with

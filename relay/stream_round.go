@@ -293,7 +293,7 @@ func (r *Relay) streamBounds() sessionBounds {
 	b := r.cfg.bounds()
 	const settings = "('synchronous_commit', 'off'), " + indexOrderSettings
 	if b.sql == "" {
-		b.sql = "SELECT set_config(name, setting, true) FROM (VALUES " + settings + ") AS s(name, setting)"
+		b.sql = setLocalSQL(settings)
 		return b
 	}
 	b.sql = strings.Replace(b.sql, "(VALUES ", "(VALUES "+settings+", ", 1)
