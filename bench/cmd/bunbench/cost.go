@@ -198,6 +198,7 @@ type stat struct {
 	comm      string
 	ppid      int
 	cpu       time.Duration // utime and stime
+	children  time.Duration // cutime and cstime: of the children it waited for
 	malformed bool
 }
 
@@ -219,7 +220,7 @@ func procStat(pid int) stat {
 		n, _ := strconv.ParseInt(fields[i], 10, 64)
 		return time.Duration(n) * 10 * time.Millisecond // USER_HZ = 100
 	}
-	return stat{comm: string(b[open+1 : end]), ppid: ppid, cpu: tick(11) + tick(12)}
+	return stat{comm: string(b[open+1 : end]), ppid: ppid, cpu: tick(11) + tick(12), children: tick(13) + tick(14)}
 }
 
 // loadAverage is /proc/loadavg's first three figures.

@@ -64,6 +64,7 @@ type options struct {
 	sustainWriters int           // writers of the sustain part
 	sustainBatch   int           // events per transaction of the sustain part
 	pgLog          string        // the server log the sustain part reads autovacuums from
+	aofRewrite     bool          // sustain: leave Redis's automatic AOF rewrite on
 	keptRows       int           // published rows kept in the keptdrain part's table
 	keptN          int           // pending events drained in each keptdrain round
 }
@@ -96,6 +97,7 @@ func main() {
 	flag.DurationVar(&o.sustainEvery, "sustain-every", 5*time.Minute, "sustain: a row per this much time")
 	flag.IntVar(&o.sustainWriters, "sustain-writers", 32, "sustain: writers, each committing one transaction at a time")
 	flag.IntVar(&o.sustainBatch, "sustain-batch", 1, "sustain: events per transaction (1: an event per business transaction)")
+	flag.BoolVar(&o.aofRewrite, "sustain-aof-rewrite", true, "sustain: leave Redis's automatic AOF rewrite on (false: off for the run, put back after)")
 	flag.StringVar(&o.pgLog, "pg-log", "", "sustain: the server log to read autovacuums from (default: server.log in the data directory)")
 	flag.IntVar(&o.keptRows, "kept-rows", 10_000_000, "keptdrain: published rows kept in the table")
 	flag.IntVar(&o.keptN, "kept-n", 50_000, "keptdrain: pending events drained per round")

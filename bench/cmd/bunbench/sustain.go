@@ -55,6 +55,7 @@ type sustainSnap struct {
 	avCount    int64   // pg_stat_user_tables.autovacuum_count
 	redisMB    float64
 	load       string
+	cpu        sustainCPU
 }
 
 type indexSize struct {
@@ -91,8 +92,12 @@ func runSustain(ctx context.Context, e *env, o options) error {
 
 // sustainArm is the sustain part for one relay; stream turns the stream on before the writers start.
 func sustainArm(ctx context.Context, e *env, o options, name string, stream bool) error {
-	fmt.Printf("## Flat at scale, %s: %d events/s for %s, %d writers, %d events per transaction, a row per %s (load average %s)\n\n",
-		name, o.sustainRate, o.sustainDur, o.sustainWriters, max(1, o.sustainBatch), o.sustainEvery, loadAverage())
+	rewrite := "on"
+	if !o.aofRewrite {
+		rewrite = "off for the run"
+	}
+	fmt.Printf("## Flat at scale, %s: %d events/s for %s, %d writers, %d events per transaction, a row per %s, Redis's automatic AOF rewrite %s (load average %s)\n\n",
+		name, o.sustainRate, o.sustainDur, o.sustainWriters, max(1, o.sustainBatch), o.sustainEvery, rewrite, loadAverage())
 	db, schema, err := e.schema(ctx, o.sustainWriters+4, true)
 	if err != nil {
 		return err
@@ -115,6 +120,11 @@ func sustainArm(ctx context.Context, e *env, o options, name string, stream bool
 	rdb := redis.NewClient(&redis.Options{Addr: e.redis.Addr})
 	defer rdb.Close()
 	defer dropBigQueue(rdb, q)
+	restore, err := setAOFRewrite(ctx, rdb, o.aofRewrite)
+	if err != nil {
+		return err
+	}
+	defer restore()
 
 	exe, err := os.Executable()
 	if err != nil {
@@ -133,6 +143,10 @@ func sustainArm(ctx context.Context, e *env, o options, name string, stream bool
 	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || strings.TrimSpace(line) != "running" {
 		return fmt.Errorf("the relay's process did not start: %q %v", line, err)
 	}
+	cpu := newCPUSampler(newMeter(ctx, db, e.redis.Addr), proc.Process.Pid, rdb)
+	forksCtx, stopForks := context.WithCancel(ctx)
+	defer stopForks()
+	go cpu.watchForks(forksCtx)
 
 	var written, missed atomic.Int64
 	runCtx, stop := context.WithTimeout(ctx, o.sustainDur)
@@ -168,7 +182,7 @@ func sustainArm(ctx context.Context, e *env, o options, name string, stream bool
 	}
 
 	snap := func() (sustainSnap, error) {
-		s := sustainSnap{at: time.Now(), written: written.Load(), missed: missed.Load(), load: loadAverage()}
+		s := sustainSnap{at: time.Now(), written: written.Load(), missed: missed.Load(), load: loadAverage(), cpu: cpu.read(ctx)}
 		if err := db.NewRaw(`SELECT (SELECT coalesce(max(id), 0) FROM outbox_events),
   (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL) + (`+streamWaitingSQL+`),
   pg_current_wal_lsn()::text, pg_relation_size('outbox_events'),
@@ -263,7 +277,8 @@ FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'outb
 	}
 	fmt.Println()
 	table([]string{"elapsed", "written/s", "in Redis/s", "backlog rows", "created→claimed p50 / p99 ms", "created→in Redis p50 / p99 ms", "claim (stream: read) ms",
-		"table MB", "indexes MB", "pending indexes kB", "WAL B/event", "autovacuum n / s", "dead tuples", "Redis MB", "load avg"}, rows)
+		"table MB", "indexes MB", "pending indexes kB", "WAL B/event", "autovacuum n / s", "dead tuples", "Redis MB", "load avg",
+		cpuHeader[0], cpuHeader[1]}, rows)
 	last := prev
 	fmt.Printf("\n%d events written in %s (%.0f/s, %d transactions the pacer could not hand to a writer); backlog at the end %d rows, "+
 		"%d after %s; table + indexes grew %.0f bytes per event written.\n",
@@ -304,6 +319,7 @@ of each index; WAL: pg_current_wal_lsn() difference over the events written in t
 this run's alone); autovacuum: the automatic vacuums of outbox_events that ended in the interval and the sum of
 their elapsed time, from the server log (log_autovacuum_min_duration = 0 on the table); dead tuples:
 pg_stat_user_tables.n_dead_tup; load avg: /proc/loadavg at the end of the interval (the machine is shared).`)
+	fmt.Printf(cpuNote+"\n", gomaxprocs())
 	return nil
 }
 
@@ -378,12 +394,13 @@ WHERE id = ANY(ARRAY(SELECT generate_series(?::bigint, ?::bigint, 50)))`, a.maxI
 	if b.avN >= 0 {
 		av = fmt.Sprintf("%d / %.1f s (%d analyze)", b.avN, b.avSec, b.anN)
 	}
-	return []string{fmtElapsed(b.at.Sub(start)), fmt.Sprintf("%.0f", float64(events)/secs),
+	row := []string{fmtElapsed(b.at.Sub(start)), fmt.Sprintf("%.0f", float64(events)/secs),
 		fmt.Sprintf("%.0f", float64(b.inRedis-a.inRedis)/secs), strconv.FormatInt(b.pending, 10),
 		latency, inRedis, fmt.Sprintf("%.2f", claim),
 		fmt.Sprintf("%.0f", float64(b.tableBytes)/(1<<20)), fmt.Sprintf("%.0f", float64(all)/(1<<20)),
 		strconv.FormatInt(pending/1024, 10), fmt.Sprintf("%.0f", float64(wal)/float64(max(1, events))),
-		av, strconv.FormatInt(b.dead, 10), fmt.Sprintf("%.0f", b.redisMB), b.load}, nil
+		av, strconv.FormatInt(b.dead, 10), fmt.Sprintf("%.0f", b.redisMB), b.load}
+	return append(row, cpuColumns(a.cpu, b.cpu, secs)...), nil
 }
 
 // redisLatency is "p50 / p99" of created → in Redis of the events ids (created at created, unix ns): the
