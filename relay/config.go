@@ -81,7 +81,10 @@ type Config struct {
 	PollInterval time.Duration
 	// MinPollInterval is the wait after a round that found nothing, for the first second after the
 	// relay last saw rows; then the wait doubles with every empty round up to PollInterval. It is the idle
-	// latency under traffic when no NOTIFY trigger is installed. Defaults to 5ms.
+	// latency under traffic when no NOTIFY trigger is installed. With the stream on (EnableStream), it is
+	// also the wait after a stream round that delivered rows but was not full, so that steady traffic is
+	// read in rounds of what commits in MinPollInterval rather than round after round of a few rows.
+	// Defaults to 5ms.
 	MinPollInterval time.Duration
 	// DisableNotify turns off listening on NotifyChannel (which needs the pgdriver or pgx driver and the
 	// trigger of EnableNotify to be useful). Defaults to false: the relay listens when the driver is

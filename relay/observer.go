@@ -52,6 +52,9 @@ type BatchEvent struct {
 	Err error
 
 	full bool // the claim took as many rows as BatchSize or BatchBytes allowed: more may be waiting
+	// streamed: the iteration ran a stream round (runRounds); after one that delivered rows and was not
+	// full, the loop waits MinPollInterval rather than none (Relay.loop).
+	streamed bool
 }
 
 // DeadEvent describes a row the relay gave up on.

@@ -216,8 +216,9 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}, busy chan<- stru
 		case <-wakeCh:
 			woken = true
 		}
-		if empties > 0 && failures == 0 && !woken && !r.due(ctx) && !r.streamDue(ctx) {
-			// Still idle, found with one cheap statement rather than a transaction.
+		if empties > 0 && failures == 0 && !woken && (r.streamCovers() || !r.due(ctx) && !r.streamDue(ctx)) {
+			// Still idle, found with one cheap statement rather than a transaction, or with none while
+			// another worker streams (streamCovers).
 			empties++
 			timer.Reset(r.cfg.idleWait(empties))
 			continue
@@ -238,11 +239,16 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}, busy chan<- stru
 			failures, empties = 0, 0
 		case res.Claimed > 0:
 			empties = 0 // more may be waiting: look again at once
-			if res.full {
+			switch {
+			case res.full:
 				select {
 				case busy <- struct{}{}:
 				default:
 				}
+			case res.streamed:
+				// The stream is caught up: what commits in the next MinPollInterval is read at once,
+				// rather than round after round of a few rows each (see stream.go).
+				wait = r.cfg.MinPollInterval
 			}
 		default:
 			empties++

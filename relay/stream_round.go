@@ -133,6 +133,7 @@ func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
 		r.settleBatch(&s, b, n, &res) // an outage sets res.Err: the relay backs off
 	}
 	res.Err = errors.Join(res.Err, left)
+	r.stream.handedOver.Store(len(s.handOver) > 0)
 	if err := handOverRows(bg, tx, r.names.SQL, s.handOver); err != nil {
 		return writeFailed("hand over", err)
 	}
