@@ -20,9 +20,9 @@ import (
 // was not full (Relay.loop), instead of starting the next round at once: back to back, each round carried
 // what committed during the one before, and its fixed statements (begin, bounds, cursor lock, snapshot,
 // cursor update, commit, the check for per-row rows) were paid for a few rows each. At 5,000 events/s
-// (bunbench -parts sustain, 3 minutes, 2026-12-02) the relay's process took 32-33 % of a core against
-// 39-40 %, and PostgreSQL 56-64 % against 71-74 %; a row waits up to MinPollInterval longer. A full
-// round still calls the next one at once, so a backlog drains as before.
+// (bunbench -parts sustain, two runs of 3 minutes each way, 2026-12-02) the relay's process took 31-36 %
+// of a core against 38-42 %, and PostgreSQL 60-65 % against 69-77 %; a row waits up to MinPollInterval
+// longer. A full round still calls the next one at once, so a backlog drains as before.
 
 // streamCheckInterval is how long the relay trusts what it last read of the catalog about the stream:
 // EnableStream reaches a running relay within about this long.
@@ -127,8 +127,7 @@ func (r *Relay) runRounds(ctx context.Context) BatchEvent {
 // streamCovers reports whether an idle worker may skip its poll for per-row rows (due) because another
 // worker of this relay is in a stream round and the last one handed nothing to the per-row path: that
 // worker asks for per-row rows due itself after each round (runRounds), and polling beside it cost two
-// statements every MinPollInterval for the whole of a drain (bunbench -parts drain: the default two
-// workers against one).
+// statements every MinPollInterval for the whole of a drain.
 func (r *Relay) streamCovers() bool {
 	return r.stream.active.Load() && !r.stream.handedOver.Load()
 }
