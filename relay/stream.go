@@ -99,13 +99,12 @@ func (r *Relay) streaming(ctx context.Context) bool {
 // stream round while this worker runs its per-row round.
 func (r *Relay) runRounds(ctx context.Context) BatchEvent {
 	var s BatchEvent
-	streamed := false
 	if r.streaming(ctx) && r.stream.round.TryLock() {
 		r.stream.active.Store(true)
 		s = r.streamRound(ctx)
 		r.stream.active.Store(false)
 		r.stream.round.Unlock()
-		streamed = true
+		s.streamed = true
 		if s.full {
 			r.callHelper()
 		}
@@ -113,8 +112,7 @@ func (r *Relay) runRounds(ctx context.Context) BatchEvent {
 	if ctx.Err() != nil {
 		return s
 	}
-	s.streamed = streamed
-	if streamed && !r.due(ctx) {
+	if s.streamed && !r.due(ctx) {
 		// Skip the per-row round's transaction (seven statements) when one cheap statement finds no
 		// per-row row due (an error says due): under steady traffic with the stream on, every iteration
 		// ran it for nothing. A per-row row that comes due meanwhile is claimed in the next iteration,
