@@ -142,7 +142,8 @@ type Config struct {
 	RoundBackoff time.Duration
 	// RoundBackoffMax caps RoundBackoff's growth. Defaults to 30s.
 	RoundBackoffMax time.Duration
-	// EnqueueTimeout bounds one enqueue. Defaults to 5s.
+	// EnqueueTimeout bounds one enqueue. Defaults to 5s. The enqueues that one of the relay's goroutines
+	// starts within a hundredth of it share a deadline, so each gets between 99/100 of it and all of it.
 	EnqueueTimeout time.Duration
 	// PublishedRetention is how long published rows are kept before the relay deletes them; a negative value keeps
 	// them forever. Defaults to 7 days.

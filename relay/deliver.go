@@ -28,6 +28,8 @@ func (r *Relay) deliver(ctx context.Context, events []model.Event, bad map[int]e
 	var wg sync.WaitGroup
 	for range min(r.cfg.Concurrency, len(events)) {
 		wg.Go(func() {
+			p := publisher{r: r, round: ctx, parent: context.WithoutCancel(ctx)}
+			defer p.close()
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= len(events) {
@@ -41,13 +43,15 @@ func (r *Relay) deliver(ctx context.Context, events []model.Event, bad map[int]e
 					errs[i] = err
 					continue
 				}
+				// A slot per event, not per goroutine: another round's rows (a critical queue's among
+				// them) get the next free slot, rather than waiting for this batch to run out.
 				select {
 				case <-ctx.Done():
 					errs[i] = errReleased
 					continue
 				case r.sem <- struct{}{}:
 				}
-				errs[i] = r.publish(ctx, &events[i])
+				errs[i] = p.publish(&events[i])
 				<-r.sem
 				if errs[i] == nil {
 					delivered(events[i].ID)
@@ -61,11 +65,9 @@ func (r *Relay) deliver(ctx context.Context, events []model.Event, bad map[int]e
 
 // enqueue puts ev's task into Redis, or with Routes one task per listener; the row counts as delivered
 // once all of them are there. A retry after a partial failure finds the listeners already enqueued as
-// TaskID conflicts.
-func (r *Relay) enqueue(ctx context.Context, ev *model.Event) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.EnqueueTimeout)
-	defer cancel()
-	task, opts := newTask(ev, r.cfg.TaskRetention)
+// TaskID conflicts. ctx bounds it (publisher.enqueueCtx: EnqueueTimeout); id is ev.EventID as a string.
+func (r *Relay) enqueue(ctx context.Context, ev *model.Event, id string) error {
+	task, opts := newTask(ev, id, r.cfg.TaskRetention)
 	listeners := r.cfg.Routes[ev.Name]
 	if len(listeners) == 0 {
 		return r.enqueueTask(ctx, ev, task, opts)

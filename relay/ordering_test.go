@@ -431,11 +431,11 @@ func TestTaskCarriesOrderingKey(t *testing.T) {
 	t.Parallel()
 	ev, err := model.NewEvent("account.changed", nil, model.WithOrderingKey("account:42"))
 	require.NoError(t, err)
-	task, _ := newTask(ev, time.Hour)
+	task, _ := newTask(ev, ev.EventID.String(), time.Hour)
 	require.Equal(t, "account:42", task.Headers()[model.HeaderOrderingKey])
 	ev, err = model.NewEvent("account.changed", nil)
 	require.NoError(t, err)
-	task, _ = newTask(ev, time.Hour)
+	task, _ = newTask(ev, ev.EventID.String(), time.Hour)
 	require.NotContains(t, task.Headers(), model.HeaderOrderingKey)
 }
 
@@ -481,7 +481,7 @@ func TestOrderingEnqueuedBeforeACrash(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	events := insertKeyed(t, b.db, b.queue, "account.changed", []keyedPayload{{"k", 0}, {"k", 1}})
-	task, opts := newTask(events[0], time.Hour)
+	task, opts := newTask(events[0], events[0].EventID.String(), time.Hour)
 	_, err := b.enq.client.EnqueueContext(ctx, task, opts...)
 	require.NoError(t, err)
 

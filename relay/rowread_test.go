@@ -88,7 +88,7 @@ func FuzzReadRow(f *testing.F) {
 		if err := checked.Validate(0); err != nil {
 			t.Fatalf("readRow passed an event that Validate refuses: %v", err)
 		}
-		task, opts := newTask(&ev, time.Hour)
+		task, opts := newTask(&ev, ev.EventID.String(), time.Hour)
 		if task.Type() != name || len(opts) == 0 {
 			t.Fatalf("task type %q, want %q", task.Type(), name)
 		}

@@ -21,12 +21,13 @@ import (
 // id, queue = the event's queue, retention (the dedupe window) = taskRetention or the event's longer
 // Retention, and the event's delivery options (model.WithProcessAt and the options after it), each as
 // asynq's option of the same name. With Routes, listenerTask derives each listener's task from it.
-func newTask(ev *model.Event, taskRetention time.Duration) (*asynq.Task, []asynq.Option) {
-	headers := make(map[string]string, len(ev.Metadata)+3)
+//
+// id is ev.EventID as a string, which the caller has at hand.
+func newTask(ev *model.Event, id string, taskRetention time.Duration) (*asynq.Task, []asynq.Option) {
+	headers := make(map[string]string, len(ev.Metadata)+4)
 	for k, v := range ev.Metadata {
 		headers[k] = v
 	}
-	id := ev.EventID.String()
 	headers[model.HeaderEventID] = id
 	headers[model.HeaderEventName] = ev.Name
 	headers[model.HeaderCreatedAt] = ev.CreatedAt.UTC().Format(time.RFC3339Nano)
