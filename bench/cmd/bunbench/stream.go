@@ -205,10 +205,15 @@ LIMIT ?5)`
 }
 
 // streamReadTime times streamReadSQL of 500 rows 21 times, each in a transaction rolled back that first
-// reads the cursor row (not locked: a round of the relay holds it; snap_to NULL: the pair a round would open
-// now, up to the current snapshot), and returns the median in ms.
+// sets what the stream round sets for its reads (relay/stream_round.go's streamBounds: JIT, bitmap scans and
+// sorts off) and reads the cursor row (not locked: a round of the relay holds it; snap_to NULL: the pair a
+// round would open now, up to the current snapshot), and returns the median in ms.
 func streamReadTime(ctx context.Context, db *bun.DB) (float64, error) {
 	return medianTxTime(ctx, db, func(ctx context.Context, tx bun.Tx) (string, []any, error) {
+		if _, err := tx.ExecContext(ctx, `SELECT set_config(name, setting, true) FROM (VALUES ('jit', 'off'),
+  ('enable_bitmapscan', 'off'), ('enable_sort', 'off')) AS s(name, setting)`); err != nil {
+			return "", nil, err
+		}
 		var from, to, afterXid string
 		var afterID int64
 		if err := tx.NewRaw(`SELECT snap_from::text, coalesce(snap_to, pg_current_snapshot())::text,
