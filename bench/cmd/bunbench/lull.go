@@ -501,7 +501,13 @@ func runChildRelay(args []string) int {
 	url, addr := os.Getenv("TEST_DATABASE_URL"), os.Getenv("TEST_REDIS_ADDR")
 	db := openBun(url, map[string]any{"search_path": args[0]}, 20)
 	defer db.Close()
-	r, err := relay.New(db, asynq.RedisClientOpt{Addr: addr}, relay.Config{WakeInterval: wake})
+	cfg, err := relay.ConfigFromEnv() // OUTBOX_* tune the child relay for an experiment; unset, every default
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	cfg.WakeInterval = cmp.Or(wake, cfg.WakeInterval)
+	r, err := relay.New(db, asynq.RedisClientOpt{Addr: addr}, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

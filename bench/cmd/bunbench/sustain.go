@@ -130,7 +130,7 @@ func sustainArm(ctx context.Context, e *env, o options, name string, stream bool
 	if err != nil {
 		return err
 	}
-	proc := exec.CommandContext(ctx, exe, childRelayCommand, schema, "0") // relay.Config{}: every default
+	proc := exec.CommandContext(ctx, exe, childRelayCommand, schema, "0") // relay.Config{}: every default, unless OUTBOX_* are set
 	proc.Stderr = os.Stderr
 	out, err := proc.StdoutPipe()
 	if err != nil {
