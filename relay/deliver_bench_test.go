@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/hibiken/asynq"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/model"
@@ -22,14 +21,7 @@ import (
 //	go test -run '^$' -bench Deliver -benchmem -count 6 ./relay/
 func BenchmarkDeliver(b *testing.B) {
 	outboxtest.SkipShort(b)
-	db, _ := outboxtest.Schema(b)
-	redisOpt := asynq.RedisClientOpt{Addr: outboxtest.RedisAddr(), PoolSize: 64}
-	queue := benchQueuePrefix + randHex(6)
-	ins := asynq.NewInspector(redisOpt)
-	b.Cleanup(func() {
-		_ = ins.DeleteQueue(queue, true)
-		_ = ins.Close()
-	})
+	db, redisOpt, queue, _ := benchSetup(b)
 	r, err := New(db, redisOpt, Config{DisableNotify: true, DisableReconciler: true})
 	if err != nil {
 		b.Fatal(err)
