@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"syscall"
 	"testing"
 	"time"
 
@@ -30,14 +29,9 @@ func BenchmarkDeliver(b *testing.B) {
 	ctx := context.Background()
 	payload := []byte(`{"order_id":12345,"total":"99.90"}`)
 	events := make([]model.Event, 500)
-	cpu := func() time.Duration {
-		var ru syscall.Rusage
-		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := cpu()
+	cpu0 := readCPU().self
 	for done := 0; done < b.N; done += len(events) {
 		batch := events[:min(len(events), b.N-done)]
 		now := time.Now()
@@ -51,5 +45,5 @@ func BenchmarkDeliver(b *testing.B) {
 			}
 		}
 	}
-	b.ReportMetric(float64(cpu()-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/event")
+	b.ReportMetric(float64(readCPU().self-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/event")
 }
