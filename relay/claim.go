@@ -81,7 +81,9 @@ func scanClaim(rows *sql.Rows, events []model.Event, bad map[int]error, budget i
 	var timeoutNs, retentionNs, size, taken int64
 	first := len(events)
 	for rows.Next() {
-		var ev model.Event
+		i := len(events)
+		events = append(events, model.Event{}) // scanned in place: a row's own variable would escape to the heap
+		ev := &events[i]
 		payload := (*[]byte)(&ev.Payload) // database/sql copies into it
 		err := rows.Scan(&ev.ID, &ev.EventID, &ev.Name, &ev.Queue, payload, &metadata, &ev.CreatedAt, &ev.Attempts,
 			&ev.ProcessAt, &ev.MaxRetry, &timeoutNs, &ev.Deadline, &ev.Group, &retentionNs, // delivery options
@@ -89,18 +91,19 @@ func scanClaim(rows *sql.Rows, events []model.Event, bad map[int]error, budget i
 		if err != nil {
 			return nil, nil, err
 		}
-		if len(events) > first && taken+size > budget {
+		if i > first && taken+size > budget {
+			events[i] = model.Event{} // not kept: let its payload go
+			events = events[:i]
 			break
 		}
 		taken += size
 		ev.Timeout, ev.TaskRetention = time.Duration(timeoutNs), time.Duration(retentionNs)
-		if err := readRow(&ev, metadata); err != nil {
+		if err := readRow(ev, metadata); err != nil {
 			if bad == nil {
 				bad = map[int]error{}
 			}
-			bad[len(events)] = err
+			bad[i] = err
 		}
-		events = append(events, ev)
 	}
 	return events, bad, rows.Err()
 }

@@ -65,9 +65,10 @@ func (r *Relay) deliver(ctx context.Context, events []model.Event, bad map[int]e
 
 // enqueue puts ev's task into Redis, or with Routes one task per listener; the row counts as delivered
 // once all of them are there. A retry after a partial failure finds the listeners already enqueued as
-// TaskID conflicts. ctx bounds it (publisher.enqueueCtx: EnqueueTimeout); id is ev.EventID as a string.
-func (r *Relay) enqueue(ctx context.Context, ev *model.Event, id string) error {
-	task, opts := newTask(ev, id, r.cfg.TaskRetention)
+// TaskID conflicts. ctx bounds it (publisher.enqueueCtx: EnqueueTimeout); id is ev.EventID as a string;
+// tasks is the calling goroutine's.
+func (r *Relay) enqueue(ctx context.Context, ev *model.Event, id string, tasks *taskBuilder) error {
+	task, opts := tasks.task(ev, id, r.cfg.TaskRetention)
 	listeners := r.cfg.Routes[ev.Name]
 	if len(listeners) == 0 {
 		return r.enqueueTask(ctx, ev, task, opts)

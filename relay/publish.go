@@ -29,7 +29,8 @@ var (
 )
 
 // publisher publishes the events of one deliver goroutine, one at a time. It keeps what consecutive
-// events share: the context that bounds their enqueues and the span name of their queue.
+// events share: the context that bounds their enqueues, the span name of their queue and what their
+// tasks can reuse (taskBuilder).
 type publisher struct {
 	r      *Relay
 	round  context.Context // the round's ctx, which Observer.OnEnqueue gets (with the publish span)
@@ -40,6 +41,8 @@ type publisher struct {
 	renewAt time.Time // when ctx is replaced: EnqueueTimeout/enqueueCtxShare after it was made
 
 	queue, spanName string // the last event's queue and "send <queue>"
+
+	tasks taskBuilder
 }
 
 // enqueueCtxShare is how many enqueues' worth of time one enqueue context is shared over: a context with
@@ -98,7 +101,7 @@ func (p *publisher) publish(ev *model.Event) error {
 		attribute.String("bunbox.event_name", ev.Name),
 	))
 	ctx, span := r.cfg.tracer.Start(ctx, p.spanName, opts...)
-	err := r.enqueue(ctx, ev, id)
+	err := r.enqueue(ctx, ev, id, &p.tasks)
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())

@@ -125,15 +125,22 @@ func (r *Relay) readStream(ctx context.Context, tx bun.Tx, c streamCursor, limit
 		return streamRead{}, err
 	}
 	defer rows.Close()
+	// Each row is scanned into its place in res.events (cap limit: the statement's LIMIT, so append never
+	// moves it), and the scan's other destinations are declared once: a destination made per row would be
+	// an allocation per row, as rows.Scan takes its address.
 	res := streamRead{events: make([]model.Event, 0, limit), xids: make([]string, 0, limit)}
-	var metadata sql.RawBytes
-	var timeoutNs, retentionNs, size, taken int64
+	var (
+		metadata                            sql.RawBytes
+		timeoutNs, retentionNs, size, taken int64
+		xid                                 string
+		cancelled, unsettled                bool
+	)
 	n := 0
 	for rows.Next() {
 		n++
-		var ev model.Event
-		var xid string
-		var cancelled, unsettled bool
+		i := len(res.events)
+		res.events = append(res.events, model.Event{})
+		ev := &res.events[i]
 		payload := (*[]byte)(&ev.Payload)
 		err := rows.Scan(&ev.ID, &ev.EventID, &ev.Name, &ev.Queue, payload, &metadata, &ev.CreatedAt, &ev.Attempts,
 			&ev.ProcessAt, &ev.MaxRetry, &timeoutNs, &ev.Deadline, &ev.Group, &retentionNs,
@@ -141,25 +148,26 @@ func (r *Relay) readStream(ctx context.Context, tx bun.Tx, c streamCursor, limit
 		if err != nil {
 			return streamRead{}, err
 		}
-		if len(res.events) > 0 && taken+size > budget {
+		if i > 0 && taken+size > budget {
+			res.events[i] = model.Event{} // not kept: let its payload go
+			res.events = res.events[:i]
 			res.full = true // the rest of the pair comes in the next round
 			break
 		}
 		taken += size
 		ev.Timeout, ev.TaskRetention = time.Duration(timeoutNs), time.Duration(retentionNs)
-		if err := readRow(&ev, metadata); err != nil {
+		if err := readRow(ev, metadata); err != nil {
 			if res.bad == nil {
 				res.bad = map[int]error{}
 			}
-			res.bad[len(res.events)] = err
+			res.bad[i] = err
 		}
 		if cancelled {
 			if res.cancelled == nil {
 				res.cancelled = map[int]bool{}
 			}
-			res.cancelled[len(res.events)] = unsettled
+			res.cancelled[i] = unsettled
 		}
-		res.events = append(res.events, ev)
 		res.xids = append(res.xids, xid)
 	}
 	if err := rows.Err(); err != nil {

@@ -24,7 +24,30 @@ import (
 //
 // id is ev.EventID as a string, which the caller has at hand.
 func newTask(ev *model.Event, id string, taskRetention time.Duration) (*asynq.Task, []asynq.Option) {
-	headers := make(map[string]string, len(ev.Metadata)+4)
+	var b taskBuilder
+	return b.task(ev, id, taskRetention)
+}
+
+// taskBuilder makes the tasks of one goroutine (newTask's mapping), one at a time, and keeps what the
+// next one can reuse: the headers map, which asynq.NewTaskWithHeaders copies, and the queue and retention
+// options of the last task, immutable values. The options slice is made per task: an Enqueuer may keep it.
+// The zero value is ready to use.
+type taskBuilder struct {
+	headers map[string]string
+
+	queue        string
+	queueOpt     asynq.Option // asynq.Queue(queue), when not nil
+	retention    time.Duration
+	retentionOpt asynq.Option // asynq.Retention(retention), when not nil
+}
+
+// task is newTask's task and options for ev.
+func (b *taskBuilder) task(ev *model.Event, id string, taskRetention time.Duration) (*asynq.Task, []asynq.Option) {
+	if b.headers == nil {
+		b.headers = make(map[string]string, len(ev.Metadata)+4)
+	}
+	headers := b.headers
+	clear(headers)
 	for k, v := range ev.Metadata {
 		headers[k] = v
 	}
@@ -34,11 +57,13 @@ func newTask(ev *model.Event, id string, taskRetention time.Duration) (*asynq.Ta
 	if ev.OrderingKey != "" {
 		headers[model.HeaderOrderingKey] = ev.OrderingKey
 	}
-	opts := []asynq.Option{
-		asynq.TaskID(id),
-		asynq.Queue(ev.Queue),
-		asynq.Retention(max(taskRetention, ev.TaskRetention)),
+	if b.queueOpt == nil || ev.Queue != b.queue {
+		b.queue, b.queueOpt = ev.Queue, asynq.Queue(ev.Queue)
 	}
+	if retention := max(taskRetention, ev.TaskRetention); b.retentionOpt == nil || retention != b.retention {
+		b.retention, b.retentionOpt = retention, asynq.Retention(retention)
+	}
+	opts := []asynq.Option{asynq.TaskID(id), b.queueOpt, b.retentionOpt}
 	opts = appendDeliveryOptions(opts, ev)
 	payload := ev.Payload
 	if ev.PayloadEncoded != nil { // encoded by an Outbox's codec, not decoded: the bytes, for the consumer
