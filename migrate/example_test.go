@@ -47,4 +47,5 @@ func ExampleRegister() {
 	// 20261204000001 bunbox_payload_codec
 	// 20261205000001 bunbox_stream
 	// 20261206000001 bunbox_stream_marks
+	// 20261207000001 bunbox_published_index
 }

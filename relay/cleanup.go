@@ -63,15 +63,20 @@ func (r *Relay) cleanup(ctx context.Context) (int64, error) {
 	return total, nil
 }
 
+// cleanupSQL deletes up to ?1 rows published before ?0, oldest first. It reads
+// outbox_events_published_at_idx, which leaves the streamed rows ('infinity') out: PostgreSQL proves
+// that published_at < ?0 leaves them out too, as ?0 is a time that bun writes into the query.
+const cleanupSQL = `DELETE FROM outbox_events WHERE id IN (
+  SELECT id FROM outbox_events WHERE published_at < ?0 AND (process_at IS NULL OR process_at < ?0)
+    AND (ordering_key IS NULL OR completed_at IS NOT NULL)
+  ORDER BY published_at LIMIT ?1 FOR UPDATE SKIP LOCKED)`
+
 // cleanupBatch deletes up to CleanupBatchSize rows published before cutoff, in a transaction of its own with
 // the relay's bounds (session.go), and returns how many it deleted.
 func (r *Relay) cleanupBatch(ctx context.Context, cutoff time.Time) (int64, error) {
 	var n int64
 	err := r.inBoundedTx(ctx, func(tx bun.Tx) error {
-		res, err := tx.NewRaw(r.names.SQL(`DELETE FROM outbox_events WHERE id IN (
-  SELECT id FROM outbox_events WHERE published_at < ?0 AND (process_at IS NULL OR process_at < ?0)
-    AND (ordering_key IS NULL OR completed_at IS NOT NULL)
-  ORDER BY published_at LIMIT ?1 FOR UPDATE SKIP LOCKED)`), cutoff, r.cfg.CleanupBatchSize).Exec(ctx)
+		res, err := tx.NewRaw(r.names.SQL(cleanupSQL), cutoff, r.cfg.CleanupBatchSize).Exec(ctx)
 		if err != nil {
 			return err
 		}
