@@ -42,6 +42,7 @@ type streamState struct {
 	// failed enqueues): the other workers then keep polling for per-row rows while a worker streams, to
 	// claim them beside it (streamCovers).
 	handedOver atomic.Bool
+	spare      spareEvents // the event slices of finished rounds, for the next reads
 
 	mu        sync.Mutex
 	checkedAt time.Time

@@ -125,10 +125,10 @@ func (r *Relay) readStream(ctx context.Context, tx bun.Tx, c streamCursor, limit
 		return streamRead{}, err
 	}
 	defer rows.Close()
-	// Each row is scanned into its place in res.events (cap limit: the statement's LIMIT, so append never
-	// moves it), and the scan's other destinations are declared once: a destination made per row would be
-	// an allocation per row, as rows.Scan takes its address.
-	res := streamRead{events: make([]model.Event, 0, limit), xids: make([]string, 0, limit)}
+	// Each row is scanned into its place in res.events (room for limit, the statement's LIMIT, each slot
+	// zero: see spareEvents), and the scan's other destinations are declared once: a destination made per
+	// row would be an allocation per row, as rows.Scan takes its address.
+	res := streamRead{events: r.stream.spare.take(limit), xids: make([]string, 0, limit)}
 	var (
 		metadata                            sql.RawBytes
 		timeoutNs, retentionNs, size, taken int64
@@ -139,7 +139,11 @@ func (r *Relay) readStream(ctx context.Context, tx bun.Tx, c streamCursor, limit
 	for rows.Next() {
 		n++
 		i := len(res.events)
-		res.events = append(res.events, model.Event{})
+		if i < cap(res.events) {
+			res.events = res.events[:i+1] // the slot is zero already
+		} else {
+			res.events = append(res.events, model.Event{})
+		}
 		ev := &res.events[i]
 		payload := (*[]byte)(&ev.Payload)
 		err := rows.Scan(&ev.ID, &ev.EventID, &ev.Name, &ev.Queue, payload, &metadata, &ev.CreatedAt, &ev.Attempts,
@@ -149,7 +153,7 @@ func (r *Relay) readStream(ctx context.Context, tx bun.Tx, c streamCursor, limit
 			return streamRead{}, err
 		}
 		if i > 0 && taken+size > budget {
-			res.events[i] = model.Event{} // not kept: let its payload go
+			res.events[i] = model.Event{} // not kept: let its payload go, and leave the slot zero
 			res.events = res.events[:i]
 			res.full = true // the rest of the pair comes in the next round
 			break

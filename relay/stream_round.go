@@ -96,6 +96,7 @@ func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
 		return failed("read", err)
 	}
 	if len(read.events) == 0 {
+		r.stream.spare.keep(read.events)
 		if opened {
 			return res // the new pair holds nothing yet: nothing to write
 		}
@@ -106,6 +107,7 @@ func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
 		return res
 	}
 	p := r.readAhead(ctx, tx, bounds, cur, read)
+	defer p.recycle(&r.stream.spare) // after the reports: nothing of the pass is used past the round
 	res.Claimed = p.rows()
 	res.full = p.full
 	if p.readErr != nil {
