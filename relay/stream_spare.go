@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/bunbox/bunbox/model"
@@ -26,7 +27,7 @@ func (s *spareEvents) take(n int) []model.Event {
 	defer s.mu.Unlock()
 	for i := len(s.slices) - 1; i >= 0; i-- {
 		if ev := s.slices[i]; cap(ev) >= n {
-			s.slices = append(s.slices[:i], s.slices[i+1:]...)
+			s.slices = slices.Delete(s.slices, i, i+1)
 			return ev
 		}
 	}
