@@ -35,10 +35,28 @@ func Redact(s string) string {
 	if i := schemeEnd(body); i > 0 {
 		return lead + redactParams(body[:i]+redactUserinfo(body[i:], loneUserIsName(body[:i-3])), true)
 	}
-	if at := strings.LastIndexByte(body, '@'); at > 0 && !strings.ContainsAny(body[:at], "= \t\n\v\f\r") {
-		return lead + redactParams(redactUserinfo(body, false), true) // a URL without its scheme: user:password@host
+	if at := strings.LastIndexByte(body, '@'); at > 0 && !startsKeyValue(body) {
+		// A URL without its scheme: user:password@host, //user:password@host, or user:pa=ss@host.
+		return lead + redactParams(redactUserinfo(body, false), true)
 	}
 	return lead + redactParams(body, false)
+}
+
+// startsKeyValue reports whether s opens as libpq's key=value form does: a name, optional white space,
+// then '='. Anything else with an '@' is read as a URL without its scheme, whatever its userinfo holds
+// ('=' and white space included), so that a password is masked rather than taken for a parameter.
+func startsKeyValue(s string) bool {
+	i := 0
+	for i < len(s) && isNameByte(s[i], false) {
+		i++
+	}
+	if i == 0 {
+		return false
+	}
+	for i < len(s) && isSpace(s[i]) {
+		i++
+	}
+	return i < len(s) && s[i] == '='
 }
 
 // loneUserIsName reports whether, in a URL of scheme, a userinfo without ':' (scheme://NAME@host) is

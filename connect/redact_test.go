@@ -48,6 +48,11 @@ func TestRedact(t *testing.T) {
 		{"rediss-cluster://secret@h1:7000,h2:7001", "rediss-cluster://xxxxx@h1:7000,h2:7001"},
 		{"redis-socket://secret@/run/redis.sock", "redis-socket://xxxxx@/run/redis.sock"},
 		{"secret@h:6379", "xxxxx@h:6379"},
+		// A URL without its scheme is not taken for key=value by an '=' or a space in its userinfo.
+		{"//se=cret@h:6379", "xxxxx@h:6379"},
+		{"u:se=cret@h:6379", "u:xxxxx@h:6379"},
+		{"u:se cret@h:6379", "u:xxxxx@h:6379"},
+		{"host=h password=p@ss", "host=h password=xxxxx"},
 		{"PostgreSQL://u@h/db", "PostgreSQL://u@h/db"},
 		{"redis://@h:6379", "redis://@h:6379"},
 		// White space around the string is kept and hides nothing.
