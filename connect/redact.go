@@ -18,7 +18,8 @@ const mask = "xxxxx"
 //   - parameters whose name contains "pass" (password, sslpassword, sentinel_password...), in a URL's
 //     query (?password=secret&sslmode=require) or in libpq's key=value form (password=secret,
 //     password='se cret', with \' and \\ escapes)
-//   - a URL without its scheme (user:secret@host:port)
+//   - a URL without its scheme (user:secret@host:port, //secret@host); a string with an '@' that libpq
+//     would read as key=value pairs but that does not open with name= (u:x=1 password=p@ss) is masked whole
 //   - input that url.Parse rejects (postgres://u:Pa%ZZsecret1@h/db) or that has unescaped @, /, ? or #
 //     in the password: everything between "://" and the last "@" but the user name is masked.
 //
@@ -36,7 +37,13 @@ func Redact(s string) string {
 		return lead + redactParams(body[:i]+redactUserinfo(body[i:], loneUserIsName(body[:i-3])), true)
 	}
 	if at := strings.LastIndexByte(body, '@'); at > 0 && !startsKeyValue(body) {
-		// A URL without its scheme: user:password@host, //user:password@host, or user:pa=ss@host.
+		if _, err := keyValuePairs(body); err == nil {
+			// libpq's form to the parser (a first key such as "u:x" or "//u"), a URL without its scheme
+			// to the eye: a password may be in either place, and may run across the '@'. All is masked.
+			rest := strings.TrimRightFunc(body, unicode.IsSpace)
+			return lead + mask + body[len(rest):]
+		}
+		// A URL without its scheme: user:password@host, //user@host.
 		return lead + redactParams(redactUserinfo(body, false), true)
 	}
 	return lead + redactParams(body, false)
@@ -44,7 +51,7 @@ func Redact(s string) string {
 
 // startsKeyValue reports whether s opens as libpq's key=value form does: a name, optional white space,
 // then '='. Anything else with an '@' is read as a URL without its scheme, whatever its userinfo holds
-// ('=' and white space included), so that a password is masked rather than taken for a parameter.
+// ('=' and white space included), so that its password is masked rather than taken for a parameter.
 func startsKeyValue(s string) bool {
 	i := 0
 	for i < len(s) && isNameByte(s[i], false) {
