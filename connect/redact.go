@@ -101,7 +101,9 @@ func redactUserinfo(rest string, loneIsName bool) string {
 		return rest
 	}
 	user, _, hasPassword := strings.Cut(rest[:at], ":")
-	if !hasPassword {
+	// An '@' before the first ':' may end a userinfo without ':' (url.Parse ends the authority at '/', '?'
+	// or '#', so redis://SECRET@h:1#x@y holds the lone SECRET): outside PostgreSQL it is masked whole too.
+	if !hasPassword || !loneIsName && strings.ContainsRune(user, '@') {
 		if loneIsName || at == 0 {
 			return rest
 		}

@@ -48,6 +48,9 @@ func TestRedact(t *testing.T) {
 		{"rediss-cluster://secret@h1:7000,h2:7001", "rediss-cluster://xxxxx@h1:7000,h2:7001"},
 		{"redis-socket://secret@/run/redis.sock", "redis-socket://xxxxx@/run/redis.sock"},
 		{"secret@h:6379", "xxxxx@h:6379"},
+		{"redis://secret@h:6379#x@y", "redis://xxxxx@y"},
+		{"redis://a@b:pw@h:6379", "redis://xxxxx@h:6379"},
+		{"postgres://a@b:pw@h/db", "postgres://a@b:xxxxx@h/db"},
 		// A URL without its scheme is not taken for key=value by an '=' or a space in its userinfo.
 		{"//secret@h:6379", "xxxxx@h:6379"},
 		{"u:se cret@h:6379", "u:xxxxx@h:6379"},
