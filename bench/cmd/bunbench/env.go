@@ -153,12 +153,21 @@ func (e *env) onClose(f func()) {
 	e.mu.Unlock()
 }
 
-func (e *env) close() {
+// closeConns closes the databases and pools opened so far. The run calls it after each part: a part's
+// idle connections kept to the end held the server's max_connections (300) by the lull part of make bench.
+func (e *env) closeConns() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for i := len(e.closers) - 1; i >= 0; i-- {
 		e.closers[i]()
 	}
+	e.closers = nil
+}
+
+func (e *env) close() {
+	e.closeConns()
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	for _, s := range e.schemas {
 		_, _ = e.admin.ExecContext(context.Background(), "DROP SCHEMA IF EXISTS "+s+" CASCADE")
 	}

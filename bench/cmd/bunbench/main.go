@@ -170,6 +170,7 @@ func run(ctx context.Context, o options) error {
 		default:
 			err = fmt.Errorf("-parts: unknown part %q (tax, drain, e2e, growth, memory, lull, sustain, keptdrain)", part)
 		}
+		env.closeConns()
 		if err != nil {
 			return fmt.Errorf("%s: %w", part, err)
 		}
