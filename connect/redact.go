@@ -36,7 +36,9 @@ func Redact(s string) string {
 	if i := schemeEnd(body); i > 0 {
 		return lead + redactParams(body[:i]+redactUserinfo(body[i:], loneUserIsName(body[:i-3])), true)
 	}
-	if at := strings.LastIndexByte(body, '@'); at > 0 && !startsKeyValue(body) {
+	if at := strings.LastIndexByte(body, '@'); at > 0 && !startsPair(body, 0) {
+		// Not opening as libpq's key=value (name, then '='): a URL without its scheme, whatever its
+		// userinfo holds ('=' and white space included), unless libpq's parser reads it as pairs.
 		if _, err := keyValuePairs(body); err == nil {
 			// libpq's form to the parser (a first key such as "u:x" or "//u"), a URL without its scheme
 			// to the eye: a password may be in either place, and may run across the '@'. All is masked.
@@ -47,23 +49,6 @@ func Redact(s string) string {
 		return lead + redactParams(redactUserinfo(body, false), true)
 	}
 	return lead + redactParams(body, false)
-}
-
-// startsKeyValue reports whether s opens as libpq's key=value form does: a name, optional white space,
-// then '='. Anything else with an '@' is read as a URL without its scheme, whatever its userinfo holds
-// ('=' and white space included), so that its password is masked rather than taken for a parameter.
-func startsKeyValue(s string) bool {
-	i := 0
-	for i < len(s) && isNameByte(s[i], false) {
-		i++
-	}
-	if i == 0 {
-		return false
-	}
-	for i < len(s) && isSpace(s[i]) {
-		i++
-	}
-	return i < len(s) && s[i] == '='
 }
 
 // loneUserIsName reports whether, in a URL of scheme, a userinfo without ':' (scheme://NAME@host) is
