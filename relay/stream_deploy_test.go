@@ -75,17 +75,23 @@ func TestStreamRollingDeploy(t *testing.T) {
 }
 
 // insertClassic writes n rows of the per-row path (published_at NULL) while the stream is on, as the
-// stream's hand-over leaves them.
+// stream's hand-over leaves them. The rows are written and handed over in one transaction: a streaming
+// relay must never see them in the stream, or it would deliver them there before they are handed over,
+// and the per-row path a second time (the test's race, not the relay's: the stream hands a row over only
+// from a round that holds the cursor, and DisableStream only the rows still waiting).
 func insertClassic(t *testing.T, b *streamBundle, n int) []*model.Event {
 	t.Helper()
-	events := b.record(t, b.db, n)
-	ids := make([]int64, 0, n)
-	for _, ev := range events {
-		ids = append(ids, ev.ID)
-	}
-	_, err := b.db.NewRaw("UPDATE outbox_events SET published_at = NULL WHERE id = ANY(?)", pgdialect.Array(ids)).
-		Exec(context.Background())
-	require.NoError(t, err)
+	var events []*model.Event
+	require.NoError(t, b.db.RunInTx(context.Background(), nil, func(ctx context.Context, tx bun.Tx) error {
+		events = b.record(t, tx, n)
+		ids := make([]int64, 0, n)
+		for _, ev := range events {
+			ids = append(ids, ev.ID)
+		}
+		_, err := tx.NewRaw("UPDATE outbox_events SET published_at = NULL WHERE id = ANY(?)", pgdialect.Array(ids)).
+			Exec(ctx)
+		return err
+	}))
 	return events
 }
 
