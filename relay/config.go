@@ -207,7 +207,9 @@ type Config struct {
 	// serves the named queues that have none: it looks for new rows in them every MinPollInterval and
 	// claims and enqueues them in rounds of up to min(BatchSize, Concurrency) rows next to the workers',
 	// so that they do not wait for the backlog's rounds in flight (see the README's "Fair queues").
-	// Defaults to none: one first-come-first-served claim over all queues, and no lane.
+	// Defaults to none: one first-come-first-served claim over all queues, and no lane. On an outbox with
+	// the stream on (EnableStream) it splits only the per-row path's rows: streamed rows go in commit order,
+	// all queues alike, and the relay logs that at Warn when it finds the stream on.
 	Queues map[string]int
 	// StrictPriority, with Queues, claims the queues in order of weight, highest first, each taking all it
 	// has before a lower one gets any of the round (the queues not named come last). Defaults to false:

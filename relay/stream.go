@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,6 +49,7 @@ type streamState struct {
 	checkedAt time.Time
 	on        bool // the stream is on for the outbox
 	cursor    bool // the cursor's table exists (migration 20261205000001 applied)
+	warned    bool // the relay logged that Config.Queues does not apply to the stream (since it came on)
 
 	// legacy makes the relay behave as the release before the stream: it never streams and never reads
 	// bunbox_stream. Set only by the tests (the rolling deploy).
@@ -83,8 +85,28 @@ func (r *Relay) streamCatalog(ctx context.Context) (on, cursor bool) {
 	if err := r.db.NewRaw(r.names.SQL(streamCatalogSQL)).Scan(ctx, &on2, &cursor2); err == nil {
 		s.on, s.cursor = on2, cursor2
 		s.checkedAt = time.Now()
+		r.warnQueuesStreamed(ctx, on2)
 	}
 	return s.on, s.cursor
+}
+
+// warnQueuesStreamed logs at Warn, once each time the relay finds the stream turned on, that Config.Queues
+// does not split the streamed rows: the stream delivers them in commit order, all queues alike, so a
+// backlog in one queue delays the others as without Queues. Called with r.stream.mu held.
+func (r *Relay) warnQueuesStreamed(ctx context.Context, on bool) {
+	s := &r.stream
+	if !on || r.queues == nil {
+		s.warned = false
+		return
+	}
+	if s.warned {
+		return
+	}
+	s.warned = true
+	r.log.LogAttrs(ctx, slog.LevelWarn, "bunbox relay: the stream is on for the outbox, and Config.Queues applies "+
+		"only to the per-row path: streamed rows are delivered in commit order, all queues alike, so a backlog "+
+		"in one queue delays the others (relay.DisableStream turns the stream off)",
+		slog.String("table", r.names.Outbox()))
 }
 
 // streaming reports whether the relay runs stream rounds.
