@@ -87,7 +87,7 @@ func main() {
 	flag.DurationVar(&o.e2eDur, "e2e-dur", 5*time.Second, "how long each end-to-end load runs")
 	flag.StringVar(&growth, "growth", "0,100000,1000000", "published rows kept in the growth part, comma-separated")
 	flag.IntVar(&o.growthDead, "growth-dead", 100_000, "dead rows kept in the growth part's last case (0 skips it)")
-	flag.IntVar(&o.growthN, "growth-n", 20_000, "pending events drained in each growth case")
+	flag.IntVar(&o.growthN, "growth-n", 100_000, "pending events drained in each growth case")
 	flag.DurationVar(&o.lull, "lull", 4*time.Second, "the quiet spell before each sample of the lull part")
 	flag.IntVar(&o.lullN, "lull-n", 8, "samples per relay of the lull part")
 	flag.StringVar(&o.arms, "arms", "", "run only the arms whose names contain one of these comma-separated words")
