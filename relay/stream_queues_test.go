@@ -3,6 +3,7 @@ package relay
 import (
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -31,8 +32,19 @@ func TestStreamWarnsThatQueuesApplyOnlyPerRow(t *testing.T) {
 	outboxtest.WaitFor(t, streamWait, "the cursor past every row", func() bool {
 		return countStream(t, b.db).Delivered == int64(len(events)+len(more))
 	})
+	first := catalogReadAt(r)
+	outboxtest.WaitFor(t, streamWait, "the relay reading the catalog again", func() bool {
+		return catalogReadAt(r).After(first)
+	})
 	logged := b.logs.matching(warning)
-	require.Len(t, logged, 1, "once, not per round")
+	require.Len(t, logged, 1, "once, not per read of the catalog")
 	require.Equal(t, slog.LevelWarn, logged[0].Level)
 	requireDeliveredOnce(t, b.inspector, b.queue, append(events, more...))
+}
+
+// catalogReadAt is when r last read from the catalog whether the stream is on.
+func catalogReadAt(r *Relay) time.Time {
+	r.stream.mu.Lock()
+	defer r.stream.mu.Unlock()
+	return r.stream.checkedAt
 }
