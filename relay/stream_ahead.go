@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"slices"
 
 	"github.com/uptrace/bun"
 )
@@ -143,17 +142,20 @@ func (r *Relay) readAhead(ctx context.Context, tx bun.Tx, bounds sessionBounds, 
 	return streamPass{batches: batches, full: full, readErr: readErr}
 }
 
-// settled returns how many rows of the pass the round settles, which the cursor moves past: the rows
-// before the first one not tried (a stop), and before the first batch whose enqueues Redis took none of
-// for an outage, whose outage it returns. The rows from there on stay in the stream, for the round after
-// the relay's backoff, as they would in a round of that batch alone.
+// settled returns how many rows of the pass the round settles, which the cursor moves past: every row up to
+// the last one tried (a stop releases the rows not yet tried, and the enqueues run in parallel, so rows
+// released by a stop can lie before rows that reached Redis: those are handed to the per-row path, see
+// settleBatch, and the cursor still moves past every row that reached Redis, which a later round would
+// otherwise enqueue again), and before the first batch whose enqueues Redis took none of for an outage,
+// whose outage it returns. The rows from there on stay in the stream, for the round after the relay's
+// backoff, as they would in a round of that batch alone.
 func (p *streamPass) settled() (cut int, outage error) {
-	cut = p.rows()
-	start := 0
+	cut, start := 0, 0
 	for _, b := range p.batches {
-		if i := slices.IndexFunc(b.errs, func(err error) bool { return errors.Is(err, errReleased) }); i >= 0 {
-			cut = start + i
-			break
+		for i, err := range b.errs {
+			if !errors.Is(err, errReleased) {
+				cut = start + i + 1
+			}
 		}
 		start += len(b.errs)
 	}
@@ -178,7 +180,7 @@ func outageOnly(errs []error) error {
 		switch {
 		case err == nil, taskOwn(err):
 			return nil
-		case errors.Is(err, errCancelled), errors.Is(err, errHandOver):
+		case errors.Is(err, errCancelled), errors.Is(err, errHandOver), errors.Is(err, errReleased):
 		default:
 			outage = cmpErr(outage, err)
 		}

@@ -40,8 +40,9 @@ var errHandOver = errors.New("relay: handed to the per-row path")
 // A round that dies before its commit (a crash, a partition ended by the session bounds, a terminated
 // backend) releases the cursor row with its lock: the next stream round reads the same rows again and
 // their TaskIDs absorb the second enqueue, as for a per-row round that dies after its enqueues. A relay
-// that is stopped in the middle of a round moves the cursor only past the rows before the first it did not
-// try; a batch whose enqueues all met an outage ends the round before it, its rows still in the stream.
+// that is stopped in the middle of a round moves the cursor past the last row it tried and no further,
+// and hands the rows it did not try before that one to the per-row path, so that a stop enqueues nothing
+// twice; a batch whose enqueues all met an outage ends the round before it, its rows still in the stream.
 // The round is one BatchEvent (Observer.OnBatch) for all its batches.
 func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
 	start := r.cfg.now()
@@ -114,8 +115,8 @@ func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
 		return writeFailed("read", p.readErr)
 	}
 
-	// A stop leaves the rows from the first one not tried on untouched, and an outage of a whole batch
-	// that batch's rows and the later ones: the cursor stops before them.
+	// A stop leaves the rows after the last one tried untouched, and an outage of a whole batch that
+	// batch's rows and the later ones: the cursor stops before them.
 	cut, outage := p.settled()
 	res.Released = res.Claimed - cut
 	var left error
@@ -202,7 +203,9 @@ func (r *Relay) settleBatch(s *streamSettled, b *streamBatch, n int, res *BatchE
 			if b.read.cancelled[i] {
 				s.cancels = append(s.cancels, events[i].ID)
 			}
-		case errors.Is(err, errHandOver):
+		case errors.Is(err, errHandOver), errors.Is(err, errReleased):
+			// A released row lies before a row that reached Redis (a stop, see streamPass.settled): the
+			// cursor moves past both, so the row goes to the per-row path, uncharged, to be enqueued once.
 			s.handOver = append(s.handOver, events[i].ID)
 		default:
 			d.failed = append(d.failed, i)
