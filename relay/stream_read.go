@@ -22,16 +22,23 @@ type streamCursor struct {
 	from, to sql.NullString // to: NULL when no pair is open
 	afterXid sql.NullString
 	afterID  sql.NullInt64
+	// The cluster the cursor was written on (system_id) and the one the round runs on (systemID), and the
+	// xmax of the snapshot the lock statement ran in: see streamCluster.
+	cursorSystem, system sql.NullInt64
+	xmax                 string
 }
 
-// lockCursorSQL locks the cursor row, unless another relay's stream round holds it.
-const lockCursorSQL = `SELECT snap_from::text, snap_to::text, after_xid::text, after_id FROM bunbox_stream
-WHERE name = 'outbox' FOR UPDATE SKIP LOCKED`
+// lockCursorSQL locks the cursor row, unless another relay's stream round holds it, and reads what tells
+// whether the database runs on another cluster than the cursor's (stream_cluster.go).
+const lockCursorSQL = `SELECT snap_from::text, snap_to::text, after_xid::text, after_id, system_id,
+  (SELECT system_identifier FROM pg_control_system()), pg_snapshot_xmax(pg_current_snapshot())::text
+FROM bunbox_stream WHERE name = 'outbox' FOR UPDATE SKIP LOCKED`
 
 // lockCursor locks the cursor row in tx and reads it; ok is false when another relay holds it (or there is
 // no cursor row).
 func lockCursor(ctx context.Context, tx bun.Tx, q func(string) string) (c streamCursor, ok bool, err error) {
-	err = tx.QueryRowContext(ctx, q(lockCursorSQL)).Scan(&c.from, &c.to, &c.afterXid, &c.afterID)
+	err = tx.QueryRowContext(ctx, q(lockCursorSQL)).Scan(&c.from, &c.to, &c.afterXid, &c.afterID,
+		&c.cursorSystem, &c.system, &c.xmax)
 	if err == sql.ErrNoRows {
 		return c, false, nil
 	}

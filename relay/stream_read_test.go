@@ -130,7 +130,7 @@ func TestStreamReadMidPairStartsAtThePosition(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, read.events, big*3/4)
 	last := len(read.events) - 1
-	require.NoError(t, commitStream(ctx, tx, r.names.SQL, c, read.xids[last], read.events[last].ID, false))
+	require.NoError(t, commitStream(ctx, tx, r.names.SQL, c, read.xids[last], read.events[last].ID, false, read.events[last].ID))
 	_, err = db.ExecContext(ctx, `ANALYZE outbox_events`)
 	require.NoError(t, err)
 

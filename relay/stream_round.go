@@ -79,6 +79,12 @@ func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
 	if !ok {
 		return res // another relay streams
 	}
+	if moved, err := r.streamCluster(bg, tx, cur); err != nil || moved {
+		if err != nil {
+			return failed("check the cursor's cluster", err)
+		}
+		return res // the cursor started anew: the next round reads from it
+	}
 	release := r.testLocked() // before the deferred rollback, and before the commit
 	defer release()
 	opened := false
@@ -102,7 +108,7 @@ func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
 			return res // the new pair holds nothing yet: nothing to write
 		}
 		release()
-		if err := commitStream(bg, tx, r.names.SQL, cur, "", 0, true); err != nil { // the open pair's rest was empty
+		if err := commitStream(bg, tx, r.names.SQL, cur, "", 0, true, 0); err != nil { // the open pair's rest was empty
 			return failed("move the cursor", err)
 		}
 		return res
@@ -148,7 +154,7 @@ func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
 	}
 	done := cut == res.Claimed && !p.full
 	release()
-	if err := commitStream(bg, tx, r.names.SQL, cur, s.lastXid, s.lastID, done); err != nil {
+	if err := commitStream(bg, tx, r.names.SQL, cur, s.lastXid, s.lastID, done, s.maxID); err != nil {
 		return writeFailed("move the cursor", err)
 	}
 	res.Published = s.delivered
@@ -178,6 +184,7 @@ type streamSettled struct {
 	delivered         int
 	lastXid           string // the last row settled, where the cursor moves to
 	lastID            int64
+	maxID             int64         // the largest id settled
 	parts             []settledPart // for the reports after the commit
 }
 
@@ -220,6 +227,9 @@ func (r *Relay) settleBatch(s *streamSettled, b *streamBatch, n int, res *BatchE
 	s.parts = append(s.parts, settledPart{events: events, d: d, fails: fails, cancelled: b.read.cancelled})
 	s.rows += n
 	s.lastXid, s.lastID = b.read.xids[n-1], events[n-1].ID
+	for i := range events {
+		s.maxID = max(s.maxID, events[i].ID)
+	}
 }
 
 // errCancelled marks a row the stream read cancelled: it is never enqueued.
@@ -241,18 +251,23 @@ func settleCancels(ctx context.Context, tx bun.Tx, q func(string) string, ids []
 	return err
 }
 
-// moveCursorSQL writes the cursor's new place: the pair (from, to) and the position in it. Arguments:
-// from, to, the position's xid and id (NULL when no pair is open).
+// moveCursorSQL writes the cursor's new place: the pair (from, to) and the position in it, and raises
+// max_id to the largest id of the rows the round read (see stream_cluster.go). Arguments: from, to, the
+// position's xid and id (NULL when no pair is open), the largest id read (NULL: none).
 const moveCursorSQL = `UPDATE bunbox_stream SET snap_from = ?::pg_snapshot, snap_to = ?::pg_snapshot,
-  after_xid = ?::xid8, after_id = ?::bigint, moved_at = now()
+  after_xid = ?::xid8, after_id = ?::bigint, max_id = greatest(max_id, ?::bigint), moved_at = now()
 WHERE name = 'outbox'`
 
 // commitStream moves the cursor of tx's round to the position (xid, id) in its pair, or past the pair
-// when done, and commits.
-func commitStream(ctx context.Context, tx bun.Tx, q func(string) string, cur streamCursor, xid string, id int64, done bool) error {
-	args := []any{cur.from.String, cur.to.String, xid, id}
+// when done, records maxID (the largest id the round read; 0: none), and commits.
+func commitStream(ctx context.Context, tx bun.Tx, q func(string) string, cur streamCursor, xid string, id int64, done bool, maxID int64) error {
+	var most any
+	if maxID > 0 {
+		most = maxID
+	}
+	args := []any{cur.from.String, cur.to.String, xid, id, most}
 	if done {
-		args = []any{cur.to.String, nil, nil, nil}
+		args = []any{cur.to.String, nil, nil, nil, most}
 	}
 	if _, err := tx.ExecContext(ctx, q(moveCursorSQL), args...); err != nil {
 		return err

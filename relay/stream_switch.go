@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"github.com/uptrace/bun"
 
@@ -38,9 +39,14 @@ func EnableStream(ctx context.Context, db bun.IDB, cfg Config) error {
 		// transaction that is still running in it or starts after it, so none is visible in it.
 		// A cursor row left by an earlier EnableStream is kept as it is: it still tells which streamed rows
 		// were delivered, and every row written from now on is past it.
-		_, err := tx.ExecContext(ctx, names.SQL(`INSERT INTO bunbox_stream (name, snap_from)
-VALUES ('outbox', pg_current_snapshot()) ON CONFLICT (name) DO NOTHING`))
-		return err
+		// A cursor row of another cluster (a restore) is started anew: see stream_cluster.go.
+		_, err := tx.ExecContext(ctx, names.SQL(`INSERT INTO bunbox_stream (name, snap_from, system_id, max_id)
+VALUES ('outbox', pg_current_snapshot(), (SELECT system_identifier FROM pg_control_system()),
+  (SELECT max(id) FROM outbox_events)) ON CONFLICT (name) DO NOTHING`))
+		if err != nil {
+			return err
+		}
+		return checkCursor(ctx, tx, names, slog.Default())
 	})
 }
 
@@ -57,13 +63,14 @@ func DisableStream(ctx context.Context, db bun.IDB, cfg Config) error {
 	return alterOutbox(ctx, db, names, "DisableStream", `ALTER TABLE outbox_events
   ALTER COLUMN xid DROP DEFAULT,
   ALTER COLUMN published_at DROP DEFAULT`, func(ctx context.Context, tx bun.Tx) error {
+		// Which rows wait is the cursor's word: a cursor of another cluster (a restore) is started anew
+		// first, handing over every row it cannot vouch for (stream_cluster.go).
+		if err := checkCursor(ctx, tx, names, slog.Default()); err != nil {
+			return err
+		}
 		// A waiting row cancelled meanwhile was never enqueued (the stream settles the cancel as it
-		// passes it): its cancel is settled here as bunx settles a pending row's.
-		_, err := tx.ExecContext(ctx, names.SQL(`UPDATE outbox_events e SET published_at = NULL,
-  cancel_settled_at = CASE WHEN e.cancelled_at IS NOT NULL AND e.cancel_settled_at IS NULL THEN now() ELSE e.cancel_settled_at END,
-  cancel_result = CASE WHEN e.cancelled_at IS NOT NULL AND e.cancel_settled_at IS NULL THEN ? ELSE e.cancel_result END,
-  completed_at = CASE WHEN e.cancelled_at IS NOT NULL AND e.cancel_settled_at IS NULL AND e.ordering_key IS NOT NULL
-    THEN coalesce(e.completed_at, now()) ELSE e.completed_at END
+		// passes it): its cancel is settled here as bunx settles a pending row's (handOverWaitingSet).
+		_, err := tx.ExecContext(ctx, names.SQL(`UPDATE outbox_events e `+handOverWaitingSet+`
 FROM bunbox_stream s WHERE s.name = 'outbox' AND `+streamsql.Waiting), CancelNeverPublished)
 		if err != nil {
 			return err

@@ -1,0 +1,98 @@
+package relay
+
+import (
+	"context"
+	"testing"
+
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bunbox/bunbox/bunx"
+	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/model"
+)
+
+// A database with the stream on, moved with pg_dump and pg_restore to another cluster whose transaction
+// id counter is behind the source's (a fresh cluster) or ahead of it: the events delivered before the move
+// are not enqueued again, the ones waiting at the move and the ones written on the new cluster before a
+// relay ran there are each delivered once, and so are those written after. Before the relay told the
+// clusters apart, every event written on a cluster behind the source's was skipped without a word.
+func TestStreamRestoreIntoAnotherCluster(t *testing.T) {
+	t.Parallel()
+	outboxtest.SkipShort(t)
+	const sourceXid = 3 << 20
+	for _, tc := range []struct {
+		name   string
+		target uint64 // the target cluster's next xid; 0: a fresh cluster's (a few hundred)
+	}{
+		{"counter behind", 0},
+		{"counter ahead", 6 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			src := outboxtest.StartPostgres(t)
+			src.SetNextXid(t, sourceXid)
+			srcDB := src.Schema(t)
+			require.NoError(t, EnableStream(ctx, srcDB, Config{}))
+			b := setupWith(t, srcDB, asynq.RedisClientOpt{Addr: outboxtest.RedisAddr()})
+
+			delivered := recordEvents(t, bunx.New(srcDB), srcDB, b.queue, 100)
+			stop := run(t, b.newRelay(t, Config{BatchSize: 40, DisableReconciler: true}))
+			b.waitQueued(t, len(delivered))
+			outboxtest.WaitFor(t, streamWait, "the cursor past every row", func() bool {
+				return countStream(t, srcDB).Delivered == int64(len(delivered))
+			})
+			stop()
+			waiting := recordEvents(t, bunx.New(srcDB), srcDB, b.queue, 50)
+
+			dst := outboxtest.StartPostgres(t)
+			if tc.target > 0 {
+				dst.SetNextXid(t, tc.target)
+			}
+			src.RestoreInto(t, dst)
+			t.Logf("next xid: source %d, target %d", src.NextXid(t), dst.NextXid(t))
+			dstDB := dst.Open(t, nil)
+			dstOutbox := bunx.New(dstDB)
+			before := recordEvents(t, dstOutbox, dstDB, b.queue, 60) // written before any relay runs there
+
+			b.db = dstDB
+			run(t, b.newRelay(t, Config{BatchSize: 40, DisableReconciler: true}))
+			outboxtest.WaitFor(t, streamWait, "the cursor started anew", func() bool {
+				return len(b.logs.matching("runs on another cluster")) > 0
+			})
+			after := recordEvents(t, dstOutbox, dstDB, b.queue, 40)
+			all := append(append(append(append([]*model.Event{}, delivered...), waiting...), before...), after...)
+			b.waitQueued(t, len(all))
+			outboxtest.WaitFor(t, streamWait, "every row delivered", func() bool {
+				c := countStream(t, dstDB)
+				return c.Waiting == 0 && outboxtest.Count(t, dstDB, "outbox_events", "published_at IS NULL") == 0
+			})
+			requireDeliveredOnce(t, b.inspector, b.queue, all)
+			b.requireEnqueuedOnce(t, all)
+			resets := b.logs.matching("runs on another cluster")
+			require.Len(t, resets, 1, "the relay said once that the cursor started anew")
+			require.EqualValues(t, len(waiting)+len(before), attr(resets[0], "handed_over").Int64(),
+				"the rows waiting at the move and those written before the relay ran were handed over")
+		})
+	}
+}
+
+// clusterChange tells a cursor of another cluster or id space from its own.
+func TestStreamClusterChange(t *testing.T) {
+	t.Parallel()
+	cur := func(cursorSys, sys int64, from, to, xmax string) streamCursor {
+		c := streamCursor{xmax: xmax}
+		c.from.String, c.from.Valid = from, from != ""
+		c.to.String, c.to.Valid = to, to != ""
+		c.cursorSystem.Int64, c.cursorSystem.Valid = cursorSys, cursorSys != 0
+		c.system.Int64, c.system.Valid = sys, true
+		return c
+	}
+	require.Empty(t, clusterChange(cur(7, 7, "100:105:101", "", "105")))
+	require.Empty(t, clusterChange(cur(7, 7, "100:105:101", "110:120:", "125")))
+	require.Contains(t, clusterChange(cur(7, 8, "100:105:101", "", "900")), "system identifier 8, the cursor's 7")
+	require.Contains(t, clusterChange(cur(7, 7, "100:105:101", "", "104")), "next transaction id 104, behind the cursor's 105")
+	require.Contains(t, clusterChange(cur(7, 7, "100:105:101", "110:120:", "119")), "behind the cursor's 120")
+	require.Contains(t, clusterChange(cur(0, 7, "100:105:", "", "200")), "no system identifier")
+}
