@@ -49,4 +49,5 @@ func ExampleRegister() {
 	// 20261206000001 bunbox_stream_marks
 	// 20261207000001 bunbox_published_index
 	// 20261208000001 bunbox_stream_cluster
+	// 20261208000002 bunbox_schema_version
 }

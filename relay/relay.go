@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
 
+	"github.com/bunbox/bunbox/internal/schemaversion"
 	"github.com/bunbox/bunbox/internal/tables"
 )
 
@@ -109,6 +110,9 @@ func fromRedisOpt[T any](redis asynq.RedisConnOpt, mk func(asynq.RedisConnOpt) T
 	return mk(redis), nil
 }
 
+// checkSchema returns ErrNoSchema, naming what to run, when the outbox table of names is missing, and an
+// error naming both versions when it is at another bunbox schema version than this relay's (newer: run the
+// release that applied it; older: apply the migrations).
 func checkSchema(ctx context.Context, db bun.IDB, names tables.Names) error {
 	var exists bool
 	if err := db.NewRaw(names.SQL("SELECT to_regclass('outbox_events') IS NOT NULL")).Scan(ctx, &exists); err != nil {
@@ -123,7 +127,7 @@ func checkSchema(ctx context.Context, db bun.IDB, names tables.Names) error {
 	if !exists {
 		return ErrNoSchema
 	}
-	return nil
+	return schemaversion.Check(ctx, db, names, "relay")
 }
 
 // Schema returns the schema of the outbox the relay serves (Config.Schema); "" for the default names.

@@ -1,0 +1,1 @@
+COMMENT ON TABLE outbox_events IS NULL;
