@@ -167,7 +167,22 @@ func relayDelivered(r *relay.Relay) int64 { return r.Stats().Published }
 
 // drainAsynq is the ceiling: bare asynq.Client enqueues of the same tasks from 32 goroutines.
 func drainAsynq(ctx context.Context, e *env, n int, cap time.Duration) (float64, bool, error) {
-	q := e.queue("asynq")
+	return drainAsynqOf(ctx, e, "asynq", n, cap, benchTask)
+}
+
+// drainAsynqPlain is the enqueue a user writes by hand: asynq.NewTask(type, payload) with a TaskID (and
+// the run's queue) only, no headers and no retention, from 32 goroutines.
+func drainAsynqPlain(ctx context.Context, e *env, n int, cap time.Duration) (float64, bool, error) {
+	return drainAsynqOf(ctx, e, "plain", n, cap, func(id uuid.UUID, queue string) (*asynq.Task, []asynq.Option) {
+		return asynq.NewTask("bench.event", drainPayload), []asynq.Option{asynq.TaskID(id.String()), asynq.Queue(queue)}
+	})
+}
+
+// drainAsynqOf enqueues n tasks made by task into a queue named for name from 32 goroutines.
+func drainAsynqOf(ctx context.Context, e *env, name string, n int, cap time.Duration,
+	task func(uuid.UUID, string) (*asynq.Task, []asynq.Option),
+) (float64, bool, error) {
+	q := e.queue(name)
 	defer e.dropQueue(q)
 	client := asynq.NewClient(e.redis)
 	defer client.Close()
@@ -182,8 +197,8 @@ func drainAsynq(ctx context.Context, e *env, n int, cap time.Duration) (float64,
 	for range drainConcurrency {
 		wg.Go(func() {
 			for next.Add(1) <= int64(n) && time.Since(start) < cap {
-				task, opts := benchTask(uuid.Must(uuid.NewV7()), q)
-				if _, err := client.EnqueueContext(ctx, task, opts...); err != nil {
+				t, opts := task(uuid.Must(uuid.NewV7()), q)
+				if _, err := client.EnqueueContext(ctx, t, opts...); err != nil {
 					once.Do(func() { firstErr = err })
 					return
 				}
@@ -435,9 +450,15 @@ func drainRiver(tuned bool) func(ctx context.Context, e *env, n int, cap time.Du
 	}
 }
 
+// baseArm reports whether the drain arm is one every round runs, whatever -arms says: the ratios' bases.
+func baseArm(name string) bool {
+	return name == "bare asynq" || name == "bare asynq, plain tasks" || name == "lean naive relay"
+}
+
 func drainArms() []drainArm {
 	return []drainArm{
 		{"bare asynq", "asynq.Client.EnqueueContext of the same tasks from 32 goroutines: the ceiling", drainAsynq, false},
+		{"bare asynq, plain tasks", "asynq.Client.EnqueueContext of asynq.NewTask(type, payload) with a TaskID (and the run's queue) only, from 32 goroutines: the enqueue a user writes by hand", drainAsynqPlain, false},
 		{"lean naive relay", "the relay a user writes in an afternoon, on the table they would write: lean_outbox (id bigserial, event_id uuid, payload jsonb, published_at; one partial index on id WHERE published_at IS NULL, no other); one loop: SELECT id, event_id, payload ... LIMIT 500 FOR UPDATE SKIP LOCKED, 32 enqueues in flight, UPDATE ... SET published_at = now() WHERE id = ANY(...), COMMIT (synchronous_commit on)", drainLean, false},
 		{"bunbox relay", "relay.New with the default Config (2 workers, batches of 500, 32 enqueues in flight), NOTIFY off", drainBunbox, false},
 		{"bunbox stream", "the same relay on an outbox where relay.EnableStream was called before the backlog was written (in transactions of 1,000 events): every row streamed, delivered by the snapshot cursor with no per-row UPDATE; the run fails unless the queue then holds every row once, no streamed row waits and none left the stream", drainStream(relay.Config{}), false},
@@ -482,12 +503,13 @@ func runDrain(ctx context.Context, e *env, o options) error {
 	results := map[string][]drainRound{}
 	ratios := map[string][]float64{}
 	leanRatios := map[string][]float64{}
+	plainRatios := map[string][]float64{}
 	cappedAny := map[string]bool{}
 	rounds := max(1, min(o.rounds, 3))
 	for round := range rounds {
 		got := map[string]drainRound{}
 		for _, a := range arms {
-			if a.name != "bare asynq" && a.name != "lean naive relay" && (!o.want(a.name) || a.extra && o.quick && o.arms == "") {
+			if !baseArm(a.name) && (!o.want(a.name) || a.extra && o.quick && o.arms == "") {
 				continue
 			}
 			e.cur = &probe{m: e.meter, name: a.name, round: round}
@@ -507,6 +529,7 @@ func runDrain(ctx context.Context, e *env, o options) error {
 			results[name] = append(results[name], r)
 			ratios[name] = append(ratios[name], r.rate/got["bare asynq"].rate)
 			leanRatios[name] = append(leanRatios[name], r.rate/got["lean naive relay"].rate)
+			plainRatios[name] = append(plainRatios[name], r.rate/got["bare asynq, plain tasks"].rate)
 		}
 	}
 	fmt.Printf("load average at the end: %s\n\n", loadAverage())
@@ -538,6 +561,7 @@ func runDrain(ctx context.Context, e *env, o options) error {
 			rates = append(rates, r.rate)
 		}
 		rows = append(rows, []string{a.name, fmt.Sprintf("%.0f%s", median(rates), note),
+			fmt.Sprintf("**%.2f** (%s)", median(plainRatios[a.name]), spread(plainRatios[a.name])),
 			fmt.Sprintf("**%.2f** (%s)", median(ratios[a.name]), spread(ratios[a.name])),
 			fmt.Sprintf("**%.2f** (%s)", median(leanRatios[a.name]), spread(leanRatios[a.name])),
 			med(rs, drainFigure(func(r drainRound) *cost { return r.drain }, func(c *cost) time.Duration { return c.pgCPU })),
@@ -548,9 +572,9 @@ func runDrain(ctx context.Context, e *env, o options) error {
 			med(rs, drainFigure(func(r drainRound) *cost { return r.vacuum }, nil)),
 		})
 	}
-	table([]string{"arm", "events/s", "ratio to bare asynq", "ratio to lean naive relay", "PostgreSQL CPU µs/event",
+	table([]string{"arm", "events/s", "ratio to plain asynq", "ratio to bare asynq (same tasks)", "ratio to lean naive relay", "PostgreSQL CPU µs/event",
 		"Go CPU µs/event", "Redis CPU µs/event", "WAL bytes/event", "then VACUUM: PostgreSQL CPU µs/event", "then VACUUM: WAL bytes/event"}, rows)
-	fmt.Printf("\nMedians of %d rounds; ratios to bare asynq and to the lean naive relay in the same round (min–max in brackets).\n", rounds)
+	fmt.Printf("\nMedians of %d rounds; ratios to bare asynq with plain tasks, with the relay's own tasks (headers, retention), and to the lean naive relay in the same round (min–max in brackets).\n", rounds)
 	fmt.Println("CPU per event over the drain alone: Go = this process (getrusage), PostgreSQL = the dev server's postmaster and all its processes (/proc/<pid>/stat, backends and background workers), Redis = the redis-server (/proc); WAL = pg_current_wal_lsn() delta. Each backlog is checkpointed before its drain. The VACUUM columns are a VACUUM of the drained table right after: the cleanup the drain left. A capped round counts the events it moved.")
 	for _, a := range arms {
 		fmt.Printf("- %s: %s\n", a.name, a.note)
