@@ -36,7 +36,7 @@ func metadataFault(m string) string {
 }
 
 // faults is a text expression listing what is wrong with the times of the row aliased a, "; "-separated,
-// NULL-free ('' when nothing is). published is the published_at expression the caller reads.
+// NULL-free (” when nothing is). published is the published_at expression the caller reads.
 func faults(a, published string) string {
 	parts := make([]string, 0, len(times)+1)
 	for _, c := range times {
@@ -71,7 +71,7 @@ func Select(q *bun.SelectQuery, a, published string) *bun.SelectQuery {
 	for _, c := range times {
 		q = q.ColumnExpr(TimeExpr(a, c) + ` AS ` + c)
 	}
-	return q.ColumnExpr(`(CASE WHEN isfinite(`+published+`) THEN `+published+` END) AS published_at`).
+	return q.ColumnExpr(`(CASE WHEN isfinite(` + published + `) THEN ` + published + ` END) AS published_at`).
 		ColumnExpr(MetadataExpr(a, published) + ` AS metadata`)
 }
 
