@@ -36,7 +36,7 @@ func metadataFault(m string) string {
 }
 
 // faults is a text expression listing what is wrong with the times of the row aliased a, "; "-separated,
-// NULL-free (” when nothing is). published is the published_at expression the caller reads.
+// NULL-free (empty when nothing is). published is the published_at expression the caller reads.
 func faults(a, published string) string {
 	parts := make([]string, 0, len(times)+1)
 	for _, c := range times {
