@@ -45,6 +45,7 @@ type Relay struct {
 	wake     wakeState          // shared with the wake-up (wake.go)
 
 	counters counters
+	rounds   roundHealth // since when the rounds fail, for Ready (health.go)
 
 	names tables.Names // Config.Schema: the outbox's tables, qualified (internal/tables)
 

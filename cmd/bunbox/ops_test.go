@@ -291,7 +291,7 @@ func TestRelayServesMetricsAndProbes(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, text)
 	var rep relay.Readiness
 	require.NoError(t, json.Unmarshal([]byte(text), &rep))
-	require.Equal(t, relay.Readiness{Ready: true, Postgres: "ok", Schema: "ok", Redis: "ok", RedisEviction: "ok"}, rep)
+	require.Equal(t, relay.Readiness{Ready: true, Postgres: "ok", Schema: "ok", Redis: "ok", Rounds: "ok", RedisEviction: "ok"}, rep)
 
 	rd.Stop(t)
 	code, text = get(t, "http://"+addr+"/readyz")
