@@ -2,11 +2,14 @@ package admin
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
+
+	"github.com/bunbox/bunbox/internal/badrow"
 )
 
 // BlockedKeysLimitDefault is how many blocked keys BlockedKeys lists when limit is not positive.
@@ -41,7 +44,7 @@ func BlockedKeys(ctx context.Context, db bun.IDB, limit int) ([]BlockedKey, erro
 		return nil, err
 	}
 	var keys []BlockedKey
-	rows, err := db.QueryContext(ctx, names.SQL(`SELECT d.ordering_key, d.event_id, d.event_name, d.queue, d.dead_at, coalesce(d.last_error, ''),
+	rows, err := db.QueryContext(ctx, names.SQL(`SELECT d.ordering_key, d.event_id, d.event_name, d.queue, `+badrow.TimeExpr("d", "dead_at")+`, coalesce(d.last_error, ''),
   (SELECT count(*) FROM outbox_events w WHERE w.ordering_key = d.ordering_key AND w.completed_at IS NULL AND w.id > d.id)
 FROM outbox_events d
 WHERE d.dead_at IS NOT NULL AND d.ordering_key IS NOT NULL AND d.completed_at IS NULL
@@ -55,9 +58,11 @@ LIMIT ?`), limit)
 	defer rows.Close()
 	for rows.Next() {
 		var k BlockedKey
-		if err := rows.Scan(&k.Key, &k.EventID, &k.EventName, &k.Queue, &k.DeadAt, &k.LastError, &k.Waiting); err != nil {
+		var deadAt sql.NullTime // NULL for a dead_at that is not finite (raw SQL): the key is still listed
+		if err := rows.Scan(&k.Key, &k.EventID, &k.EventName, &k.Queue, &deadAt, &k.LastError, &k.Waiting); err != nil {
 			return nil, fmt.Errorf("admin: list blocked keys: %w", err)
 		}
+		k.DeadAt = deadAt.Time
 		keys = append(keys, k)
 	}
 	if err := rows.Err(); err != nil {

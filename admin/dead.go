@@ -9,6 +9,7 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
+	"github.com/bunbox/bunbox/internal/badrow"
 	"github.com/bunbox/bunbox/internal/streamsql"
 	"github.com/bunbox/bunbox/model"
 )
@@ -18,6 +19,11 @@ const ListDeadLimitDefault = 100
 
 // ListDead lists up to limit events the relay gave up on, oldest first, with their attempts and last
 // error. A limit <= 0 means ListDeadLimitDefault.
+//
+// A row that raw SQL wrote around bunx (metadata that is not a JSON object of strings, a time that is
+// not finite) does not fail the list: it is listed with the others, its Metadata holding only the key
+// "bunbox-bad-row", whose value says what is wrong and quotes the column (a bad time is set to zero and
+// named under that key too). A published_at of the stream ('infinity') reads as nil.
 func ListDead(ctx context.Context, db bun.IDB, limit int) ([]model.Event, error) {
 	if limit <= 0 {
 		limit = ListDeadLimitDefault
@@ -31,6 +37,7 @@ func ListDead(ctx context.Context, db bun.IDB, limit int) ([]model.Event, error)
 	if !names.IsDefault() {
 		q = q.ModelTableExpr(names.Outbox() + " AS oe")
 	}
+	q = badrow.Select(q, "oe", "oe.published_at")
 	err = q.Where("dead_at IS NOT NULL").OrderExpr("id").Limit(int64(limit)).Scan(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("admin: list dead events: %w", err)

@@ -58,7 +58,19 @@ type Event struct {
 	// whole seconds. (Not PublishedRetention, how long the relay keeps published rows.)
 	TaskRetention time.Duration `bun:"retention_ns,nullzero"`
 
-	// PublishedAt is when the relay handed the event to asynq; nil while it is pending.
+	// PublishedAt is when the relay handed the event to asynq; nil while it is pending. A row written
+	// while the stream is on (relay.EnableStream) holds 'infinity' there instead, whether the stream has
+	// delivered it yet or not (it keeps no time per row): bun cannot scan that into a time, so read such
+	// rows with the column replaced, which gives them a nil PublishedAt:
+	//
+	//	err := db.NewSelect().Model(&events).
+	//		ExcludeColumn("published_at").ColumnExpr("nullif(published_at, 'infinity') AS published_at").
+	//		Where("event_id = ?", id).Scan(ctx)
+	//
+	// A plain bun insert of an Event reads published_at back too (RETURNING) and fails the same way: write
+	// events with bunx (Outbox.Record reads back only the id and created_at), or insert with
+	// Returning("id"). `bunbox status`, `bunbox stream status` and admin.ReadStream say how far the stream
+	// has delivered.
 	PublishedAt *time.Time `bun:"published_at,nullzero"`
 	// Attempts counts the relay's failed attempts to enqueue the event.
 	Attempts int `bun:"attempts,notnull"`

@@ -142,6 +142,11 @@ type Config struct {
 	RoundBackoff time.Duration
 	// RoundBackoffMax caps RoundBackoff's growth. Defaults to 30s.
 	RoundBackoffMax time.Duration
+	// UnreadyAfter is how long the relay's rounds must have been failing (from the first failure, with no
+	// round succeeding since) before Ready, and the /readyz probe of HealthHandler, report the relay not
+	// ready, with the last round's error; the first round that succeeds makes it ready again. A negative
+	// value never does. Defaults to 30s: several rounds, backing off from RoundBackoff.
+	UnreadyAfter time.Duration
 	// EnqueueTimeout bounds one enqueue. Defaults to 5s. The enqueues that one of the relay's goroutines
 	// starts within a hundredth of it share a deadline, so each gets between 99/100 of it and all of it.
 	EnqueueTimeout time.Duration
@@ -253,6 +258,7 @@ func (c Config) withDefaults() Config {
 	c.RetryBackoffMax = cmp.Or(c.RetryBackoffMax, max(RetryBackoffMaxDefault, c.RetryBackoff))
 	c.RoundBackoff = cmp.Or(c.RoundBackoff, RoundBackoffDefault)
 	c.RoundBackoffMax = cmp.Or(c.RoundBackoffMax, max(RoundBackoffMaxDefault, c.RoundBackoff))
+	c.UnreadyAfter = cmp.Or(c.UnreadyAfter, 30*time.Second)
 	c.EnqueueTimeout = cmp.Or(c.EnqueueTimeout, EnqueueTimeoutDefault)
 	c.PublishedRetention = cmp.Or(c.PublishedRetention, PublishedRetentionDefault)
 	c.CleanupInterval = cmp.Or(c.CleanupInterval, CleanupIntervalDefault)

@@ -28,6 +28,11 @@ type Readiness struct {
 	Postgres string `json:"postgres"`
 	Schema   string `json:"schema"`
 	Redis    string `json:"redis"`
+	// Rounds is "ok" unless the relay's rounds have been failing for longer than Config.UnreadyAfter,
+	// which makes the relay not ready: it then says for how long and the last round's error, e.g.
+	// "failing for 45s (since 2026-12-04T10:00:00Z): enqueue: NOPERM this user has no permissions to run
+	// the 'evalsha' command". A round that succeeds makes it "ok" again.
+	Rounds string `json:"rounds"`
 	// RedisEviction is "ok" when Redis's maxmemory-policy cannot evict asynq's keys, else what it may evict
 	// or why it could not be read (CheckEvictionPolicy). It is a warning: it does not make the relay unready.
 	RedisEviction string `json:"redis_eviction"`
@@ -35,11 +40,13 @@ type Readiness struct {
 
 // Ready checks, at once and each within 2 s, that PostgreSQL answers, that the outbox table has every
 // column the relay's claim reads (CheckSchema), and that Redis answers PING on the relay's own
-// connections (through Config.Enqueuer's Ping method when it was given one).
+// connections (through Config.Enqueuer's Ping method when it was given one); and that the relay's rounds
+// have not been failing for longer than Config.UnreadyAfter (Redis answering PING but refusing the
+// enqueues, a permission the relay's role lacks, ...).
 func (r *Relay) Ready(ctx context.Context) Readiness {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	rep := Readiness{Postgres: "ok", Schema: "ok", Redis: "ok"}
+	rep := Readiness{Postgres: "ok", Schema: "ok", Redis: "ok", Rounds: r.rounds.state(r.cfg.UnreadyAfter, r.cfg.now())}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if _, err := r.db.ExecContext(ctx, "SELECT 1"); err != nil {
@@ -73,8 +80,45 @@ func (r *Relay) Ready(ctx context.Context) Readiness {
 		}
 	})
 	wg.Wait()
-	rep.Ready = rep.Postgres == "ok" && rep.Schema == "ok" && (rep.Redis == "ok" || rep.Redis == redisNotChecked)
+	rep.Ready = rep.Postgres == "ok" && rep.Schema == "ok" && (rep.Redis == "ok" || rep.Redis == redisNotChecked) && rep.Rounds == "ok"
 	return rep
+}
+
+// roundHealth is since when the relay's rounds have been failing, for Ready.
+type roundHealth struct {
+	mu           sync.Mutex
+	failingSince time.Time // the first failure since the last round that succeeded; zero when that one did
+	lastErr      error
+}
+
+// record notes the outcome of a round: err is its error, nil when it succeeded (an empty round too).
+func (h *roundHealth) record(err error, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err == nil {
+		h.failingSince, h.lastErr = time.Time{}, nil
+		return
+	}
+	if h.failingSince.IsZero() {
+		h.failingSince = now
+	}
+	h.lastErr = err
+}
+
+// state is Readiness.Rounds: "ok", or how long the rounds have been failing when that is longer than
+// bound (never for a negative bound), with the last error.
+func (h *roundHealth) state(bound time.Duration, now time.Time) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.failingSince.IsZero() || bound < 0 {
+		return "ok"
+	}
+	failing := now.Sub(h.failingSince)
+	if failing <= bound {
+		return "ok"
+	}
+	return fmt.Sprintf("failing for %s (since %s, longer than Config.UnreadyAfter %s): %v",
+		failing.Round(time.Second), h.failingSince.UTC().Format(time.RFC3339), bound, h.lastErr)
 }
 
 // pingRedis pings Redis within ctx.

@@ -39,7 +39,7 @@ func TestHealthHandler(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	var rep Readiness
 	require.NoError(t, json.Unmarshal([]byte(body), &rep))
-	require.Equal(t, Readiness{Ready: true, Postgres: "ok", Schema: "ok", Redis: "ok", RedisEviction: "ok"}, rep)
+	require.Equal(t, Readiness{Ready: true, Postgres: "ok", Schema: "ok", Redis: "ok", Rounds: "ok", RedisEviction: "ok"}, rep)
 
 	_, err = b.db.ExecContext(context.Background(), "ALTER TABLE outbox_events RENAME TO outbox_events_gone")
 	require.NoError(t, err)
@@ -72,10 +72,10 @@ func TestReadyWithEnqueuer(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	r := b.newRelay(t, Config{})
-	require.Equal(t, Readiness{Ready: true, Postgres: "ok", Schema: "ok", Redis: "ok", RedisEviction: evictionNotChecked}, r.Ready(context.Background()))
+	require.Equal(t, Readiness{Ready: true, Postgres: "ok", Schema: "ok", Redis: "ok", Rounds: "ok", RedisEviction: evictionNotChecked}, r.Ready(context.Background()))
 
 	r = b.newRelay(t, Config{Enqueuer: noPingEnqueuer{b.enq}})
-	require.Equal(t, Readiness{Ready: true, Postgres: "ok", Schema: "ok", Redis: redisNotChecked, RedisEviction: evictionNotChecked}, r.Ready(context.Background()))
+	require.Equal(t, Readiness{Ready: true, Postgres: "ok", Schema: "ok", Redis: redisNotChecked, Rounds: "ok", RedisEviction: evictionNotChecked}, r.Ready(context.Background()))
 
 	down := asynq.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"})
 	t.Cleanup(func() { _ = down.Close() })

@@ -96,6 +96,7 @@ func (r *Relay) Stats() Stats {
 }
 
 func (r *Relay) record(ctx context.Context, ev BatchEvent) {
+	r.rounds.record(ev.Err, r.cfg.now()) // every round, an empty one too: Ready (health.go)
 	if ev.Claimed == 0 && ev.Err == nil {
 		return
 	}

@@ -46,6 +46,7 @@ type Relay struct {
 	wake     wakeState          // shared with the wake-up (wake.go)
 
 	counters counters
+	rounds   roundHealth // since when the rounds fail, for Ready (health.go)
 
 	names tables.Names // Config.Schema: the outbox's tables, qualified (internal/tables)
 
@@ -183,9 +184,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	wg.Go(func() { r.cancelLoop(ctx, wake) })
 	r.warnKeyedWithoutInspector(ctx, r.db)
 	r.warnEviction(ctx)
-	r.log.LogAttrs(ctx, slog.LevelInfo, "bunbox relay started",
+	r.log.LogAttrs(ctx, slog.LevelInfo, "bunbox relay started", append(r.startAttrs(ctx),
 		slog.Int("batch_size", r.cfg.BatchSize), slog.Int("concurrency", r.cfg.Concurrency), slog.Int("workers", r.cfg.Workers),
-		slog.Duration("poll_interval", r.cfg.PollInterval))
+		slog.Duration("poll_interval", r.cfg.PollInterval))...)
 	var workers sync.WaitGroup
 	busy := make(chan struct{}, r.cfg.Workers)
 	r.stream.busy = busy // a full stream round calls a helper in at once (stream.go)

@@ -15,6 +15,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/admin"
+	"github.com/bunbox/bunbox/internal/badrow"
 	"github.com/bunbox/bunbox/internal/streamsql"
 	"github.com/bunbox/bunbox/model"
 )
@@ -162,10 +163,11 @@ func (h *Handler) eventsFrom() string {
 FROM outbox_events e ` + streamsql.Cursor + `) AS oe`)
 }
 
-// selectEvents selects model.Event rows from eventsFrom, published_at as the page shows it.
+// selectEvents selects model.Event rows from eventsFrom, published_at as the page shows it, leniently
+// (internal/badrow): a row written around bunx with metadata that is not an object of strings, or a time
+// that is not finite, is listed with the others, marked bad in its metadata.
 func (h *Handler) selectEvents(dst any) *bun.SelectQuery {
-	return h.db.NewSelect().Model(dst).ModelTableExpr(h.eventsFrom()).
-		ExcludeColumn("published_at").ColumnExpr("oe.published_shown AS published_at")
+	return badrow.Select(h.db.NewSelect().Model(dst).ModelTableExpr(h.eventsFrom()), "oe", "oe.published_shown")
 }
 
 func (h *Handler) readEvents(ctx context.Context, state string) (eventList, error) {

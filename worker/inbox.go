@@ -119,22 +119,41 @@ func defaultInboxLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-// logFailure logs a handler's error: at Error when asynq archives the task (asynq.SkipRetry), at Warn
-// when asynq retries it. A worker shutting down (ctx cancelled) is not a failure.
+// logFailure logs a handler's error, with what asynq does with the task next, as asynq decides it
+// (its processor's handleFailedMessage): at Error when asynq archives the task and will not retry it,
+// that is on its last attempt (retried >= max_retry: with MaxRetry(1), the second run) or for an error
+// wrapping asynq.SkipRetry; at Warn when asynq retries it, or drops it for asynq.RevokeTask. The line names
+// the task: type, id, queue, the event and the handler. A worker shutting down (ctx cancelled) is not a
+// failure.
 func (in *Inbox) logFailure(ctx context.Context, name string, t *asynq.Task, id uuid.UUID, err error) {
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return
 	}
+	retried, okRetried := asynq.GetRetryCount(ctx)
+	maxRetry, okMax := asynq.GetMaxRetry(ctx)
 	level, msg := slog.LevelWarn, "bunbox inbox: handler failed, asynq retries the task"
-	if errors.Is(err, asynq.SkipRetry) {
-		level, msg = slog.LevelError, "bunbox inbox: handler failed, asynq archives the task"
+	switch {
+	case errors.Is(err, asynq.RevokeTask):
+		msg = "bunbox inbox: handler failed with asynq.RevokeTask: asynq drops the task, neither retried nor archived"
+	case errors.Is(err, asynq.SkipRetry):
+		level, msg = slog.LevelError, "bunbox inbox: handler failed, asynq archives the task and will not retry it (asynq.SkipRetry)"
+	case okRetried && okMax && retried >= maxRetry:
+		level, msg = slog.LevelError, "bunbox inbox: handler failed on the task's last attempt, asynq archives the task and will not retry it"
 	}
-	attrs := []slog.Attr{slog.String("handler", name), slog.String("task_type", t.Type()), slog.String("event_id", id.String())}
-	if n, ok := asynq.GetRetryCount(ctx); ok {
-		attrs = append(attrs, slog.Int("retried", n))
+	attrs := make([]slog.Attr, 0, 9)
+	attrs = append(attrs, slog.String("handler", name), slog.String("task_type", t.Type()))
+	if tid, ok := asynq.GetTaskID(ctx); ok {
+		attrs = append(attrs, slog.String("task_id", tid))
 	}
-	if n, ok := asynq.GetMaxRetry(ctx); ok {
-		attrs = append(attrs, slog.Int("max_retry", n))
+	if q, ok := asynq.GetQueueName(ctx); ok {
+		attrs = append(attrs, slog.String("queue", q))
+	}
+	attrs = append(attrs, slog.String("event_id", id.String()))
+	if okRetried {
+		attrs = append(attrs, slog.Int("retried", retried))
+	}
+	if okMax {
+		attrs = append(attrs, slog.Int("max_retry", maxRetry))
 	}
 	in.logger.LogAttrs(ctx, level, msg, append(attrs, slog.Any("err", err))...)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/admin"
 	bunboxmigrate "github.com/bunbox/bunbox/migrate"
@@ -121,27 +123,37 @@ func (c *cli) status(ctx context.Context, args []string) error {
 	}
 	defer db.Close()
 	ctx = c.inSchema(ctx)
-	b, err := admin.ReadBacklog(ctx, db)
-	if err != nil {
-		return fmt.Errorf("read backlog: %w", err)
-	}
-	var published int64
-	if err := db.NewRaw(c.names().SQL(publishedCountSQL)).Scan(ctx, &published); err != nil {
-		return fmt.Errorf("count published: %w", err)
-	}
-	st, err := admin.ReadStream(ctx, db)
-	if err != nil {
-		return fmt.Errorf("read the stream: %w", err)
-	}
-	rep := statusReport{Pending: b.Pending, OldestPendingAge: b.Lag.Seconds(), Published: published, Dead: b.Dead, Scheduled: b.Scheduled,
-		BlockedKeys: b.BlockedKeys, Stream: newStreamStatus(st)}
-	if rep.Events, err = readEventStatus(ctx, db); err != nil {
-		return err
-	}
-	if b.BlockedKeys > 0 {
-		if rep.Blocked, err = admin.BlockedKeys(ctx, db, statusBlockedKeys); err != nil {
-			return fmt.Errorf("list blocked keys: %w", err)
+	// One snapshot for every count (REPEATABLE READ): pending includes the stream's waiting rows, so it is
+	// never below them, and the per-event table adds up to the totals, under traffic too.
+	var rep statusReport
+	var b admin.Backlog
+	var st admin.StreamState
+	err = db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}, func(ctx context.Context, tx bun.Tx) error {
+		var err error
+		if b, err = admin.ReadBacklog(ctx, tx); err != nil {
+			return fmt.Errorf("read backlog: %w", err)
 		}
+		var published int64
+		if err := tx.NewRaw(c.names().SQL(publishedCountSQL)).Scan(ctx, &published); err != nil {
+			return fmt.Errorf("count published: %w", err)
+		}
+		if st, err = admin.ReadStream(ctx, tx); err != nil {
+			return fmt.Errorf("read the stream: %w", err)
+		}
+		rep = statusReport{Pending: b.Pending, OldestPendingAge: b.Lag.Seconds(), Published: published, Dead: b.Dead, Scheduled: b.Scheduled,
+			BlockedKeys: b.BlockedKeys, Stream: newStreamStatus(st)}
+		if rep.Events, err = readEventStatus(ctx, tx); err != nil {
+			return err
+		}
+		if b.BlockedKeys > 0 {
+			if rep.Blocked, err = admin.BlockedKeys(ctx, tx, statusBlockedKeys); err != nil {
+				return fmt.Errorf("list blocked keys: %w", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	var queuesErr error
 	if *withAsynq {

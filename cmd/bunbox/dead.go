@@ -5,10 +5,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/bunbox/bunbox/admin"
+	"github.com/bunbox/bunbox/internal/badrow"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -41,6 +45,9 @@ type deadEventJSON struct {
 	// Payload describes an encoded payload (bunx.WithCodec), "encrypted (key id k1), 310 bytes", never its
 	// bytes; absent for a JSON payload.
 	Payload string `json:"payload,omitempty"`
+	// BadRow says what is wrong with a row written around bunx (metadata that is not a JSON object of
+	// strings, a time that is not finite), quoting the column; absent for a good row.
+	BadRow string `json:"bad_row,omitempty"`
 }
 
 func (c *cli) deadList(ctx context.Context, args []string) error {
@@ -71,7 +78,8 @@ func (c *cli) deadList(ctx context.Context, args []string) error {
 		out := make([]deadEventJSON, len(events))
 		for i, ev := range events {
 			out[i] = deadEventJSON{EventID: ev.EventID.String(), Name: ev.Name, Queue: ev.Queue, Attempts: ev.Attempts,
-				CreatedAt: ev.CreatedAt.UTC(), LastError: ev.LastError, Payload: model.DescribeEncoded(&ev)}
+				CreatedAt: ev.CreatedAt.UTC(), LastError: ev.LastError, Payload: model.DescribeEncoded(&ev),
+				BadRow: badrow.Problem(ev.Metadata)}
 			if ev.DeadAt != nil {
 				at := ev.DeadAt.UTC()
 				out[i].DeadAt = &at
@@ -85,14 +93,27 @@ func (c *cli) deadList(ctx context.Context, args []string) error {
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "EVENT ID\tNAME\tQUEUE\tATTEMPTS\tDEAD AT\tLAST ERROR")
+	var bad []string
 	for _, ev := range events {
 		deadAt := "-"
 		if ev.DeadAt != nil {
 			deadAt = ev.DeadAt.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", ev.EventID, ev.Name, ev.Queue, ev.Attempts, deadAt, oneLine(ev.LastError, 80))
+		id := ev.EventID.String()
+		if p := badrow.Problem(ev.Metadata); p != "" {
+			id += " (bad row)"
+			bad = append(bad, fmt.Sprintf("  %s: %s", ev.EventID, oneLine(p, 300)))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", id, ev.Name, ev.Queue, ev.Attempts, deadAt, oneLine(ev.LastError, 80))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(bad) > 0 {
+		fmt.Fprintf(c.stdout, "\n%s written around bunx (fix the row with SQL, or purge it):\n%s\n",
+			plural(int64(len(bad)), "bad row", "bad rows"), strings.Join(bad, "\n"))
+	}
+	return nil
 }
 
 // deadRetry puts dead events back in line: the ones named by id, or all of some event names, or all.
@@ -124,19 +145,39 @@ func (c *cli) deadRetry(ctx context.Context, args []string) error {
 	}
 	defer db.Close()
 	ctx = c.inSchema(ctx)
+	var where map[uuid.UUID]eventWhere
+	if len(f.EventIDs) > 0 {
+		if where, err = c.whereAre(ctx, db, f.EventIDs); err != nil {
+			return err
+		}
+	}
 	n, err := admin.RetryDeadWhere(ctx, db, f)
 	if err != nil {
 		return fmt.Errorf("retry dead events: %w", err)
 	}
 	if len(f.EventIDs) == 0 {
-		fmt.Fprintf(c.stdout, "%d dead events put back in line\n", n)
+		fmt.Fprintf(c.stdout, "%s put back in line\n", plural(n, "dead event", "dead events"))
 		return nil
 	}
-	fmt.Fprintf(c.stdout, "%d of %d events put back in line\n", n, len(f.EventIDs))
-	if n < int64(len(f.EventIDs)) {
-		fmt.Fprintln(c.stderr, "bunbox: the others are unknown or not dead")
+	fmt.Fprintf(c.stdout, "%d of %s put back in line\n", n, plural(int64(len(f.EventIDs)), "event", "events"))
+	if n == int64(len(f.EventIDs)) {
+		return nil
 	}
-	return nil
+	// Say where each one that was not put back is, and fail: the operator asked for these ids.
+	var notDead int
+	for _, id := range f.EventIDs {
+		w, ok := where[id]
+		switch {
+		case !ok:
+			fmt.Fprintf(c.stderr, "bunbox: %s: not in the outbox (unknown, or published and deleted after the retention)\n", id)
+		case w.dead && !w.cancelled:
+			continue // put back now, or by someone else meanwhile
+		default:
+			fmt.Fprintf(c.stderr, "bunbox: %s: not dead: %s\n", id, w.describe())
+		}
+		notDead++
+	}
+	return fmt.Errorf("dead retry: %d of %d events not put back: they are not dead (see above)", notDead, len(f.EventIDs))
 }
 
 // deadPurge deletes dead events for good: those dead for longer than -older-than and/or of the names
@@ -175,7 +216,7 @@ func (c *cli) deadPurge(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("count dead events: %w", err)
 		}
-		return usageError(c.stderr, "dead purge would delete %d dead events for good: add -yes to confirm", n)
+		return usageError(c.stderr, "dead purge would delete %s for good: add -yes to confirm", plural(n, "dead event", "dead events"))
 	}
 	n, err := admin.PurgeDead(ctx, db, f)
 	if err != nil {
@@ -184,6 +225,6 @@ func (c *cli) deadPurge(ctx context.Context, args []string) error {
 		}
 		return fmt.Errorf("purge dead events: %w", err)
 	}
-	fmt.Fprintf(c.stdout, "%d dead events deleted\n", n)
+	fmt.Fprintf(c.stdout, "%s deleted\n", plural(n, "dead event", "dead events"))
 	return nil
 }

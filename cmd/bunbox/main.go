@@ -8,6 +8,7 @@
 //	bunbox dead list [-limit 100] [-json] the events the relay gave up on
 //	bunbox dead retry <event-id>...       put dead events back in line (or -name NAME, or -all)
 //	bunbox dead purge -older-than D -yes  delete dead events for good (and/or -name NAME, or -all)
+//	bunbox tasks list|run|delete          the archived and retry tasks of bunbox's events in asynq: list, run again, delete
 //	bunbox cancel [-wait D] <event-id>... cancel events: never delivered, or taken out of asynq by the relay
 //	bunbox reconcile [-window 1h] [-json] one reconciler pass: re-deliver the events whose task Redis lost
 //	bunbox stream on|off|status [-json]   turn the snapshot cursor on or off, or show how far behind it is
@@ -63,6 +64,13 @@ commands:
   dead purge -older-than D [-name NAME…] -yes
                           delete dead events for good: dead longer than D and/or of a name, or -all;
                           without -yes it says how many it would delete
+  tasks list [-state archived|retry] [-name NAME…] [-limit N] [-json] [<event-id>…]
+                          the tasks of bunbox's events that asynq archived (handler failed on its last
+                          attempt) or retries, newest failure first; other tasks in the queues are not shown
+  tasks run <event-id>…|-name NAME…|-all [-state S]
+                          put them back in their queue: asynq runs them next
+  tasks delete <event-id>…|-name NAME…|-all [-state S] -yes
+                          delete them from asynq for good; without -yes it says how many it would delete
   cancel [-wait D] [-json] <event-id>…
                           cancel events in one transaction: one not yet published is never delivered,
                           the relay takes a published one's task out of asynq if it has not run;
@@ -208,6 +216,8 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 		return c.ui(ctx, args)
 	case "cancel":
 		return c.cancel(ctx, args)
+	case "tasks":
+		return c.tasks(ctx, args)
 	case "stream":
 		return c.stream(ctx, args)
 	case "help":

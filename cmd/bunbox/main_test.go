@@ -224,9 +224,11 @@ func TestAgainstDatabase(t *testing.T) {
 	require.Contains(t, stdout, dead.EventID.String())
 	require.Contains(t, stdout, "redis: connection refused")
 
-	code, stdout, stderr = runCLI(t, env, "dead", "retry", dead.EventID.String(), uuid.NewString())
-	require.Equal(t, 0, code, stderr)
+	unknown := uuid.NewString()
+	code, stdout, stderr = runCLI(t, env, "dead", "retry", dead.EventID.String(), unknown)
+	require.Equal(t, 1, code, stderr)
 	require.Contains(t, stdout, "1 of 2 events put back in line")
+	require.Contains(t, stderr, unknown+": not in the outbox")
 	require.Zero(t, outboxtest.Count(t, db, "outbox_events", "dead_at IS NOT NULL"))
 
 	code, stdout, _ = runCLI(t, env, "dead", "list")

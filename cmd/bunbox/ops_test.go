@@ -142,12 +142,12 @@ func TestDeadAndStatusCommands(t *testing.T) {
 	t.Run("Purge", func(t *testing.T) {
 		code, stdout, stderr := runCLI(t, env, "dead", "purge", "-older-than", "720h")
 		require.Equal(t, 2, code, stdout)
-		require.Contains(t, stderr, "would delete 1 dead events for good: add -yes to confirm")
+		require.Contains(t, stderr, "would delete 1 dead event for good: add -yes to confirm")
 		require.Equal(t, int64(4), outboxtest.Count(t, db, "outbox_events", "dead_at IS NOT NULL"), "nothing deleted without -yes")
 
 		code, stdout, stderr = runCLI(t, env, "dead", "purge", "-older-than", "720h", "-name", "a", "-yes")
 		require.Equal(t, 0, code, stderr)
-		require.Equal(t, "1 dead events deleted\n", stdout)
+		require.Equal(t, "1 dead event deleted\n", stdout)
 		require.Zero(t, outboxtest.Count(t, db, "outbox_events", "event_id = ?", oldA.EventID))
 	})
 
@@ -161,7 +161,7 @@ func TestDeadAndStatusCommands(t *testing.T) {
 	t.Run("RetryAll", func(t *testing.T) {
 		code, stdout, stderr := runCLI(t, env, "dead", "retry", "-all")
 		require.Equal(t, 0, code, stderr)
-		require.Equal(t, "1 dead events put back in line\n", stdout)
+		require.Equal(t, "1 dead event put back in line\n", stdout)
 		require.Zero(t, outboxtest.Count(t, db, "outbox_events", "dead_at IS NOT NULL"))
 		require.Equal(t, int64(1), outboxtest.Count(t, db, "outbox_events", "event_id = ? AND attempts = 0", newA.EventID))
 	})
@@ -291,7 +291,7 @@ func TestRelayServesMetricsAndProbes(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, text)
 	var rep relay.Readiness
 	require.NoError(t, json.Unmarshal([]byte(text), &rep))
-	require.Equal(t, relay.Readiness{Ready: true, Postgres: "ok", Schema: "ok", Redis: "ok", RedisEviction: "ok"}, rep)
+	require.Equal(t, relay.Readiness{Ready: true, Postgres: "ok", Schema: "ok", Redis: "ok", Rounds: "ok", RedisEviction: "ok"}, rep)
 
 	rd.Stop(t)
 	code, text = get(t, "http://"+addr+"/readyz")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 
 	bunmigrate "github.com/uptrace/bun/migrate"
@@ -42,4 +43,12 @@ func migrationsJSON(ms bunmigrate.MigrationSlice) []migrationJSON {
 		}
 	}
 	return out
+}
+
+// plural is "1 <one>" or "n <many>".
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
