@@ -55,6 +55,12 @@ func logReset(ctx context.Context, log *slog.Logger, names tables.Names, why str
 		"per-row path, which delivers each once, and the cursor starts anew on this cluster",
 		slog.String("table", names.Outbox()), slog.Int64("handed_over", n.handedOver),
 		slog.Int64("marked_published", n.published))
+	if n.marksKept {
+		log.LogAttrs(ctx, slog.LevelWarn, "bunbox: the role may not delete the reconciler's time marks of the old "+
+			"cluster from "+names.Qualify("bunbox_stream_marks")+": until they expire (TaskRetention) a reconciler "+
+			"may not look for lost tasks of the newest streamed events; delete them as the table's owner, or "+
+			"GRANT SELECT, INSERT, DELETE on it to the relay's role")
+	}
 }
 
 // cursorMoved says why the cursor cur, locked in tx, belongs to another cluster or transaction id space
@@ -118,7 +124,10 @@ func clusterChange(cur streamCursor) string {
 }
 
 // resetCounts is what resetCursor did.
-type resetCounts struct{ handedOver, published int64 }
+type resetCounts struct {
+	handedOver, published int64
+	marksKept             bool // the role may not delete the reconciler's time marks
+}
 
 // handOverWaitingSet is the SET of an UPDATE of outbox_events e that hands streamed rows to the per-row
 // path: pending rows from then on. A row cancelled while it waited was never enqueued: its cancel is
@@ -133,8 +142,8 @@ const handOverWaitingSet = `SET published_at = NULL,
 // written between the reads of the old cursor and the new one's snapshot); the hand-over of every streamed
 // row the old cursor did not deliver, or whose delivery it cannot vouch for (an id past max_id); the
 // delivered rows whose xid the new cursor could take for waiting leave the stream as published at the
-// cursor's last move; the reconciler's time marks of the old id space go; the cursor starts at a snapshot
-// of this cluster.
+// cursor's last move; the cursor starts at a snapshot of this cluster. (resetCursor then deletes the
+// reconciler's time marks of the old id space, when the role may.)
 var resetSQL = []string{
 	`LOCK TABLE outbox_events IN SHARE ROW EXCLUSIVE MODE`,
 	`UPDATE outbox_events e ` + handOverWaitingSet + `
@@ -143,7 +152,6 @@ FROM bunbox_stream s WHERE s.name = 'outbox' AND e.published_at = ` + streamsql.
 	`UPDATE outbox_events e SET published_at = s.moved_at FROM bunbox_stream s
 WHERE s.name = 'outbox' AND e.published_at = ` + streamsql.Sentinel + `
   AND e.xid >= pg_snapshot_xmin(pg_current_snapshot())`,
-	`DELETE FROM bunbox_stream_marks`,
 	`UPDATE bunbox_stream SET snap_from = pg_current_snapshot(), snap_to = NULL, after_xid = NULL, after_id = NULL,
   system_id = (SELECT system_identifier FROM pg_control_system()), max_id = (SELECT max(id) FROM outbox_events),
   moved_at = now()
@@ -172,5 +180,17 @@ func resetCursor(ctx context.Context, tx bun.Tx, names tables.Names) (n resetCou
 			n.published, _ = res.RowsAffected()
 		}
 	}
-	return n, nil
+	// A time mark pairs a time with a next xid of the old id space, where the reconciler would start its
+	// read of the stream too late. A role that may not delete them (the reconciler's marks are optional,
+	// see reconcile_marks.go) leaves them to expire after TaskRetention, and says so.
+	var may bool
+	if err := tx.QueryRowContext(ctx, names.SQL(`SELECT coalesce(has_table_privilege(to_regclass('bunbox_stream_marks'), 'DELETE'), false)`)).Scan(&may); err != nil {
+		return n, err
+	}
+	if !may {
+		n.marksKept = true
+		return n, nil
+	}
+	_, err = tx.ExecContext(ctx, names.SQL(`DELETE FROM bunbox_stream_marks`))
+	return n, err
 }
