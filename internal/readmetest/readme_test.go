@@ -176,6 +176,7 @@ var knownPackages = map[string]string{
 	"pgx": "github.com/jackc/pgx/v5", "stdlib": "github.com/jackc/pgx/v5/stdlib",
 	"pgdialect": "github.com/uptrace/bun/dialect/pgdialect", "pgdriver": "github.com/uptrace/bun/driver/pgdriver",
 	"bunmigrate": "github.com/uptrace/bun/migrate", "bunboxmigrate": "github.com/bunbox/bunbox/migrate",
+	"prometheus": "github.com/prometheus/client_golang/prometheus",
 }
 
 // givens declares what every fragment may use without declaring it.
@@ -396,7 +397,9 @@ func typeCheck(t *testing.T, root string, blocks []block) []string {
 				imports[name] = known[name]
 			}
 		}
-		f, err := parser.ParseFile(fset, fmt.Sprintf("%s.block%d.go", b.file, b.line), b.source(imports), parser.ParseComments)
+		// The file's name has no directory: a relative //line name would be joined to it.
+		name := fmt.Sprintf("%s.block%d.go", strings.ReplaceAll(b.file, "/", "_"), b.line)
+		f, err := parser.ParseFile(fset, name, b.source(imports), parser.ParseComments)
 		if err != nil {
 			errs = append(errs, fmt.Sprintf("the block at %s:%d does not parse: %v", b.file, b.line, err))
 			continue
