@@ -26,8 +26,7 @@ type options struct {
 // bookkeeping (TableName, LocksTableName) into schema, which Up creates if it does not exist: one outbox
 // per schema, for schema-per-tenant setups or several outboxes in one database. The names are qualified
 // and quoted in every statement ("tenant_a".outbox_events), so nothing depends on search_path. Give the
-// same schema to bunx.WithSchema, relay.Config.Schema and the rest (see the README, "Several outboxes,
-// schemas per tenant").
+// same schema to bunx.WithSchema, relay.Config.Schema and the rest (see docs/tenants.md).
 //
 // schema is 1 to 48 ASCII letters, digits and underscores, not starting with a digit or pg_; case is
 // kept ("TenantA" is quoted, so it is not the schema tenanta). Another name makes the call fail with an
@@ -42,8 +41,7 @@ func WithSchema(schema string) Option {
 // and id sequence, the migrations' bookkeeping (orders_bunbox_migrations, orders_bunbox_migration_locks)
 // and lock, the NOTIFY function. Several outboxes, one per prefix, thus live in one schema (WithSchema's,
 // or the one search_path finds) and are migrated each on its own. Give the same prefix to
-// bunx.WithTablePrefix, relay.Config.TablePrefix and the rest (see the README, "Several outboxes, schemas
-// per tenant").
+// bunx.WithTablePrefix, relay.Config.TablePrefix and the rest (see docs/tenants.md).
 //
 // prefix is 1 to 24 lowercase ASCII letters, digits and underscores, not starting with a digit or pg_,
 // and with WithSchema's schema it must leave the NOTIFY channel (bunbox_outbox:<schema>:<prefix>) within

@@ -211,7 +211,7 @@ type Config struct {
 	// Queues. While the rounds leave rows behind in some queue (a backlog), a lane of the relay's own
 	// serves the named queues that have none: it looks for new rows in them every MinPollInterval and
 	// claims and enqueues them in rounds of up to min(BatchSize, Concurrency) rows next to the workers',
-	// so that they do not wait for the backlog's rounds in flight (see the README's "Fair queues").
+	// so that they do not wait for the backlog's rounds in flight (see docs/cancel-and-queues.md).
 	// Defaults to none: one first-come-first-served claim over all queues, and no lane. On an outbox with
 	// the stream on (EnableStream) it splits only the per-row path's rows: streamed rows go in commit order,
 	// all queues alike, and the relay logs that at Warn when it finds the stream on.

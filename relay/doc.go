@@ -79,7 +79,7 @@
 // head and wakes the relay; an archived task marks the row dead, which blocks the key (admin.BlockedKeys)
 // until admin.RetryDead; a task Redis lost is enqueued again. Unkeyed rows are claimed through their own index
 // and never wait for keyed ones. BenchmarkOrderingHandoff and BenchmarkOrderingUnkeyedCost measure what
-// it costs; the README lists the figures and the limits.
+// it costs; docs/delivery.md gives the limits and docs/performance.md the figures.
 //
 // Rows that fail to enqueue are retried with their own exponential backoff and marked dead after
 // [Config.MaxAttempts]. Published rows are deleted after [Config.PublishedRetention]. [Relay.Stats] and

@@ -205,7 +205,7 @@ func TestQueuesCriticalOvertakesBulkBacklog(t *testing.T) {
 	if outboxtest.Pooled() {
 		// Behind the pooler the lane's look waits in PgBouncer's queue for one of the pool's two server
 		// connections, which a worker's round holds for the whole round (a look waited 825 ms while every
-		// test shared the pool). The README sizes the pool at Workers + 2; the test pool is 2, so here the
+		// test shared the pool). docs/connecting.md sizes the pool at Workers + 2; the test pool is 2, so here the
 		// test runs alone (not in parallel) with one worker and no reconciler: a connection for the round,
 		// one for the lane, and the same bound.
 		cfg.Workers, cfg.DisableReconciler = 1, true

@@ -10,7 +10,7 @@ import (
 // WithInboxSchema makes the Inbox (and its InboxCleaner) record handled events in the inbox of schema:
 // "schema".inbox_events, qualified and quoted in every statement, so neither search_path nor a pooler's
 // session matters. Give it the schema of the outbox whose events the handlers take (migrate.WithSchema,
-// bunx.WithSchema, relay.Config.Schema); see the README, "Several outboxes, schemas per tenant".
+// bunx.WithSchema, relay.Config.Schema); see docs/tenants.md.
 //
 // schema is 1 to 48 ASCII letters, digits and underscores, not starting with a digit or pg_; case is kept.
 // Another name makes every task of the Inbox fail (logged at Error, naming it) and NewInboxCleaner refuse

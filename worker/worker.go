@@ -17,7 +17,7 @@ const (
 //   - TaskCheckInterval: 10ms (asynq's default is 1s). An asynq server that finds its queues empty sleeps
 //     TaskCheckInterval before it looks again, so with asynq's default a task enqueued into an idle queue
 //     waits up to a second for a worker, however fast the relay was. 10ms costs one cheap Redis poll per
-//     10ms per idle server. The README's "Worker defaults" section has the measured difference.
+//     10ms per idle server. docs/performance.md has the measured difference.
 //
 //   - DelayedTaskCheckInterval: 100ms (asynq's default is 5s). asynq moves scheduled tasks
 //     (model.WithProcessAt, WithProcessIn) and tasks waiting for a retry into their queue only every

@@ -76,7 +76,7 @@ func NewServer(redis asynq.RedisConnOpt, db bun.IDB, cfg WorkerConfig) (*asynq.S
 	}
 	// worker.ServerConfig sets TaskCheckInterval to 10ms: with asynq's 1s default, an idle worker sleeps up to a
 	// second before it sees a new task, however fast the relay was; and DelayedTaskCheckInterval to 100ms, so
-	// scheduled tasks and retries are not up to 5s late (see the README's "Worker defaults").
+	// scheduled tasks and retries are not up to 5s late (see docs/consumers.md).
 	srv := asynq.NewServer(redis, worker.ServerConfig(asynq.Config{
 		Concurrency: concurrency,
 		Queues:      map[string]int{queueOrDefault(cfg.Queue): 1},

@@ -48,7 +48,7 @@ func quickStart(t *testing.T) block {
 		}
 	}
 	require.NotZero(t, heading, "README.md has a \"## Quick start\" section")
-	for _, b := range parseBlocks(t, string(data)) {
+	for _, b := range parseBlocks(t, "README.md", string(data)) {
 		if b.line > heading && b.complete() {
 			return b
 		}

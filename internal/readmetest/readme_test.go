@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"go/ast"
+	"go/format"
 	"go/importer"
 	"go/parser"
 	"go/token"
@@ -23,13 +24,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// block is one ```go block of README.md.
+// block is one ```go block of README.md or of a page of docs/.
 type block struct {
-	line       int    // the README line of the block's first line of code
+	file       string // the file, relative to the module's root: README.md, docs/hooks.md
+	line       int    // the file's line of the block's first line of code
 	code       string // the code, fences left out
 	fragment   bool   // marked <!-- fragment -->
 	hidden     string // the Go declarations in the fragment marker
-	hiddenLine int    // the README line of the first of them
+	hiddenLine int    // the file's line of the first of them
 }
 
 // complete reports whether the block is a program of its own: it has a package clause.
@@ -53,17 +55,41 @@ func moduleRoot(t *testing.T) string {
 	return root
 }
 
-// readmeBlocks reads the ```go blocks of README.md with their markers.
-func readmeBlocks(t *testing.T) []block {
+// docFiles is the documentation whose code is checked: README.md, then every page of docs/ (docs/*.md),
+// as paths relative to the module's root.
+func docFiles(t *testing.T) []string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(moduleRoot(t), "README.md"))
+	pages, err := filepath.Glob(filepath.Join(moduleRoot(t), "docs", "*.md"))
 	require.NoError(t, err)
-	return parseBlocks(t, string(data))
+	files := []string{"README.md"}
+	for _, p := range slices.Sorted(slices.Values(pages)) {
+		files = append(files, "docs/"+filepath.Base(p))
+	}
+	return files
 }
 
-func parseBlocks(t *testing.T, readme string) []block {
+// readFile reads a file of docFiles.
+func readFile(t *testing.T, file string) string {
 	t.Helper()
-	lines := strings.Split(readme, "\n")
+	data, err := os.ReadFile(filepath.Join(moduleRoot(t), filepath.FromSlash(file)))
+	require.NoError(t, err)
+	return string(data)
+}
+
+// docBlocks reads the ```go blocks of every file of docFiles with their markers.
+func docBlocks(t *testing.T) []block {
+	t.Helper()
+	var blocks []block
+	for _, f := range docFiles(t) {
+		blocks = append(blocks, parseBlocks(t, f, readFile(t, f))...)
+	}
+	return blocks
+}
+
+// parseBlocks reads the ```go blocks of text, the content of file.
+func parseBlocks(t *testing.T, file, text string) []block {
+	t.Helper()
+	lines := strings.Split(text, "\n")
 	var blocks []block
 	for i := 0; i < len(lines); i++ {
 		fence := strings.TrimSpace(lines[i])
@@ -74,11 +100,11 @@ func parseBlocks(t *testing.T, readme string) []block {
 		start := i + 1
 		for i++; i < len(lines) && strings.TrimSpace(lines[i]) != "```"; i++ {
 		}
-		require.Less(t, i, len(lines), "README.md:%d: the fence is never closed", start)
+		require.Less(t, i, len(lines), "%s:%d: the fence is never closed", file, start)
 		if lang != "go" && !strings.HasPrefix(lang, "go ") {
 			continue
 		}
-		b := block{line: start + 1, code: strings.Join(lines[start:i], "\n")}
+		b := block{file: file, line: start + 1, code: strings.Join(lines[start:i], "\n")}
 		b.fragment, b.hidden, b.hiddenLine = marker(lines, start-1)
 		blocks = append(blocks, b)
 	}
@@ -86,7 +112,7 @@ func parseBlocks(t *testing.T, readme string) []block {
 }
 
 // marker reads the HTML comment that ends on the line before the fence (index fence): whether it marks a
-// fragment, the declarations after the word fragment, and the README line of the first of them.
+// fragment, the declarations after the word fragment, and the file's line of the first of them.
 func marker(lines []string, fence int) (fragment bool, hidden string, hiddenLine int) {
 	end := fence - 1
 	if end < 0 || !strings.HasSuffix(strings.TrimSpace(lines[end]), "-->") {
@@ -131,11 +157,11 @@ func TestParseBlocks(t *testing.T) {
 		"package main",         // 17
 		"```",                  // 18
 	}, "\n")
-	got := parseBlocks(t, readme)
+	got := parseBlocks(t, "README.md", readme)
 	require.Equal(t, []block{
-		{line: 7, code: "a := 1", fragment: true},
-		{line: 13, code: "in.Handler()", fragment: true, hidden: "var in *worker.Inbox", hiddenLine: 10},
-		{line: 17, code: "package main"},
+		{file: "README.md", line: 7, code: "a := 1", fragment: true},
+		{file: "README.md", line: 13, code: "in.Handler()", fragment: true, hidden: "var in *worker.Inbox", hiddenLine: 10},
+		{file: "README.md", line: 17, code: "package main"},
 	}, got)
 	require.True(t, got[2].complete())
 	require.False(t, got[0].complete())
@@ -150,6 +176,7 @@ var knownPackages = map[string]string{
 	"pgx": "github.com/jackc/pgx/v5", "stdlib": "github.com/jackc/pgx/v5/stdlib",
 	"pgdialect": "github.com/uptrace/bun/dialect/pgdialect", "pgdriver": "github.com/uptrace/bun/driver/pgdriver",
 	"bunmigrate": "github.com/uptrace/bun/migrate", "bunboxmigrate": "github.com/bunbox/bunbox/migrate",
+	"prometheus": "github.com/prometheus/client_golang/prometheus",
 }
 
 // givens declares what every fragment may use without declaring it.
@@ -228,10 +255,10 @@ func (e *exportImporter) Import(path string) (*types.Package, error) {
 }
 
 // source is a block as a Go file: a complete program as it stands, a fragment wrapped in a function with
-// the givens and its hidden declarations. //line comments keep the README's line numbers.
+// the givens and its hidden declarations. //line comments keep the file's line numbers.
 func (b block) source(imports map[string]string) string {
 	if b.complete() {
-		return fmt.Sprintf("//line README.md:%d:1\n%s\n", b.line, b.code)
+		return fmt.Sprintf("//line %s:%d:1\n%s\n", b.file, b.line, b.code)
 	}
 	var s strings.Builder
 	s.WriteString("package readme\n\nimport (\n")
@@ -245,9 +272,9 @@ func (b block) source(imports map[string]string) string {
 	}
 	s.WriteString(")\n" + givens)
 	if b.hidden != "" {
-		fmt.Fprintf(&s, "\n//line README.md:%d:1\n%s\n", b.hiddenLine, b.hidden)
+		fmt.Fprintf(&s, "\n//line %s:%d:1\n%s\n", b.file, b.hiddenLine, b.hidden)
 	}
-	fmt.Fprintf(&s, "\nfunc _() error {\n//line README.md:%d:1\n%s\n\treturn nil\n}\n", b.line, b.code)
+	fmt.Fprintf(&s, "\nfunc _() error {\n//line %s:%d:1\n%s\n\treturn nil\n}\n", b.file, b.line, b.code)
 	return s.String()
 }
 
@@ -258,7 +285,7 @@ func (b block) usedPackages(t *testing.T, known map[string]string) map[string]st
 	src := "package readme\n" + givens + b.hidden + "\nfunc _() error {\n" + b.code + "\n}\n"
 	f, err := parser.ParseFile(token.NewFileSet(), "", src, parser.SkipObjectResolution)
 	if err != nil {
-		return map[string]string{} // the type check reports it, at the README's line
+		return map[string]string{} // the type check reports it, at the file's line
 	}
 	used := map[string]string{}
 	ast.Inspect(f, func(n ast.Node) bool {
@@ -274,16 +301,41 @@ func (b block) usedPackages(t *testing.T, known map[string]string) map[string]st
 	return used
 }
 
-// TestREADMEGoBlocksCompile type-checks every ```go block of README.md: a complete program strictly, a
-// fragment (marked <!-- fragment -->) as a function body that may leave variables and imports unused.
-func TestREADMEGoBlocksCompile(t *testing.T) {
+// TestDocsGoBlocksCompile type-checks every ```go block of README.md and of the pages of docs/: a complete
+// program strictly, a fragment (marked <!-- fragment -->) as a function body that may leave variables and
+// imports unused.
+func TestDocsGoBlocksCompile(t *testing.T) {
 	t.Parallel()
-	blocks := readmeBlocks(t)
+	blocks := docBlocks(t)
 	require.NotEmpty(t, blocks)
 	for _, e := range typeCheck(t, moduleRoot(t), blocks) {
 		t.Error(e)
 	}
-	t.Logf("%d Go blocks of README.md type-checked", len(blocks))
+	files := map[string]int{}
+	for _, b := range blocks {
+		files[b.file]++
+	}
+	for _, f := range docFiles(t) {
+		t.Logf("%s: %d Go blocks type-checked", f, files[f])
+	}
+}
+
+// Every complete program of the docs is as gofmt prints it: a reader copies it into a file of their own.
+func TestDocsProgramsAreGofmtClean(t *testing.T) {
+	t.Parallel()
+	for _, b := range docBlocks(t) {
+		if !b.complete() {
+			continue
+		}
+		formatted, err := format.Source([]byte(b.code))
+		if err != nil {
+			t.Errorf("%s:%d: the program does not parse: %v", b.file, b.line, err)
+			continue
+		}
+		if got := strings.TrimSpace(string(formatted)); got != strings.TrimSpace(b.code) {
+			t.Errorf("%s:%d: the program is not gofmt-clean; gofmt prints:\n%s", b.file, b.line, got)
+		}
+	}
 }
 
 // The checker finds what the issue found in the old quick start, and what a README block can get wrong.
@@ -308,7 +360,7 @@ func TestTypeCheckFindsErrors(t *testing.T) {
 		"in := worker.NewInbox(db, 42)",                                                  // 16
 		"```",                                                                            // 17
 	}, "\n")
-	errs := typeCheck(t, moduleRoot(t), parseBlocks(t, readme))
+	errs := typeCheck(t, moduleRoot(t), parseBlocks(t, "README.md", readme))
 	require.Len(t, errs, 4, "%q", errs)
 	require.Contains(t, errs, "README.md:4:5: no new variables on left side of :=")
 	require.Contains(t, errs, "README.md:7: a ```go block that is no complete program (no package clause) needs <!-- fragment --> on the line before its fence")
@@ -316,7 +368,7 @@ func TestTypeCheckFindsErrors(t *testing.T) {
 	require.Contains(t, errs, "README.md:16:27: cannot use 42 (untyped int constant) as worker.Option value in argument to worker.NewInbox")
 }
 
-// typeCheck type-checks the blocks and returns their errors, each naming its README line.
+// typeCheck type-checks the blocks and returns their errors, each naming its file and line.
 func typeCheck(t *testing.T, root string, blocks []block) []string {
 	t.Helper()
 	known := map[string]string{}
@@ -335,7 +387,7 @@ func typeCheck(t *testing.T, root string, blocks []block) []string {
 	paths := map[string]bool{"context": true}
 	for _, b := range blocks {
 		if !b.complete() && !b.fragment {
-			errs = append(errs, fmt.Sprintf("README.md:%d: a ```go block that is no complete program (no package clause) needs <!-- fragment --> on the line before its fence", b.line-1))
+			errs = append(errs, fmt.Sprintf("%s:%d: a ```go block that is no complete program (no package clause) needs <!-- fragment --> on the line before its fence", b.file, b.line-1))
 			continue
 		}
 		var imports map[string]string
@@ -345,9 +397,11 @@ func typeCheck(t *testing.T, root string, blocks []block) []string {
 				imports[name] = known[name]
 			}
 		}
-		f, err := parser.ParseFile(fset, fmt.Sprintf("block%d.go", b.line), b.source(imports), parser.ParseComments)
+		// The file's name has no directory: a relative //line name would be joined to it.
+		name := fmt.Sprintf("%s.block%d.go", strings.ReplaceAll(b.file, "/", "_"), b.line)
+		f, err := parser.ParseFile(fset, name, b.source(imports), parser.ParseComments)
 		if err != nil {
-			errs = append(errs, fmt.Sprintf("the block at README.md:%d does not parse: %v", b.line, err))
+			errs = append(errs, fmt.Sprintf("the block at %s:%d does not parse: %v", b.file, b.line, err))
 			continue
 		}
 		for _, imp := range f.Imports {
@@ -368,7 +422,7 @@ func typeCheck(t *testing.T, root string, blocks []block) []string {
 				errs = append(errs, err.Error())
 			},
 		}
-		_, _ = conf.Check(fmt.Sprintf("readme/block%d", p.b.line), fset, []*ast.File{p.file}, nil)
+		_, _ = conf.Check(fmt.Sprintf("readme/%s/block%d", p.b.file, p.b.line), fset, []*ast.File{p.file}, nil)
 	}
 	return errs
 }
