@@ -12,8 +12,8 @@ import (
 	"github.com/bunbox/bunbox/internal/badrow"
 )
 
-// BlockedKeysLimitDefault is how many blocked keys BlockedKeys lists when limit is not positive.
-const BlockedKeysLimitDefault = 100
+// blockedKeysLimitDefault is how many blocked keys BlockedKeys lists when limit is not positive.
+const blockedKeysLimitDefault = 100
 
 // BlockedKey is an ordering key (model.WithOrderingKey) whose next event is dead: no later event of the
 // key is handed to asynq until the dead one is retried (RetryDead, `bunbox dead retry`).
@@ -33,11 +33,11 @@ type BlockedKey struct {
 }
 
 // BlockedKeys lists up to limit blocked keys, the longest blocked first. A limit <= 0 means
-// BlockedKeysLimitDefault. It reads the dead rows (their partial index) and, per key, the key's
+// 100. It reads the dead rows (their partial index) and, per key, the key's
 // unfinished rows.
 func BlockedKeys(ctx context.Context, db bun.IDB, limit int) ([]BlockedKey, error) {
 	if limit <= 0 {
-		limit = BlockedKeysLimitDefault
+		limit = blockedKeysLimitDefault
 	}
 	names, err := namesOf(ctx)
 	if err != nil {

@@ -14,11 +14,11 @@ import (
 	"github.com/bunbox/bunbox/model"
 )
 
-// ListDeadLimitDefault is how many dead events DeadEvents lists when limit is not positive.
-const ListDeadLimitDefault = 100
+// listDeadLimitDefault is how many dead events DeadEvents lists when limit is not positive.
+const listDeadLimitDefault = 100
 
 // ListDead lists up to limit events the relay gave up on, oldest first, with their attempts and last
-// error. A limit <= 0 means ListDeadLimitDefault.
+// error. A limit <= 0 means 100.
 //
 // A row that raw SQL wrote around bunx (metadata that is not a JSON object of strings, a time that is
 // not finite) does not fail the list: it is listed with the others, its Metadata holding only the key
@@ -26,7 +26,7 @@ const ListDeadLimitDefault = 100
 // named under that key too). A published_at of the stream ('infinity') reads as nil.
 func ListDead(ctx context.Context, db bun.IDB, limit int) ([]model.Event, error) {
 	if limit <= 0 {
-		limit = ListDeadLimitDefault
+		limit = listDeadLimitDefault
 	}
 	names, err := namesOf(ctx)
 	if err != nil {

@@ -15,20 +15,20 @@ import (
 
 // Defaults applied by NewInboxCleaner to the zero fields of an InboxCleanerConfig.
 const (
-	InboxWindowDefault          = 30 * 24 * time.Hour
-	InboxMaxRetryDefault        = 25               // asynq's default MaxRetry
-	InboxTaskTimeoutDefault     = 30 * time.Minute // asynq's default Timeout
-	InboxCleanupBatchDefault    = 1000
-	InboxCleanupIntervalDefault = time.Hour
-	// InboxTaskRetentionDefault is the relay's default Config.TaskRetention (relay.TaskRetentionDefault).
-	InboxTaskRetentionDefault = 24 * time.Hour
-	// InboxReconcileWindowDefault is the reconciler's default ReconcilerConfig.Window
-	// (relay.ReconcileWindowDefault).
-	InboxReconcileWindowDefault = time.Hour
-	// InboxReconcileMarginDefault covers what lies between a row leaving the reconciler's window and the
+	inboxWindowDefault          = 30 * 24 * time.Hour
+	inboxMaxRetryDefault        = 25               // asynq's default MaxRetry
+	inboxTaskTimeoutDefault     = 30 * time.Minute // asynq's default Timeout
+	inboxCleanupBatchDefault    = 1000
+	inboxCleanupIntervalDefault = time.Hour
+	// inboxTaskRetentionDefault is the relay's default Config.TaskRetention (24h).
+	inboxTaskRetentionDefault = 24 * time.Hour
+	// inboxReconcileWindowDefault is the reconciler's default ReconcilerConfig.Window
+	// (1h).
+	inboxReconcileWindowDefault = time.Hour
+	// inboxReconcileMarginDefault covers what lies between a row leaving the reconciler's window and the
 	// last copy it enqueued reaching a handler: the reconciler's Interval (1m by default), one pass, and
 	// the queue's latency.
-	InboxReconcileMarginDefault = time.Hour
+	inboxReconcileMarginDefault = time.Hour
 )
 
 // ErrInvalidConfig is wrapped by the error of an InboxCleanerConfig that cannot work; the message names the
@@ -108,16 +108,16 @@ type InboxCleanerConfig struct {
 
 // withDefaults fills the zero fields.
 func (c InboxCleanerConfig) withDefaults() InboxCleanerConfig {
-	c.Window = cmp.Or(c.Window, InboxWindowDefault)
+	c.Window = cmp.Or(c.Window, inboxWindowDefault)
 	if c.MaxRetry == 0 {
-		c.MaxRetry = InboxMaxRetryDefault
+		c.MaxRetry = inboxMaxRetryDefault
 	}
-	c.TaskTimeout = cmp.Or(c.TaskTimeout, InboxTaskTimeoutDefault)
-	c.BatchSize = cmp.Or(c.BatchSize, InboxCleanupBatchDefault)
-	c.Interval = cmp.Or(c.Interval, InboxCleanupIntervalDefault)
-	c.TaskRetention = cmp.Or(c.TaskRetention, InboxTaskRetentionDefault)
-	c.ReconcileWindow = cmp.Or(c.ReconcileWindow, InboxReconcileWindowDefault)
-	c.ReconcileMargin = cmp.Or(c.ReconcileMargin, InboxReconcileMarginDefault)
+	c.TaskTimeout = cmp.Or(c.TaskTimeout, inboxTaskTimeoutDefault)
+	c.BatchSize = cmp.Or(c.BatchSize, inboxCleanupBatchDefault)
+	c.Interval = cmp.Or(c.Interval, inboxCleanupIntervalDefault)
+	c.TaskRetention = cmp.Or(c.TaskRetention, inboxTaskRetentionDefault)
+	c.ReconcileWindow = cmp.Or(c.ReconcileWindow, inboxReconcileWindowDefault)
+	c.ReconcileMargin = cmp.Or(c.ReconcileMargin, inboxReconcileMarginDefault)
 	return c
 }
 

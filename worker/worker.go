@@ -8,8 +8,8 @@ import (
 
 // The worker defaults that ServerConfig fills in.
 const (
-	TaskCheckIntervalDefault        = 10 * time.Millisecond
-	DelayedTaskCheckIntervalDefault = 100 * time.Millisecond
+	taskCheckIntervalDefault        = 10 * time.Millisecond
+	delayedTaskCheckIntervalDefault = 100 * time.Millisecond
 )
 
 // ServerConfig returns cfg with bunbox's worker defaults in its zero fields, for asynq.NewServer:
@@ -30,10 +30,10 @@ const (
 //	srv := asynq.NewServer(redisOpt, worker.ServerConfig(asynq.Config{Concurrency: 20}))
 func ServerConfig(cfg asynq.Config) asynq.Config {
 	if cfg.TaskCheckInterval == 0 {
-		cfg.TaskCheckInterval = TaskCheckIntervalDefault
+		cfg.TaskCheckInterval = taskCheckIntervalDefault
 	}
 	if cfg.DelayedTaskCheckInterval == 0 {
-		cfg.DelayedTaskCheckInterval = DelayedTaskCheckIntervalDefault
+		cfg.DelayedTaskCheckInterval = delayedTaskCheckIntervalDefault
 	}
 	return cfg
 }

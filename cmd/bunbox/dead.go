@@ -52,7 +52,7 @@ type deadEventJSON struct {
 
 func (c *cli) deadList(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bunbox dead list", flag.ContinueOnError)
-	limit := fs.Int("limit", admin.ListDeadLimitDefault, "how many dead events to list")
+	limit := fs.Int("limit", 100, "how many dead events to list")
 	asJSON := fs.Bool("json", false, "print JSON")
 	rest, err := c.flags(fs, args)
 	if err != nil {
