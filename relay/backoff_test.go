@@ -42,12 +42,12 @@ func TestJitteredBackoffBounds(t *testing.T) {
 		wait func(int) time.Duration
 		d    time.Duration
 	}{
-		{"RoundFirst", 1, c.roundBackoff, RoundBackoffDefault},
-		{"RoundSecond", 2, c.roundBackoff, 2 * RoundBackoffDefault},
-		{"RoundCapped", 50, c.roundBackoff, RoundBackoffMaxDefault},
-		{"RetryFirst", 1, c.retryDelay, RetryBackoffDefault},
-		{"RetrySecond", 2, c.retryDelay, 2 * RetryBackoffDefault},
-		{"RetryCapped", 40, c.retryDelay, RetryBackoffMaxDefault},
+		{"RoundFirst", 1, c.roundBackoff, roundBackoffDefault},
+		{"RoundSecond", 2, c.roundBackoff, 2 * roundBackoffDefault},
+		{"RoundCapped", 50, c.roundBackoff, roundBackoffMaxDefault},
+		{"RetryFirst", 1, c.retryDelay, retryBackoffDefault},
+		{"RetrySecond", 2, c.retryDelay, 2 * retryBackoffDefault},
+		{"RetryCapped", 40, c.retryDelay, retryBackoffMaxDefault},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -53,7 +53,7 @@ func benchSetup(b *testing.B) (*bun.DB, asynq.RedisClientOpt, string, *asynq.Ins
 func BenchmarkDrainBacklog(b *testing.B) {
 	const n = 100_000
 	const segments = 10
-	const concurrency = ConcurrencyDefault
+	const concurrency = concurrencyDefault
 	db, redis, queue, ins := benchSetup(b)
 	ctx := context.Background()
 	payload := []byte(`{"order_id":12345,"total":"99.90"}`)
@@ -81,7 +81,7 @@ func BenchmarkDrainBacklog(b *testing.B) {
 							model.HeaderCreatedAt: time.Now().UTC().Format(time.RFC3339Nano),
 						})
 						if _, err := client.EnqueueContext(ctx, task, asynq.TaskID(id), asynq.Queue(rawQueue),
-							asynq.Retention(TaskRetentionDefault)); err != nil {
+							asynq.Retention(taskRetentionDefault)); err != nil {
 							b.Error(err)
 							return
 						}

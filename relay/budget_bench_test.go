@@ -15,7 +15,7 @@ import (
 )
 
 // BenchmarkDrainBigEventsRSS drains events of 1 MiB each and reports the process's peak RSS (VmHWM, reset
-// before the drain) and the drain rate: first with the default byte budget (BatchBytesDefault), then with
+// before the drain) and the drain rate: first with the default byte budget (batchBytesDefault), then with
 // the budget out of the way (1 GiB, so that BatchSize alone bounds a claim, as before the budget existed).
 // BUNBOX_RSS_EVENTS (default 10000) sets the events of the first arm and BUNBOX_RSS_UNBOUNDED_EVENTS
 // (default 2000: four full batches, enough to reach its peak) those of the second. Linux only.
@@ -33,7 +33,7 @@ func BenchmarkDrainBigEventsRSS(b *testing.B) {
 		budget int64
 		events int
 	}{
-		{"Budget16MiB", BatchBytesDefault, envInt(b, "BUNBOX_RSS_EVENTS", 10_000)},
+		{"Budget16MiB", batchBytesDefault, envInt(b, "BUNBOX_RSS_EVENTS", 10_000)},
 		{"Unbounded", 1 << 30, envInt(b, "BUNBOX_RSS_UNBOUNDED_EVENTS", 2000)},
 	} {
 		b.Run(arm.name, func(b *testing.B) {
@@ -131,9 +131,9 @@ FROM generate_series(1, 10000)`, queue); err != nil {
 		args      []any
 		total     time.Duration
 	}{
-		{name: "plain", sql: claimSQL, args: []any{BatchSizeDefault}},
-		{name: "budget", sql: claimBudgetSQL, args: []any{BatchSizeDefault, BatchBytesDefault}},
-		{name: "sized", sql: claimSizedSQL, args: []any{BatchSizeDefault}},
+		{name: "plain", sql: claimSQL, args: []any{batchSizeDefault}},
+		{name: "budget", sql: claimBudgetSQL, args: []any{batchSizeDefault, batchBytesDefault}},
+		{name: "sized", sql: claimSizedSQL, args: []any{batchSizeDefault}},
 	}
 	for b.Loop() {
 		for i := range arms {
@@ -151,7 +151,7 @@ FROM generate_series(1, 10000)`, queue); err != nil {
 			for rows.Next() {
 				n++
 			}
-			if err := rows.Err(); err != nil || n != BatchSizeDefault {
+			if err := rows.Err(); err != nil || n != batchSizeDefault {
 				b.Fatalf("%s claimed %d rows: %v", a.name, n, err)
 			}
 			_ = rows.Close()

@@ -20,25 +20,25 @@ import (
 
 // Defaults applied by New to the zero fields of a Config.
 const (
-	BatchSizeDefault          = 500
-	BatchBytesDefault         = 16 << 20
-	ConcurrencyDefault        = 32
-	WorkersDefault            = 2
-	PollIntervalDefault       = 500 * time.Millisecond
-	MinPollIntervalDefault    = 5 * time.Millisecond
-	TaskRetentionDefault      = 24 * time.Hour
-	MaxAttemptsDefault        = 10
-	RetryBackoffDefault       = time.Second
-	RetryBackoffMaxDefault    = time.Hour
-	RoundBackoffDefault       = 100 * time.Millisecond
-	RoundBackoffMaxDefault    = 30 * time.Second
-	EnqueueTimeoutDefault     = 5 * time.Second
-	PublishedRetentionDefault = 7 * 24 * time.Hour
-	CleanupIntervalDefault    = time.Minute
-	CleanupBatchSizeDefault   = 1000
-	KeyCheckIntervalDefault   = 10 * time.Millisecond
-	// CancelCheckIntervalDefault is Config.CancelCheckInterval's default.
-	CancelCheckIntervalDefault = 100 * time.Millisecond
+	batchSizeDefault          = 500
+	batchBytesDefault         = 16 << 20
+	concurrencyDefault        = 32
+	workersDefault            = 2
+	pollIntervalDefault       = 500 * time.Millisecond
+	minPollIntervalDefault    = 5 * time.Millisecond
+	taskRetentionDefault      = 24 * time.Hour
+	maxAttemptsDefault        = 10
+	retryBackoffDefault       = time.Second
+	retryBackoffMaxDefault    = time.Hour
+	roundBackoffDefault       = 100 * time.Millisecond
+	roundBackoffMaxDefault    = 30 * time.Second
+	enqueueTimeoutDefault     = 5 * time.Second
+	publishedRetentionDefault = 7 * 24 * time.Hour
+	cleanupIntervalDefault    = time.Minute
+	cleanupBatchSizeDefault   = 1000
+	keyCheckIntervalDefault   = 10 * time.Millisecond
+	// cancelCheckIntervalDefault is Config.CancelCheckInterval's default.
+	cancelCheckIntervalDefault = 100 * time.Millisecond
 	// NotifyChannel is the PostgreSQL channel the relay listens on and the trigger of EnableNotify notifies.
 	NotifyChannel = "bunbox_outbox"
 )
@@ -246,30 +246,30 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
-	c.BatchBytes = cmp.Or(c.BatchBytes, BatchBytesDefault)
-	c.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
-	c.Workers = cmp.Or(c.Workers, WorkersDefault)
-	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
-	c.MinPollInterval = cmp.Or(c.MinPollInterval, min(MinPollIntervalDefault, c.PollInterval))
-	c.TaskRetention = cmp.Or(c.TaskRetention, TaskRetentionDefault)
-	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
-	c.RetryBackoff = cmp.Or(c.RetryBackoff, RetryBackoffDefault)
-	c.RetryBackoffMax = cmp.Or(c.RetryBackoffMax, max(RetryBackoffMaxDefault, c.RetryBackoff))
-	c.RoundBackoff = cmp.Or(c.RoundBackoff, RoundBackoffDefault)
-	c.RoundBackoffMax = cmp.Or(c.RoundBackoffMax, max(RoundBackoffMaxDefault, c.RoundBackoff))
+	c.BatchSize = cmp.Or(c.BatchSize, batchSizeDefault)
+	c.BatchBytes = cmp.Or(c.BatchBytes, batchBytesDefault)
+	c.Concurrency = cmp.Or(c.Concurrency, concurrencyDefault)
+	c.Workers = cmp.Or(c.Workers, workersDefault)
+	c.PollInterval = cmp.Or(c.PollInterval, pollIntervalDefault)
+	c.MinPollInterval = cmp.Or(c.MinPollInterval, min(minPollIntervalDefault, c.PollInterval))
+	c.TaskRetention = cmp.Or(c.TaskRetention, taskRetentionDefault)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, maxAttemptsDefault)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, retryBackoffDefault)
+	c.RetryBackoffMax = cmp.Or(c.RetryBackoffMax, max(retryBackoffMaxDefault, c.RetryBackoff))
+	c.RoundBackoff = cmp.Or(c.RoundBackoff, roundBackoffDefault)
+	c.RoundBackoffMax = cmp.Or(c.RoundBackoffMax, max(roundBackoffMaxDefault, c.RoundBackoff))
 	c.UnreadyAfter = cmp.Or(c.UnreadyAfter, 30*time.Second)
-	c.EnqueueTimeout = cmp.Or(c.EnqueueTimeout, EnqueueTimeoutDefault)
-	c.PublishedRetention = cmp.Or(c.PublishedRetention, PublishedRetentionDefault)
-	c.CleanupInterval = cmp.Or(c.CleanupInterval, CleanupIntervalDefault)
-	c.CleanupBatchSize = cmp.Or(c.CleanupBatchSize, CleanupBatchSizeDefault)
+	c.EnqueueTimeout = cmp.Or(c.EnqueueTimeout, enqueueTimeoutDefault)
+	c.PublishedRetention = cmp.Or(c.PublishedRetention, publishedRetentionDefault)
+	c.CleanupInterval = cmp.Or(c.CleanupInterval, cleanupIntervalDefault)
+	c.CleanupBatchSize = cmp.Or(c.CleanupBatchSize, cleanupBatchSizeDefault)
 	c.Logger = cmp.Or(c.Logger, defaultLogger())
-	c.KeyCheckInterval = cmp.Or(c.KeyCheckInterval, KeyCheckIntervalDefault)
-	c.IdleInTransactionTimeout = cmp.Or(c.IdleInTransactionTimeout, IdleInTransactionTimeoutDefault)
-	c.StatementTimeout = cmp.Or(c.StatementTimeout, StatementTimeoutDefault)
-	c.LockTimeout = cmp.Or(c.LockTimeout, LockTimeoutDefault)
-	c.CancelCheckInterval = cmp.Or(c.CancelCheckInterval, CancelCheckIntervalDefault)
-	c.WakeInterval = cmp.Or(c.WakeInterval, WakeIntervalDefault)
+	c.KeyCheckInterval = cmp.Or(c.KeyCheckInterval, keyCheckIntervalDefault)
+	c.IdleInTransactionTimeout = cmp.Or(c.IdleInTransactionTimeout, idleInTransactionTimeoutDefault)
+	c.StatementTimeout = cmp.Or(c.StatementTimeout, statementTimeoutDefault)
+	c.LockTimeout = cmp.Or(c.LockTimeout, lockTimeoutDefault)
+	c.CancelCheckInterval = cmp.Or(c.CancelCheckInterval, cancelCheckIntervalDefault)
+	c.WakeInterval = cmp.Or(c.WakeInterval, wakeIntervalDefault)
 	if c.now == nil {
 		c.now = time.Now
 	}

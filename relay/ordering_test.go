@@ -441,7 +441,7 @@ func TestTaskCarriesOrderingKey(t *testing.T) {
 
 func TestKeyCheckIntervalConfig(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, KeyCheckIntervalDefault, Config{}.withDefaults().KeyCheckInterval)
+	require.Equal(t, keyCheckIntervalDefault, Config{}.withDefaults().KeyCheckInterval)
 	err := Config{KeyCheckInterval: -time.Millisecond}.withDefaults().validate()
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	require.ErrorContains(t, err, "KeyCheckInterval must be positive")

@@ -12,11 +12,11 @@ import (
 
 // Defaults applied by NewReconciler to the zero fields of a ReconcilerConfig.
 const (
-	ReconcileWindowDefault      = time.Hour
-	ReconcileIntervalDefault    = time.Minute
-	ReconcileBatchSizeDefault   = 500
-	ReconcileConcurrencyDefault = 16
-	ReconcileLeaseTTLDefault    = 30 * time.Second
+	reconcileWindowDefault      = time.Hour
+	reconcileIntervalDefault    = time.Minute
+	reconcileBatchSizeDefault   = 500
+	reconcileConcurrencyDefault = 16
+	reconcileLeaseTTLDefault    = 30 * time.Second
 )
 
 // reconcileLeaseName is the row of bunbox_leases that the relays' reconcilers share: one holds it at a time.
@@ -87,12 +87,12 @@ type ReconcilerConfig struct {
 }
 
 func (c ReconcilerConfig) withDefaults() ReconcilerConfig {
-	c.Window = cmp.Or(c.Window, ReconcileWindowDefault)
-	c.Interval = cmp.Or(c.Interval, ReconcileIntervalDefault)
-	c.BatchSize = cmp.Or(c.BatchSize, ReconcileBatchSizeDefault)
-	c.Concurrency = cmp.Or(c.Concurrency, ReconcileConcurrencyDefault)
-	c.TaskRetention = cmp.Or(c.TaskRetention, TaskRetentionDefault)
-	c.LeaseTTL = cmp.Or(c.LeaseTTL, ReconcileLeaseTTLDefault)
+	c.Window = cmp.Or(c.Window, reconcileWindowDefault)
+	c.Interval = cmp.Or(c.Interval, reconcileIntervalDefault)
+	c.BatchSize = cmp.Or(c.BatchSize, reconcileBatchSizeDefault)
+	c.Concurrency = cmp.Or(c.Concurrency, reconcileConcurrencyDefault)
+	c.TaskRetention = cmp.Or(c.TaskRetention, taskRetentionDefault)
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, reconcileLeaseTTLDefault)
 	c.Logger = cmp.Or(c.Logger, defaultLogger())
 	if c.now == nil {
 		c.now = time.Now

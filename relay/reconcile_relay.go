@@ -18,7 +18,7 @@ func (c Config) reconcilerDefaults() ReconcilerConfig {
 	rc.Schema = c.Schema
 	rc.TablePrefix = c.TablePrefix
 	if rc.Window == 0 {
-		rc.Window = min(ReconcileWindowDefault, c.TaskRetention/2)
+		rc.Window = min(reconcileWindowDefault, c.TaskRetention/2)
 	}
 	rc.Logger = cmp.Or(rc.Logger, c.Logger)
 	return rc.withDefaults()

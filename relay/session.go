@@ -14,9 +14,9 @@ import (
 
 // Defaults of the server-side bounds of the relay's transactions (see Config.IdleInTransactionTimeout).
 const (
-	IdleInTransactionTimeoutDefault = 15 * time.Second
-	StatementTimeoutDefault         = 30 * time.Second
-	LockTimeoutDefault              = 10 * time.Second
+	idleInTransactionTimeoutDefault = 15 * time.Second
+	statementTimeoutDefault         = 30 * time.Second
+	lockTimeoutDefault              = 10 * time.Second
 )
 
 // sessionBounds are the server-side limits a relay, reconciler or cleaner transaction sets on itself when it
@@ -40,7 +40,7 @@ func (c Config) bounds() sessionBounds {
 
 // defaultBounds are the bounds of a zero Config, for the components that have no fields of their own.
 func defaultBounds() sessionBounds {
-	return newSessionBounds(IdleInTransactionTimeoutDefault, StatementTimeoutDefault, LockTimeoutDefault)
+	return newSessionBounds(idleInTransactionTimeoutDefault, statementTimeoutDefault, lockTimeoutDefault)
 }
 
 // newSessionBounds builds the set_config statement of the given bounds; a bound <= 0 is not set.

@@ -20,9 +20,9 @@ import (
 func TestConfigSessionBounds(t *testing.T) {
 	t.Parallel()
 	c := Config{}.withDefaults()
-	require.Equal(t, IdleInTransactionTimeoutDefault, c.IdleInTransactionTimeout)
-	require.Equal(t, StatementTimeoutDefault, c.StatementTimeout)
-	require.Equal(t, LockTimeoutDefault, c.LockTimeout)
+	require.Equal(t, idleInTransactionTimeoutDefault, c.IdleInTransactionTimeout)
+	require.Equal(t, statementTimeoutDefault, c.StatementTimeout)
+	require.Equal(t, lockTimeoutDefault, c.LockTimeout)
 	b := c.bounds()
 	for _, want := range []string{"('idle_in_transaction_session_timeout', '15000')", "('tcp_user_timeout', '15000')",
 		"('statement_timeout', '30000')", "('lock_timeout', '10000')"} {

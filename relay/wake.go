@@ -27,8 +27,8 @@ import (
 // before, without moving last_value) and a role without SELECT or USAGE on the sequence. In both cases the
 // relay logs a warning at start and waits up to PollInterval after a quiet spell, as without the wake-up.
 
-// WakeIntervalDefault is Config.WakeInterval's default.
-const WakeIntervalDefault = 5 * time.Millisecond
+// wakeIntervalDefault is Config.WakeInterval's default.
+const wakeIntervalDefault = 5 * time.Millisecond
 
 // wakeRetries is how many more times one move of the sequence wakes the relay when the rounds it woke
 // found nothing at or past the moved value (the inserting transaction had not committed yet).

@@ -33,7 +33,7 @@ func TestWakeUpByDefault(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	r := b.newRelay(t, quietConfig())
-	require.Equal(t, WakeIntervalDefault, r.cfg.WakeInterval)
+	require.Equal(t, wakeIntervalDefault, r.cfg.WakeInterval)
 	run(t, r)
 	for i := range 3 {
 		waitIdle(t, r, 40)
@@ -135,7 +135,7 @@ func TestWakeIntervalFromEnv(t *testing.T) {
 	}
 	c, err := configFromLookup(func(string) (string, bool) { return "", false })
 	require.NoError(t, err)
-	require.Equal(t, WakeIntervalDefault, c.withDefaults().WakeInterval)
+	require.Equal(t, wakeIntervalDefault, c.withDefaults().WakeInterval)
 	_, err = configFromLookup(func(name string) (string, bool) { return "often", name == "OUTBOX_WAKE_INTERVAL" })
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	require.ErrorContains(t, err, "OUTBOX_WAKE_INTERVAL")
@@ -162,7 +162,7 @@ func TestWakeUpSleepsWhileRowsCome(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	cfg := quietConfig()
-	cfg.MinPollInterval = WakeIntervalDefault // the default: the loop polls as often as the wake-up looks
+	cfg.MinPollInterval = wakeIntervalDefault // the default: the loop polls as often as the wake-up looks
 	r := b.newRelay(t, cfg)
 	run(t, r)
 	waitIdle(t, r, 5)

@@ -15,7 +15,6 @@ import (
 	"github.com/uptrace/bun/driver/pgdriver"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
-	"github.com/bunbox/bunbox/relay"
 	"github.com/bunbox/bunbox/worker"
 )
 
@@ -62,8 +61,9 @@ func TestInboxCleanerConfig(t *testing.T) {
 	require.Equal(t, time.Hour, cfg.ReconcileMargin)
 	require.Equal(t, worker.AsynqRedeliverySpan(25, 30*time.Minute), cfg.MinWindow())
 	// The defaults are the relay's: the cleaner cannot import relay, so this test keeps them together.
-	require.Equal(t, relay.TaskRetentionDefault, worker.InboxTaskRetentionDefault)
-	require.Equal(t, relay.ReconcileWindowDefault, worker.InboxReconcileWindowDefault)
+	// The relay's defaults (relay.Config.TaskRetention, ReconcilerConfig.Window; TestDefaultsTheInboxAssumes).
+	require.Equal(t, 24*time.Hour, worker.InboxTaskRetentionDefault)
+	require.Equal(t, time.Hour, worker.InboxReconcileWindowDefault)
 
 	for _, tc := range []struct {
 		name string

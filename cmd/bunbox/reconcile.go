@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"text/tabwriter"
+	"time"
 
 	"github.com/bunbox/bunbox/relay"
 )
@@ -30,7 +31,7 @@ type missingEvent struct {
 // reconcile makes one reconciler pass and prints the events whose task Redis had lost.
 func (c *cli) reconcile(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bunbox reconcile", flag.ContinueOnError)
-	window := fs.Duration("window", relay.ReconcileWindowDefault, "check the events published within this window (shorter than OUTBOX_TASK_RETENTION)")
+	window := fs.Duration("window", time.Hour, "check the events published within this window (shorter than OUTBOX_TASK_RETENTION)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	rest, err := c.flags(fs, args)
 	if err != nil {

@@ -551,7 +551,7 @@ func (w *lockWatcher) longest(ps ...*netproxy.Proxy) (time.Duration, int) {
 func netSummary(rows []netRow, wall time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nnetwork fault summary (BUNBOX_TEST_DRIVER=%s, relay defaults: IdleInTransactionTimeout %s)\n",
-		cmp.Or(os.Getenv("BUNBOX_TEST_DRIVER"), "pgdriver"), relay.IdleInTransactionTimeoutDefault)
+		cmp.Or(os.Getenv("BUNBOX_TEST_DRIVER"), "pgdriver"), relay.Config{}.IdleInTransactionTimeout)
 	fmt.Fprintf(&b, "| %-18s | %-6s | %-11s | %-4s | %-8s | %-8s | %-9s | %-14s | %-9s | %-5s | %s\n",
 		"scenario", "events", "delivered", "lost", "dup eff.", "dup enq.", "conflicts", "pend/dead/lock", "max hold", "wall", "note")
 	for _, r := range rows {

@@ -47,6 +47,9 @@ func benchTask(id uuid.UUID, queue string) (*asynq.Task, []asynq.Option) {
 	return benchTaskOf(id, queue, drainPayload)
 }
 
+// taskRetention is relay.Config.TaskRetention's default, which the relay's tasks carry.
+const taskRetention = 24 * time.Hour
+
 // benchTaskOf is benchTask with the row's own payload.
 func benchTaskOf(id uuid.UUID, queue string, payload []byte) (*asynq.Task, []asynq.Option) {
 	headers := map[string]string{
@@ -55,7 +58,7 @@ func benchTaskOf(id uuid.UUID, queue string, payload []byte) (*asynq.Task, []asy
 		model.HeaderCreatedAt: time.Now().UTC().Format(time.RFC3339Nano),
 	}
 	return asynq.NewTaskWithHeaders("bench.event", payload, headers),
-		[]asynq.Option{asynq.TaskID(id.String()), asynq.Queue(queue), asynq.Retention(relay.TaskRetentionDefault)}
+		[]asynq.Option{asynq.TaskID(id.String()), asynq.Queue(queue), asynq.Retention(taskRetention)}
 }
 
 // fillOutbox inserts n pending rows into bunbox's table, vacuums it and checkpoints, as a committed

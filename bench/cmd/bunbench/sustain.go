@@ -22,7 +22,6 @@ import (
 	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/internal/streamsql"
 	"github.com/bunbox/bunbox/model"
-	"github.com/bunbox/bunbox/relay"
 )
 
 // The flat-at-scale parts (issue 18 item 3).
@@ -649,7 +648,7 @@ FROM generate_series(?::bigint, ?::bigint) g,
 		for _, db := range []*bun.DB{kept, empty} {
 			if _, err := db.ExecContext(ctx, `INSERT INTO bunbox_stream_marks (at, next_xid)
 VALUES (now() - make_interval(secs => ?::float8), pg_snapshot_xmax(pg_current_snapshot()))`,
-				(relay.ReconcileWindowDefault + time.Minute).Seconds()); err != nil {
+				(time.Hour /* ReconcilerConfig.Window's default */ + time.Minute).Seconds()); err != nil {
 				return fmt.Errorf("record a time mark: %w", err)
 			}
 		}
