@@ -18,7 +18,8 @@ type Error struct {
 	// Msg says what is wrong, such as "invalid PostgreSQL URL postgres://u:xxxxx@h/db", with the URL
 	// redacted.
 	Msg string
-	// Err is the cause, if any; it never quotes the connection string.
+	// Err is the cause, if any; it never quotes the connection string, and no piece of a password in it
+	// survives, however the driver split the string.
 	Err error
 }
 
@@ -33,9 +34,11 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // newError makes an Error for the connection string s, which it redacts; format has one %s, for it.
+// Every error of this package that holds a cause is made here, and the cause, whichever driver or
+// parser wrote it, has every piece of a password of s masked (maskError): this is the one door.
 func newError(kind, s string, err error, format string) *Error {
 	u := Redact(s)
-	return &Error{Kind: kind, URL: u, Msg: fmt.Sprintf(format, u), Err: withoutURL(err)}
+	return &Error{Kind: kind, URL: u, Msg: fmt.Sprintf(format, u), Err: maskError(s, withoutURL(err))}
 }
 
 // withoutURL replaces an error of url.Parse, which quotes the URL or the part of it that it could not read

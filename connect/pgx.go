@@ -47,16 +47,15 @@ func pgxConfig(dsn string, params map[string]any) (*pgx.ConnConfig, error) {
 // pgxParseError is what pgx.ParseConfig says is wrong with dsn, without dsn. pgx's *ParseConfigError
 // quotes dsn with a best-effort redaction (its doc says an invalid string may keep a password) and holds
 // it unredacted in a field, and its cause may quote part of dsn (url.Parse's errors, a key=value word),
-// so this keeps pgx's message alone and masks in it every password this package reads in dsn. Where
+// so this keeps pgx's message alone; newError then masks in it every piece of a password of dsn. Where
 // this package cannot read dsn either, its own reason, which never quotes a password, is given instead.
 func pgxParseError(dsn string, err error) error {
-	kv, lexErr := dsnPairs(dsn)
-	if lexErr != nil {
+	if _, lexErr := dsnPairs(dsn); lexErr != nil {
 		return withoutURL(lexErr)
 	}
 	var pe *pgconn.ParseConfigError
 	if !errors.As(err, &pe) {
-		return errors.New(maskSecrets(err.Error(), kv))
+		return errors.New(err.Error())
 	}
 	// pgx writes "cannot parse `<dsn redacted>`: <msg>" or "... : <msg> (<cause>)": the prefix is found
 	// exactly by asking pgx for the same error without a message.
@@ -64,17 +63,7 @@ func pgxParseError(dsn string, err error) error {
 	if cause := pe.Unwrap(); cause != nil {
 		msg = strings.TrimSuffix(msg, " ("+cause.Error()+")") + ": " + withoutURL(cause).Error()
 	}
-	return errors.New(maskSecrets(msg, kv))
-}
-
-// maskSecrets replaces in s every value of a parameter of kv whose name contains "pass".
-func maskSecrets(s string, kv [][2]string) string {
-	for _, p := range kv {
-		if strings.Contains(strings.ToLower(p[0]), "pass") && p[1] != "" {
-			s = strings.ReplaceAll(s, p[1], mask)
-		}
-	}
-	return s
+	return errors.New(msg)
 }
 
 // withoutConfig replaces a *pgconn.ConnectError in err, which holds the whole pgx configuration with its

@@ -2,6 +2,7 @@ package connect
 
 import (
 	"net/url"
+	"slices"
 	"strings"
 	"unicode"
 )
@@ -28,13 +29,31 @@ const mask = "xxxxx"
 // takes one connection string (a URL, possibly with several comma-separated hosts, or a key=value list),
 // not free text.
 func Redact(s string) string {
+	var b strings.Builder
+	i := 0
+	for _, sp := range secretSpans(s) {
+		b.WriteString(s[i:sp.start])
+		b.WriteString(mask)
+		i = sp.end
+	}
+	b.WriteString(s[i:])
+	return b.String()
+}
+
+// span is a password's place in a connection string: s[start:end], possibly empty (a password
+// parameter with no value, still shown as masked).
+type span struct{ start, end int }
+
+// secretSpans returns where the passwords are in the connection string s, as Redact masks them: in
+// order, not overlapping.
+func secretSpans(s string) []span {
 	// White space around the string (an environment variable written with a trailing newline, a
 	// copied URL with a leading space) is kept, and does not hide the scheme: Postgres and Redis
 	// trim it before they parse.
 	body := strings.TrimLeftFunc(s, unicode.IsSpace)
-	lead := s[:len(s)-len(body)]
+	off := len(s) - len(body)
 	if i := schemeEnd(body); i > 0 {
-		return lead + redactParams(body[:i]+redactUserinfo(body[i:], loneUserIsName(body[:i-3])), true)
+		return withParams(s, shift(userinfoSpan(body[i:], loneUserIsName(body[:i-3])), off+i))
 	}
 	if at := strings.LastIndexByte(body, '@'); at > 0 && !startsPair(body, 0) {
 		// Not opening as libpq's key=value (name, then '='): a URL without its scheme, whatever its
@@ -42,13 +61,44 @@ func Redact(s string) string {
 		if _, err := keyValuePairs(body); err == nil {
 			// libpq's form to the parser (a first key such as "u:x" or "//u"), a URL without its scheme
 			// to the eye: a password may be in either place, and may run across the '@'. All is masked.
-			rest := strings.TrimRightFunc(body, unicode.IsSpace)
-			return lead + mask + body[len(rest):]
+			return []span{{off, off + len(strings.TrimRightFunc(body, unicode.IsSpace))}}
 		}
 		// A URL without its scheme: user:password@host, //user@host.
-		return lead + redactParams(redactUserinfo(body, false), true)
+		return withParams(s, shift(userinfoSpan(body, false), off))
 	}
-	return lead + redactParams(body, false)
+	return paramSpans(s, 0, false)
+}
+
+// withParams adds to the userinfo's span (none or one) in the URL s the spans of its password
+// parameters, read both with the userinfo masked and as it is: the last '@' may end a password with an
+// unescaped '@' or lie in a query's password (postgres://u@h/db?password=p@ss, which url.Parse reads
+// so), and either reading's secret is masked.
+func withParams(s string, user []span) []span {
+	filled := s
+	for _, sp := range user {
+		filled = s[:sp.start] + strings.Repeat("x", sp.end-sp.start) + s[sp.end:]
+	}
+	all := append(user, paramSpans(filled, 0, true)...)
+	all = append(all, paramSpans(s, 0, true)...)
+	slices.SortFunc(all, func(a, b span) int { return a.start - b.start })
+	var out []span
+	for _, sp := range all {
+		// A parameter whose value runs over the masked userinfo (scheme://pass=x:SECRET@h) joins it.
+		if n := len(out); n > 0 && sp.start < out[n-1].end {
+			out[n-1].end = max(out[n-1].end, sp.end)
+			continue
+		}
+		out = append(out, sp)
+	}
+	return out
+}
+
+func shift(sp []span, by int) []span {
+	for i := range sp {
+		sp[i].start += by
+		sp[i].end += by
+	}
+	return sp
 }
 
 // loneUserIsName reports whether, in a URL of scheme, a userinfo without ':' (scheme://NAME@host) is
@@ -75,46 +125,43 @@ func schemeEnd(s string) int {
 	return 0
 }
 
-// redactUserinfo masks the password of the userinfo in rest, the part of a URL after "://". The userinfo
-// ends at the last '@', since a password may hold unescaped '@', '/', '?' or '#' (url.Parse rejects
-// such a URL, or worse, reads part of the password as a port and the rest as a path), and the user name
-// at the first ':'. A userinfo without ':' is kept when loneIsName (a PostgreSQL user name), and masked
-// otherwise (a Redis password written as redis://SECRET@host).
-func redactUserinfo(rest string, loneIsName bool) string {
+// userinfoSpan returns where the password of the userinfo in rest, the part of a URL after "://", is.
+// The userinfo ends at the last '@', since a password may hold unescaped '@', '/', '?' or '#' (url.Parse
+// rejects such a URL, or worse, reads part of the password as a port and the rest as a path), and the
+// user name at the first ':'. A userinfo without ':' is a user name when loneIsName (PostgreSQL's), and a
+// password otherwise (Redis's own client reads redis://SECRET@host so).
+func userinfoSpan(rest string, loneIsName bool) []span {
 	at := strings.LastIndexByte(rest, '@')
 	if at < 0 {
-		return rest
+		return nil
 	}
 	user, _, hasPassword := strings.Cut(rest[:at], ":")
 	// An '@' before the first ':' may end a userinfo without ':' (url.Parse ends the authority at '/', '?'
 	// or '#', so redis://SECRET@h:1#x@y holds the lone SECRET): outside PostgreSQL it is masked whole too.
 	if !hasPassword || !loneIsName && strings.ContainsRune(user, '@') {
 		if loneIsName || at == 0 {
-			return rest
+			return nil
 		}
-		return mask + rest[at:]
+		return []span{{0, at}}
 	}
-	return user + ":" + mask + rest[at:]
+	return []span{{len(user) + 1, at}}
 }
 
-// redactParams masks the value of every parameter whose name contains "pass". In a URL (inURL) a value
-// ends at '&' or '#'; in key=value form at white space, and a value in single quotes at the closing
-// quote, with backslash escapes as libpq reads them.
-func redactParams(s string, inURL bool) string {
-	var b strings.Builder
-	i := 0
+// paramSpans returns, from i on, the values of every parameter whose name contains "pass". In a URL
+// (inURL) a value ends at '&' (not at '#': a password's unescaped '#' would start a fragment that holds
+// the rest of it); in key=value form at white space, and a value in single quotes at
+// the closing quote, with backslash escapes as libpq reads them.
+func paramSpans(s string, i int, inURL bool) []span {
+	var out []span
 	for i < len(s) {
 		valStart, ok := nextPassKey(s, i, inURL)
 		if !ok {
-			b.WriteString(s[i:])
 			break
 		}
-		valEnd := valueEnd(s, valStart, inURL)
-		b.WriteString(s[i:valStart])
-		b.WriteString(mask)
-		i = valEnd
+		i = valueEnd(s, valStart, inURL)
+		out = append(out, span{valStart, i})
 	}
-	return b.String()
+	return out
 }
 
 // nextPassKey finds, from i on, the next "name=" whose name contains "pass" (case-insensitive, and
@@ -181,7 +228,7 @@ func valueEnd(s string, i int, inURL bool) int {
 		switch {
 		case c == '\\' && !inURL:
 			j++
-		case inURL && (c == '&' || c == '#'):
+		case inURL && c == '&':
 			return j
 		case !inURL && isSpace(c) && startsPair(s, j):
 			return j

@@ -27,7 +27,10 @@ func TestRedact(t *testing.T) {
 		{"postgres://u@127.0.0.1:1/db?password=secret2&sslmode=disable", "postgres://u@127.0.0.1:1/db?password=xxxxx&sslmode=disable"},
 		{"postgres://u@h/db?sslmode=require&sslpassword=keypass", "postgres://u@h/db?sslmode=require&sslpassword=xxxxx"},
 		{"postgres://u@h/db?pass%77ord=secret", "postgres://u@h/db?pass%77ord=xxxxx"},
-		{"postgres://u@h/db?p%61ssword=secret#x", "postgres://u@h/db?p%61ssword=xxxxx#x"},
+		{"postgres://u@h/db?p%61ssword=secret#x", "postgres://u@h/db?p%61ssword=xxxxx"},
+		// A query's password with an unescaped '#' or '@' (which url.Parse reads as a query's).
+		{"postgres://u@h/db?password=se#cret", "postgres://u@h/db?password=xxxxx"},
+		{"postgres://u@h:1/db?password=p@ssSECRET", "postgres://u@h:xxxxx"},
 		{"host=h user=u password=secret dbname=db", "host=h user=u password=xxxxx dbname=db"},
 		{"host=h password = secret dbname=db", "host=h password = xxxxx dbname=db"},
 		{"host=h password='se cret' dbname=db", "host=h password=xxxxx dbname=db"},

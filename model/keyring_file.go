@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 )
@@ -20,13 +21,38 @@ const KeyringCurrentLine = "current"
 // started from a command line (`bunbox relay -codec-keys-file`, OUTBOX_CODEC_KEYS_FILE) is given instead
 // of keys, which would show in `ps` and in shell histories. Errors name the file and the line, never a
 // key nor any text of a line that may hold one.
+//
+// As ssh does with a private key, it refuses a file that its group or others may read or write (mode
+// 0644, 0640, 0660...), naming the file, its mode and the fix (chmod 600): its keys decrypt every
+// payload. A Kubernetes Secret mounted as a volume is 0644 unless its defaultMode (or items' mode) says
+// 0400; a Docker secret is 0444 unless its mode says 0400.
 func ReadKeyringFile(path string) (*Keyring, error) {
 	f, err := os.Open(path) //nolint:gosec // the operator names the file of keys to read
 	if err != nil {
 		return nil, fmt.Errorf("model: keyring file: %w", err)
 	}
 	defer f.Close()
+	if err := keyringFileMode(f, path); err != nil {
+		return nil, err
+	}
 	return ParseKeyring(f, path)
+}
+
+// keyringFileMode refuses a keyring file open to its group or others. Windows has no such bits: there,
+// the file's ACL is the operator's to set.
+func keyringFileMode(f *os.File, path string) error {
+	if runtime.GOOS == "windows" {
+		return nil
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("model: keyring file: %w", err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return fmt.Errorf("model: keyring file %s has mode %#o: its group or others may read or write it, and its keys decrypt every payload; "+
+			"run chmod 600 %s (or 400), as ssh wants of a private key", path, perm, path)
+	}
+	return nil
 }
 
 // ParseKeyring reads a Keyring in the keyring file format from r; name names r in errors. One entry a

@@ -3,8 +3,10 @@ package model_test
 import (
 	"encoding/base64"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -77,4 +79,36 @@ func TestParseKeyring(t *testing.T) {
 	_, err = model.ReadKeyringFile(path + ".missing")
 	require.ErrorContains(t, err, path+".missing")
 	require.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// TestReadKeyringFileRefusesOpenModes: a keyring file its group or others may read (or write) is refused
+// with its name, its mode and the chmod to run, as ssh refuses such a private key; 0600 and 0400 are read.
+func TestReadKeyringFileRefusesOpenModes(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS == "windows" {
+		t.Skip("no mode bits on Windows")
+	}
+	b := base64.StdEncoding.EncodeToString(testKey(0x41))
+	for _, tt := range []struct {
+		mode os.FileMode
+		ok   bool
+	}{{0o600, true}, {0o400, true}, {0o644, false}, {0o640, false}, {0o604, false}, {0o620, false}, {0o666, false}} {
+		t.Run(fmt.Sprintf("%#o", tt.mode), func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "keys")
+			require.NoError(t, os.WriteFile(path, []byte("current=a\na="+b+"\n"), 0o600))
+			require.NoError(t, os.Chmod(path, tt.mode)) // not under the umask
+			ring, err := model.ReadKeyringFile(path)
+			if tt.ok {
+				require.NoError(t, err)
+				require.Equal(t, "a", ring.Current())
+				return
+			}
+			require.Error(t, err)
+			require.Contains(t, err.Error(), path)
+			require.Contains(t, err.Error(), fmt.Sprintf("mode %#o", tt.mode))
+			require.Contains(t, err.Error(), "chmod 600 "+path)
+			require.NotContains(t, err.Error(), b)
+		})
+	}
 }

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/bunbox/bunbox/model"
@@ -33,8 +34,13 @@ func readEncoded(ev *model.Event) error {
 
 // payload makes ev's payload the one its task carries: an encoded payload decoded with Config.Codec (its
 // encoding's headers dropped), or without a Codec passed through encoded, its headers kept for the
-// consumer; the bytes of a bytes event that no codec encoded, as they are. A payload that does not decode
-// is an error wrapping errMalformedRow, which marks the row dead at once; it names the key id, never a key.
+// consumer; the bytes of a bytes event that no codec encoded, as they are. It names the key id, never a key.
+//
+// A key id the Codec's Keyring does not hold (model.ErrUnknownKeyID) wraps ErrTaskRejected: the row is
+// charged an attempt and tried again after the backoff, dead after Config.MaxAttempts, as the worker's
+// task is retried by asynq (worker.DecodeTask). The key is new and not yet deployed to every relay, and
+// the fix is that deploy; the other rows go on meanwhile. A payload that does not decode under a key the
+// Keyring holds (model.ErrCorruptPayload) wraps errMalformedRow, which marks the row dead at once.
 func (r *Relay) payload(ev *model.Event) error {
 	if ev.PayloadEncoded == nil {
 		return nil
@@ -44,6 +50,9 @@ func (r *Relay) payload(ev *model.Event) error {
 		return nil
 	}
 	if err := r.cfg.Codec.DecodeEvent(ev); err != nil {
+		if errors.Is(err, model.ErrUnknownKeyID) {
+			return fmt.Errorf("%w: relay.Config.Codec: %w", ErrTaskRejected, err)
+		}
 		return fmt.Errorf("%w: relay.Config.Codec: %w", errMalformedRow, err)
 	}
 	return nil

@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bunbox/bunbox/bunx"
+	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -63,9 +66,10 @@ func TestRelayCodecDecodesOrPassesThrough(t *testing.T) {
 	}
 }
 
-// TestRelayCodecKeepsUndecodableRows: a row the relay's Codec cannot decode (its key id is not in the
-// Keyring; another key under its id) is marked dead at once, kept, with a last_error that names the key
-// id and never a key; nothing reaches Redis, and the rows behind it are delivered.
+// TestRelayCodecKeepsUndecodableRows: a row the relay's Codec cannot decode (another key under its id,
+// or, after Config.MaxAttempts, a key id its Keyring does not hold) is marked dead, kept, with a
+// last_error that names the key id and never a key; nothing reaches Redis, and the rows behind it are
+// delivered.
 func TestRelayCodecKeepsUndecodableRows(t *testing.T) {
 	t.Parallel()
 	key := bytes.Repeat([]byte{1}, 32)
@@ -75,6 +79,7 @@ func TestRelayCodecKeepsUndecodableRows(t *testing.T) {
 		ring map[string][]byte
 		msg  string
 	}{
+		// MaxAttempts is 1 in this test: an unknown key id is retried (TestRelayCodecRetriesUnknownKeyID).
 		{"UnknownKeyID", map[string][]byte{"k2": wrong}, `payload encrypted with a key id the keyring does not hold (event `},
 		{"WrongKey", map[string][]byte{"k1": wrong}, "AES-GCM authentication failed"},
 	} {
@@ -99,7 +104,7 @@ func TestRelayCodecKeepsUndecodableRows(t *testing.T) {
 			require.NoError(t, err)
 			codec, err := model.NewCodec(model.EncryptWith(ring))
 			require.NoError(t, err)
-			r := b.newRelay(t, Config{Codec: codec})
+			r := b.newRelay(t, Config{Codec: codec, MaxAttempts: 1})
 			res := r.runOnce(ctx)
 			require.NoError(t, res.Err)
 			require.Equal(t, 2, res.Published)
@@ -145,4 +150,78 @@ func TestRelayRefusesMismatchedEncodedRows(t *testing.T) {
 	require.Len(t, errs, 2)
 	require.Contains(t, errs[0], "column payload_encoded is set and metadata names no bunbox-payload-encoding")
 	require.Contains(t, errs[1], `metadata names the payload encoding "gzip" and column payload_encoded is NULL`)
+}
+
+// TestRelayCodecRetriesUnknownKeyID: a row encrypted under a key id the relay's Keyring does not hold (a
+// key made current before it reached every relay) is not dead at once, as a corrupt payload is: it is
+// charged an attempt and tried again after the backoff, as asynq retries the worker's task
+// (worker.DecodeTask), and a relay given the key delivers it; without the key it is dead after
+// Config.MaxAttempts, its last_error naming the key id.
+func TestRelayCodecRetriesUnknownKeyID(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	k1, k2 := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32)
+	newCodec := func(current string, keys map[string][]byte) *model.Codec {
+		ring, err := model.NewKeyring(current, keys)
+		require.NoError(t, err)
+		c, err := model.NewCodec(model.EncryptWith(ring))
+		require.NoError(t, err)
+		return c
+	}
+	writer := bunx.New(b.db, bunx.WithCodec(newCodec("k2", map[string][]byte{"k1": k1, "k2": k2})))
+	record := func() *model.Event {
+		ev, err := model.NewEvent("doc.saved", map[string]string{"email": "alice@example.com"}, model.WithQueue(b.queue))
+		require.NoError(t, err)
+		require.NoError(t, writer.Record(ctx, b.db, ev))
+		return ev
+	}
+	type rowState struct {
+		Attempts  int
+		Dead      bool
+		Published bool
+		LastError string
+	}
+	state := func(ev *model.Event) rowState {
+		var st rowState
+		require.NoError(t, b.db.NewRaw(`SELECT attempts, dead_at IS NOT NULL, published_at IS NOT NULL, coalesce(last_error, '')
+FROM outbox_events WHERE event_id = ?`, ev.EventID).Scan(ctx, &st.Attempts, &st.Dead, &st.Published, &st.LastError))
+		return st
+	}
+
+	// A relay with k1 only: the row is charged, not dead, and stays out of Redis.
+	old := b.newRelay(t, Config{Codec: newCodec("k1", map[string][]byte{"k1": k1}), MaxAttempts: 3,
+		RetryBackoff: 20 * time.Millisecond, RetryBackoffMax: 20 * time.Millisecond})
+	ev := record()
+	res := old.runOnce(ctx)
+	require.NoError(t, res.Err, "an unknown key id is not an outage: the round goes on")
+	st := state(ev)
+	require.Equal(t, 1, st.Attempts)
+	require.False(t, st.Dead, "an unknown key id is retried, not dead at once")
+	require.Contains(t, st.LastError, `key id "k2"`)
+	require.Contains(t, st.LastError, "the keyring does not hold")
+	require.NotContains(t, st.LastError, hex.EncodeToString(k2))
+	_, err := b.inspector.GetTaskInfo(b.queue, ev.EventID.String())
+	require.True(t, errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound), "not in Redis: %v", err)
+
+	// The relay given k2 delivers it on its next attempt, decoded.
+	updated := b.newRelay(t, Config{Codec: newCodec("k2", map[string][]byte{"k1": k1, "k2": k2})})
+	outboxtest.WaitFor(t, 10*time.Second, "the row delivered by the relay with the key", func() bool {
+		require.NoError(t, updated.runOnce(ctx).Err)
+		return state(ev).Published
+	})
+	ti, err := b.inspector.GetTaskInfo(b.queue, ev.EventID.String())
+	require.NoError(t, err)
+	require.JSONEq(t, string(ev.Payload), string(ti.Payload))
+
+	// Without the key, it is dead after MaxAttempts.
+	ev = record()
+	outboxtest.WaitFor(t, 10*time.Second, "the row dead after MaxAttempts", func() bool {
+		require.NoError(t, old.runOnce(ctx).Err)
+		return state(ev).Dead
+	})
+	st = state(ev)
+	require.Equal(t, 3, st.Attempts)
+	require.False(t, st.Published)
+	require.Contains(t, st.LastError, `key id "k2"`)
 }

@@ -216,3 +216,85 @@ func withParam(url, param string) string {
 	}
 	return url + "?" + param
 }
+
+// passwordsWithDelimiters are passwords with the characters a driver may split a URL at, unescaped;
+// passwordPieces are what a split of one can leave.
+var passwordsWithDelimiters = []string{
+	"Alpha7@Bravo7",
+	"Alpha7:Bravo7@Charlie7",
+	"Alpha7/Bravo7",
+	"Alpha7?Bravo7",
+	"Alpha7#Bravo7@Charlie7",
+	"Alpha7@Bravo7:Charlie7/Delta7?Echo7#Foxtrot7",
+}
+
+var passwordPieces = []string{"Alpha7", "Bravo7", "Charlie7", "Delta7", "Echo7", "Foxtrot7"}
+
+// connectingCommands are the CLI's commands that open the database (and, some, Redis), with arguments
+// that get them that far.
+var connectingCommands = [][]string{
+	{"status"}, {"status", "-json"}, {"dead", "list"}, {"dead", "retry", "-all"}, {"dead", "purge", "-all"},
+	{"relay", "-metrics-addr", ""}, {"reconcile"}, {"migrate", "status"}, {"migrate", "up"},
+	{"migrate", "down", "-yes"}, {"stream", "status"}, {"stream", "on"}, {"stream", "off"},
+	{"cancel", "0194b5a0-0000-7000-8000-000000000001"}, {"ui", "-addr", "127.0.0.1:0"},
+}
+
+// TestNoPieceOfThePasswordInOutput runs every command that connects, on both drivers, with passwords
+// holding '@', ':', '/', '?' and '#' unescaped in DATABASE_URL and REDIS_URL, and checks that no piece of
+// them reaches the output: pgx ends a URL's userinfo at the first '@' and quoted the rest of the
+// password as a host it could not look up.
+func TestNoPieceOfThePasswordInOutput(t *testing.T) {
+	t.Parallel()
+
+	for _, driver := range []string{"pgdriver", "pgx"} {
+		for i, pw := range passwordsWithDelimiters {
+			for j, dsn := range []string{
+				"postgres://u:" + pw + "@127.0.0.1:1/db?sslmode=disable",
+				"postgres://u:" + pw + "@127.0.0.1:1/db",
+				"postgresql://u:" + pw + "@nohost.invalid/db?sslmode=disable",
+				"host=127.0.0.1 port=1 user=u sslmode=disable password='" + pw + "'",
+			} {
+				t.Run(fmt.Sprintf("%s/%d/%d", driver, i, j), func(t *testing.T) {
+					t.Parallel()
+					for _, args := range connectingCommands {
+						env := map[string]string{"DATABASE_DRIVER": driver, "DATABASE_URL": dsn, "REDIS_URL": "redis://:" + pw + "@127.0.0.1:1/0"}
+						code, stdout, stderr := runCLI(t, env, args...)
+						require.Equal(t, 1, code, "%v: %s", args, stderr)
+						for _, p := range passwordPieces {
+							require.NotContains(t, stdout+stderr, p, "%v with %s", args, dsn)
+						}
+					}
+				})
+			}
+		}
+	}
+
+	if testing.Short() {
+		return // the Redis cases need a database to get that far
+	}
+	schema := outboxtest.NewSchema(t)
+	databaseURL := withParam(outboxtest.DatabaseURL(), "search_path="+schema)
+	code, _, stderr := runCLI(t, map[string]string{"DATABASE_URL": databaseURL}, "migrate", "up")
+	require.Equal(t, 0, code, stderr)
+	for i, pw := range passwordsWithDelimiters {
+		for j, u := range []string{
+			"redis://:" + pw + "@127.0.0.1:1/0",
+			"redis://u:" + pw + "@127.0.0.1:1",
+			"redis-sentinel://:" + pw + "@127.0.0.1:1,127.0.0.1:2?master=m",
+			"redis-cluster://u:" + pw + "@127.0.0.1:1,127.0.0.1:2",
+		} {
+			t.Run(fmt.Sprintf("Redis/%d/%d", i, j), func(t *testing.T) {
+				t.Parallel()
+				for _, driver := range []string{"pgdriver", "pgx"} {
+					env := map[string]string{"DATABASE_DRIVER": driver, "DATABASE_URL": databaseURL, "REDIS_URL": u}
+					for _, args := range [][]string{{"relay", "-metrics-addr", "", "-reconcile-window", "10m", "-log-level", "debug"}, {"reconcile"}, {"status"}, {"status", "-json"}} {
+						_, stdout, stderr := runCLI(t, env, args...)
+						for _, p := range passwordPieces {
+							require.NotContains(t, stdout+stderr, p, "%v with %s", args, u)
+						}
+					}
+				}
+			})
+		}
+	}
+}
