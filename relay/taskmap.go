@@ -9,6 +9,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/bunbox/bunbox/fanout"
+	"github.com/bunbox/bunbox/internal/taskmap"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -28,48 +29,13 @@ func newTask(ev *model.Event, id string, taskRetention time.Duration) (*asynq.Ta
 	return b.task(ev, id, taskRetention)
 }
 
-// taskBuilder makes the tasks of one goroutine (newTask's mapping), one at a time, and keeps what the
-// next one can reuse: the headers map, which asynq.NewTaskWithHeaders copies, and the queue and retention
-// options of the last task, immutable values. The options slice is made per task: an Enqueuer may keep it.
-// The zero value is ready to use.
-type taskBuilder struct {
-	headers map[string]string
-
-	queue        string
-	queueOpt     asynq.Option // asynq.Queue(queue), when not nil
-	retention    time.Duration
-	retentionOpt asynq.Option // asynq.Retention(retention), when not nil
-}
+// taskBuilder makes the tasks of one goroutine (newTask's mapping, taskmap.Builder's), one at a time,
+// reusing what the next one can. The zero value is ready to use.
+type taskBuilder struct{ b taskmap.Builder }
 
 // task is newTask's task and options for ev.
 func (b *taskBuilder) task(ev *model.Event, id string, taskRetention time.Duration) (*asynq.Task, []asynq.Option) {
-	if b.headers == nil {
-		b.headers = make(map[string]string, len(ev.Metadata)+4)
-	}
-	headers := b.headers
-	clear(headers)
-	for k, v := range ev.Metadata {
-		headers[k] = v
-	}
-	headers[model.HeaderEventID] = id
-	headers[model.HeaderEventName] = ev.Name
-	headers[model.HeaderCreatedAt] = ev.CreatedAt.UTC().Format(time.RFC3339Nano)
-	if ev.OrderingKey != "" {
-		headers[model.HeaderOrderingKey] = ev.OrderingKey
-	}
-	if b.queueOpt == nil || ev.Queue != b.queue {
-		b.queue, b.queueOpt = ev.Queue, asynq.Queue(ev.Queue)
-	}
-	if retention := max(taskRetention, ev.TaskRetention); b.retentionOpt == nil || retention != b.retention {
-		b.retention, b.retentionOpt = retention, asynq.Retention(retention)
-	}
-	opts := []asynq.Option{asynq.TaskID(id), b.queueOpt, b.retentionOpt}
-	opts = appendDeliveryOptions(opts, ev)
-	payload := ev.Payload
-	if ev.PayloadEncoded != nil { // encoded by an Outbox's codec, not decoded: the bytes, for the consumer
-		payload = ev.PayloadEncoded
-	}
-	return asynq.NewTaskWithHeaders(ev.Name, payload, headers), opts
+	return b.b.Task(ev, id, taskRetention)
 }
 
 // listenerTask is the task of listener l for ev, made from ev's own task and options (newTask): type
@@ -118,29 +84,6 @@ func appendTaskLookups(lookups []taskLookup, routes fanout.Routes, i int, id uui
 		lookups = append(lookups, taskLookup{i, tid})
 	}
 	return lookups
-}
-
-// appendDeliveryOptions appends the asynq options of ev's delivery options (model.WithProcessAt, ...),
-// one for each that is set; unset ones leave asynq's defaults. ProcessAt maps to asynq.ProcessAt with the
-// absolute time kept in the row: asynq schedules a task whose time is ahead and makes one whose time
-// has passed pending (or aggregating, with a group) at once.
-func appendDeliveryOptions(opts []asynq.Option, ev *model.Event) []asynq.Option {
-	if ev.ProcessAt != nil {
-		opts = append(opts, asynq.ProcessAt(*ev.ProcessAt))
-	}
-	if ev.MaxRetry != nil {
-		opts = append(opts, asynq.MaxRetry(*ev.MaxRetry))
-	}
-	if ev.Timeout > 0 {
-		opts = append(opts, asynq.Timeout(ev.Timeout))
-	}
-	if ev.Deadline != nil {
-		opts = append(opts, asynq.Deadline(*ev.Deadline))
-	}
-	if ev.Group != "" {
-		opts = append(opts, asynq.Group(ev.Group))
-	}
-	return opts
 }
 
 // asynqTaskKey is the Redis hash in which asynq v0.26 keeps a task (its "state" field says pending,

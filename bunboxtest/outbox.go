@@ -1,0 +1,90 @@
+package bunboxtest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/hibiken/asynq"
+	"github.com/uptrace/bun"
+
+	"github.com/bunbox/bunbox/internal/tables"
+	"github.com/bunbox/bunbox/model"
+)
+
+// Outbox says which outbox Events and Drain read, as the Outbox under test was made: Schema and
+// TablePrefix are those of bunx.WithSchema and bunx.WithTablePrefix, Codec that of bunx.WithCodec (with
+// it, the payloads are decoded, as the relay's Config.Codec does). The zero value is the default outbox:
+// outbox_events through search_path, payloads as written.
+type Outbox struct {
+	Schema      string
+	TablePrefix string
+	Codec       *model.Codec
+}
+
+// Events reads the events of the default outbox: see Outbox.Events.
+func Events(ctx context.Context, db bun.IDB, names ...string) ([]*model.Event, error) {
+	return Outbox{}.Events(ctx, db, names...)
+}
+
+// Drain hands the pending events of the default outbox to h: see Outbox.Drain.
+func Drain(ctx context.Context, db bun.IDB, h asynq.Handler) (int, error) {
+	return Outbox{}.Drain(ctx, db, h)
+}
+
+// Events returns the events in the outbox as db sees them, oldest first, of the given names only when
+// names are given: pass the bun.Tx of the test to see what it wrote before it commits, or the *bun.DB to
+// see what committed. Every row is returned, delivered or not (PublishedAt, DeadAt say which); a row the
+// snapshot cursor delivers (relay.EnableStream) reads with PublishedAt nil until it is marked. With Codec
+// the payloads are decoded; without it an encoded payload stays in PayloadEncoded.
+func (o Outbox) Events(ctx context.Context, db bun.IDB, names ...string) ([]*model.Event, error) {
+	return o.read(ctx, db, false, names)
+}
+
+// read reads the events of the outbox (pending ones only, when pending), oldest first, decoded with Codec.
+func (o Outbox) read(ctx context.Context, db bun.IDB, pending bool, names []string) ([]*model.Event, error) {
+	if db == nil {
+		return nil, errNilDB
+	}
+	t, err := tables.New(o.Schema, o.TablePrefix)
+	if err != nil {
+		return nil, fmt.Errorf("bunboxtest: Outbox: %w", err)
+	}
+	var evs []*model.Event
+	q := db.NewSelect().Model(&evs).ModelTableExpr(t.Outbox() + " AS oe").
+		ExcludeColumn("published_at").
+		ColumnExpr("NULLIF(oe.published_at, 'infinity') AS published_at"). // a streamed row waits: not delivered
+		OrderExpr("oe.id")
+	if len(names) > 0 {
+		q = q.Where("oe.event_name IN (?)", bun.In(slices.Clip(names)))
+	}
+	if pending {
+		q = q.Where("oe.published_at IS NULL OR oe.published_at = 'infinity'").
+			Where("oe.dead_at IS NULL AND oe.cancelled_at IS NULL")
+	}
+	if err := q.Scan(ctx); err != nil {
+		return nil, fmt.Errorf("bunboxtest: read %s: %w", t.Outbox(), err)
+	}
+	for _, ev := range evs {
+		if err := o.decode(ev); err != nil {
+			return nil, err
+		}
+	}
+	return evs, nil
+}
+
+// decode makes ev's payload the one its task carries, as the relay does: decoded with Codec, or without
+// one the encoded bytes as they are.
+func (o Outbox) decode(ev *model.Event) error {
+	if ev.PayloadEncoded == nil {
+		return nil
+	}
+	if o.Codec == nil {
+		ev.Payload, ev.PayloadEncoded = ev.PayloadEncoded, nil
+		return nil
+	}
+	if err := o.Codec.DecodeEvent(ev); err != nil {
+		return fmt.Errorf("bunboxtest: decode the payload of event %s (%s): %w", ev.EventID, ev.Name, err)
+	}
+	return nil
+}
