@@ -247,7 +247,7 @@ func measureLatency(b *testing.B, notify bool, cfg Config, rate int, d time.Dura
 	db, redis, queue, _ := benchSetup(b)
 	ctx := context.Background()
 	if notify {
-		if err := EnableNotifyTrigger(ctx, db); err != nil {
+		if err := EnableNotifyTrigger(ctx, db, Config{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -372,11 +372,11 @@ func BenchmarkNotifyCommitCost(b *testing.B) {
 	}
 	for range b.N {
 		without := measure()
-		if err := EnableNotifyTrigger(ctx, db); err != nil {
+		if err := EnableNotifyTrigger(ctx, db, Config{}); err != nil {
 			b.Fatal(err)
 		}
 		with := measure()
-		if err := DisableNotifyTrigger(ctx, db); err != nil {
+		if err := DisableNotifyTrigger(ctx, db, Config{}); err != nil {
 			b.Fatal(err)
 		}
 		b.ReportMetric(without, "commits/s_plain")

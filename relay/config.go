@@ -111,7 +111,7 @@ type Config struct {
 	// "tenant_a" relays "tenant_a".outbox_events, qualified and quoted in every statement, so that no
 	// search_path is needed (which a transaction pooler does not keep). Run one relay per schema; each
 	// claims, marks, cleans up and reconciles only its own rows, and listens on its own NOTIFY channel,
-	// NotifyChannel + ":" + Schema (see EnableNotifyTriggerIn). 1 to 48 ASCII letters, digits and
+	// NotifyChannel + ":" + Schema (see EnableNotifyTrigger). 1 to 48 ASCII letters, digits and
 	// underscores, not starting with a digit or pg_; case is kept. Migrate it with migrate.WithSchema.
 	// Defaults to "": today's unqualified names (outbox_events through search_path) and NotifyChannel.
 	Schema string

@@ -15,32 +15,15 @@ import (
 	"github.com/bunbox/bunbox/internal/tables"
 )
 
-// EnableNotifyTrigger installs, in the schema of the outbox table, a statement-level trigger that sends a
-// NOTIFY on NotifyChannel after every INSERT into outbox_events, so an idle relay wakes within
-// milliseconds of a commit. It is idempotent. PostgreSQL delivers the notification at commit, and only
-// for a commit. Its cost: a NOTIFY takes a database-wide lock at commit, which serializes committing
-// writers that notify; see the package's benchmarks before enabling it on a hot write path.
-func EnableNotifyTrigger(ctx context.Context, db bun.IDB) error {
-	return enableNotifyTrigger(ctx, db, tables.Names{})
-}
-
-// EnableNotifyTriggerIn is EnableNotifyTrigger for the outbox in schema (Config.Schema): the trigger on
-// "schema".outbox_events notifies the channel of that outbox, NotifyChannel + ":" + schema, on which only
-// the relays of that schema listen. "" is EnableNotifyTrigger. An invalid schema name gives an error
-// wrapping ErrInvalidConfig that names it.
-func EnableNotifyTriggerIn(ctx context.Context, db bun.IDB, schema string) error {
-	names, err := tables.Parse(schema)
-	if err != nil {
-		return fmt.Errorf("%w: Schema: %w", ErrInvalidConfig, err)
-	}
-	return enableNotifyTrigger(ctx, db, names)
-}
-
-// EnableNotifyTriggerOf is EnableNotifyTrigger for the outbox that a relay of cfg serves: the trigger on
-// its table (cfg.Schema, cfg.TablePrefix) notifies the channel of that outbox, on which only its relays
-// listen. Only those two fields of cfg are read. An invalid schema or prefix gives an error wrapping
-// ErrInvalidConfig that names the field.
-func EnableNotifyTriggerOf(ctx context.Context, db bun.IDB, cfg Config) error {
+// EnableNotifyTrigger installs, on the outbox table that a relay of cfg serves (only cfg.Schema and
+// cfg.TablePrefix are read; the zero Config is the default outbox), a statement-level trigger that sends a
+// NOTIFY after every INSERT, on the channel of that outbox (NotifyChannel, with ":" + the schema and the
+// prefix when they are set), on which only its relays listen, so an idle relay wakes within milliseconds of
+// a commit. It is idempotent. PostgreSQL delivers the notification at commit, and only for a commit. Its
+// cost: a NOTIFY takes a database-wide lock at commit, which serializes committing writers that notify;
+// see docs/performance.md before enabling it on a hot write path. An invalid schema or prefix gives an
+// error wrapping ErrInvalidConfig that names the field.
+func EnableNotifyTrigger(ctx context.Context, db bun.IDB, cfg Config) error {
 	if err := validateTables(cfg.Schema, cfg.TablePrefix); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -65,25 +48,9 @@ FOR EACH STATEMENT EXECUTE FUNCTION `) + fn + `()`,
 	})
 }
 
-// DisableNotifyTrigger removes the trigger of EnableNotifyTrigger; relays fall back to polling.
-func DisableNotifyTrigger(ctx context.Context, db bun.IDB) error {
-	_, err := db.ExecContext(ctx, `DROP TRIGGER IF EXISTS bunbox_outbox_notify ON outbox_events`)
-	return err
-}
-
-// DisableNotifyTriggerIn removes the trigger of EnableNotifyTriggerIn from the outbox in schema.
-func DisableNotifyTriggerIn(ctx context.Context, db bun.IDB, schema string) error {
-	names, err := tables.Parse(schema)
-	if err != nil {
-		return fmt.Errorf("%w: Schema: %w", ErrInvalidConfig, err)
-	}
-	_, err = db.ExecContext(ctx, names.SQL(`DROP TRIGGER IF EXISTS bunbox_outbox_notify ON outbox_events`))
-	return err
-}
-
-// DisableNotifyTriggerOf removes the trigger of EnableNotifyTriggerOf from the outbox of cfg (cfg.Schema,
-// cfg.TablePrefix).
-func DisableNotifyTriggerOf(ctx context.Context, db bun.IDB, cfg Config) error {
+// DisableNotifyTrigger removes the trigger of EnableNotifyTrigger from the outbox of cfg (cfg.Schema,
+// cfg.TablePrefix); its relays fall back to polling.
+func DisableNotifyTrigger(ctx context.Context, db bun.IDB, cfg Config) error {
 	if err := validateTables(cfg.Schema, cfg.TablePrefix); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}

@@ -23,7 +23,7 @@ func TestListenerReconnects(t *testing.T) {
 	db := outboxtest.Open(t, map[string]any{"search_path": outboxtest.NewSchema(t), "application_name": app})
 	require.NoError(t, bunboxmigrate.Up(ctx, db))
 	b := setupWith(t, db, asynq.RedisClientOpt{Addr: outboxtest.RedisAddr()})
-	require.NoError(t, EnableNotifyTrigger(ctx, b.db))
+	require.NoError(t, EnableNotifyTrigger(ctx, b.db, Config{}))
 	r := b.newRelay(t, Config{PollInterval: time.Hour, MinPollInterval: time.Hour})
 	run(t, r)
 	listening := func(n int) func() bool {

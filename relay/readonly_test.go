@@ -54,8 +54,8 @@ func TestNewRefusesAReadOnlyDatabase(t *testing.T) {
 			_, err := New(bySetting, redisOpt, Config{})
 			return err
 		},
-		"role, readiness":       func() error { return CheckSchema(ctx, byRole) },
-		"connection, readiness": func() error { return CheckSchema(ctx, bySetting) },
+		"role, readiness":       func() error { return CheckSchema(ctx, byRole, Config{}) },
+		"connection, readiness": func() error { return CheckSchema(ctx, bySetting, Config{}) },
 	} {
 		err := check()
 		require.ErrorIs(t, err, ErrReadOnly, name)
@@ -64,7 +64,7 @@ func TestNewRefusesAReadOnlyDatabase(t *testing.T) {
 	}
 
 	// The same schema through a writable connection is fine.
-	require.NoError(t, CheckSchema(ctx, db))
+	require.NoError(t, CheckSchema(ctx, db, Config{}))
 	r, err := New(db, redisOpt, Config{})
 	require.NoError(t, err)
 	require.NoError(t, r.Close())

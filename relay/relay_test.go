@@ -297,7 +297,7 @@ func TestIdleRelayWakesOnNotify(t *testing.T) {
 	t.Parallel()
 	outboxtest.SkipPooled(t, "the relay does not LISTEN through a transaction pooler (TestListenOnlyWhenDirect covers it)")
 	b := setup(t)
-	require.NoError(t, EnableNotifyTrigger(context.Background(), b.db))
+	require.NoError(t, EnableNotifyTrigger(context.Background(), b.db, Config{}))
 	// A poll interval far beyond the wait below: only the notification can explain a quick delivery.
 	r := b.newRelay(t, Config{PollInterval: time.Hour, MinPollInterval: time.Hour})
 	run(t, r)
@@ -310,7 +310,7 @@ func TestIdleRelayWakesOnNotify(t *testing.T) {
 			return published(t, b.db) == int64(i+1)
 		})
 	}
-	require.NoError(t, DisableNotifyTrigger(context.Background(), b.db))
+	require.NoError(t, DisableNotifyTrigger(context.Background(), b.db, Config{}))
 }
 
 func TestCleanupDeletesExpiredPublishedRows(t *testing.T) {

@@ -15,29 +15,14 @@ import (
 // every round: give it the primary, writable.
 var ErrReadOnly = errors.New("relay: the database is read-only")
 
-// CheckSchema reports whether db has the outbox table with every column the relay's claim reads: it runs
-// the claim's query for no row, so it locks nothing and fails, naming what is missing, on a database
-// that bunbox's migrations have not (fully) reached. A missing table gives an error wrapping ErrNoSchema,
-// a database the relay cannot write (see checkWritable) one wrapping ErrReadOnly. It is what a readiness
-// probe asks (the standalone relay's /readyz does).
-func CheckSchema(ctx context.Context, db bun.IDB) error {
-	return checkSchemaOf(ctx, db, tables.Names{})
-}
-
-// CheckSchemaIn is CheckSchema for the outbox in schema (Config.Schema); "" is CheckSchema. An invalid
-// schema name gives an error wrapping ErrInvalidConfig that names it.
-func CheckSchemaIn(ctx context.Context, db bun.IDB, schema string) error {
-	names, err := tables.Parse(schema)
-	if err != nil {
-		return fmt.Errorf("%w: Schema: %w", ErrInvalidConfig, err)
-	}
-	return checkSchemaOf(ctx, db, names)
-}
-
-// CheckSchemaOf is CheckSchema for the outbox that a relay of cfg serves (cfg.Schema, cfg.TablePrefix);
-// only those two fields of cfg are read. An invalid schema or prefix gives an error wrapping
-// ErrInvalidConfig that names the field.
-func CheckSchemaOf(ctx context.Context, db bun.IDB, cfg Config) error {
+// CheckSchema reports whether db has the outbox table that a relay of cfg serves (only cfg.Schema and
+// cfg.TablePrefix are read; the zero Config is the default outbox) at the schema version this relay
+// knows, with every column the relay's claim reads: it runs the claim's query for no row, so it locks
+// nothing and fails, naming what is missing, on a database that bunbox's migrations have not (fully)
+// reached. A missing table gives an error wrapping ErrNoSchema, a database the relay cannot write (see
+// checkWritable) one wrapping ErrReadOnly, an invalid schema or prefix one wrapping ErrInvalidConfig. It is
+// what a readiness probe asks (the standalone relay's /readyz does).
+func CheckSchema(ctx context.Context, db bun.IDB, cfg Config) error {
 	if err := validateTables(cfg.Schema, cfg.TablePrefix); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}

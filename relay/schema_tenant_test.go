@@ -225,8 +225,8 @@ func TestSchemaConfigRefusesBadNames(t *testing.T) { // not parallel: it sets OU
 		require.ErrorContains(t, err, "Schema: invalid schema name", bad)
 		_, err = relay.NewReconciler(db, nil, relay.ReconcilerConfig{Schema: bad, Inspector: nil})
 		require.ErrorIs(t, err, relay.ErrInvalidConfig, bad)
-		require.ErrorIs(t, relay.EnableNotifyTriggerIn(context.Background(), db, bad), relay.ErrInvalidConfig)
-		require.ErrorIs(t, relay.CheckSchemaIn(context.Background(), db, bad), relay.ErrInvalidConfig)
+		require.ErrorIs(t, relay.EnableNotifyTrigger(context.Background(), db, relay.Config{Schema: bad}), relay.ErrInvalidConfig)
+		require.ErrorIs(t, relay.CheckSchema(context.Background(), db, relay.Config{Schema: bad}), relay.ErrInvalidConfig)
 	}
 	t.Setenv("OUTBOX_SCHEMA", "tenant_env")
 	cfg, err := relay.ConfigFromEnv()
@@ -234,21 +234,21 @@ func TestSchemaConfigRefusesBadNames(t *testing.T) { // not parallel: it sets OU
 	require.Equal(t, "tenant_env", cfg.Schema)
 }
 
-// TestNotifyTriggerIn installs the NOTIFY trigger of a schema's outbox: its function lives in that schema
+// TestNotifyTrigger installs the NOTIFY trigger of a schema's outbox: its function lives in that schema
 // and notifies that outbox's channel, and a relay of the schema says it listens there.
-func TestNotifyTriggerIn(t *testing.T) {
+func TestNotifyTrigger(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := outboxtest.Open(t, nil)
 	s := outboxtest.TenantSchema(t, db, "tenant_n_")
-	require.NoError(t, relay.EnableNotifyTriggerIn(ctx, db, s))
-	require.NoError(t, relay.EnableNotifyTriggerIn(ctx, db, s), "idempotent")
+	require.NoError(t, relay.EnableNotifyTrigger(ctx, db, relay.Config{Schema: s}))
+	require.NoError(t, relay.EnableNotifyTrigger(ctx, db, relay.Config{Schema: s}), "idempotent")
 	var src string
 	require.NoError(t, db.NewRaw(`SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 		JOIN pg_trigger tg ON tg.tgfoid = p.oid JOIN pg_class c ON c.oid = tg.tgrelid
 		WHERE n.nspname = ? AND c.relname = 'outbox_events' AND c.relnamespace = n.oid AND tg.tgname = 'bunbox_outbox_notify'`, s).Scan(ctx, &src))
 	require.Contains(t, src, "pg_notify('"+relay.NotifyChannel+":"+s+"'")
-	require.NoError(t, relay.DisableNotifyTriggerIn(ctx, db, s))
+	require.NoError(t, relay.DisableNotifyTrigger(ctx, db, relay.Config{Schema: s}))
 	var triggers int
 	require.NoError(t, db.NewRaw(`SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass(?)`, `"`+s+`".outbox_events`).Scan(ctx, &triggers))
 	require.Zero(t, triggers)

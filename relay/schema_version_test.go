@@ -40,7 +40,7 @@ func TestRelayRefusesAnotherSchemaVersion(t *testing.T) {
 		for _, w := range tc.want {
 			require.Contains(t, err.Error(), w)
 		}
-		require.ErrorContains(t, CheckSchema(ctx, db), tc.want[0], "the readiness check says the same")
+		require.ErrorContains(t, CheckSchema(ctx, db, Config{}), tc.want[0], "the readiness check says the same")
 	}
 	_, err := db.ExecContext(ctx, fmt.Sprintf("COMMENT ON TABLE outbox_events IS 'bunbox schema %d'", schemaversion.Current))
 	require.NoError(t, err)

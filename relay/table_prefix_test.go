@@ -205,9 +205,9 @@ func TestNotifyTriggerOfTablePrefixes(t *testing.T) {
 	outboxes := threeOutboxes(t, db, nil)
 	for _, p := range outboxes[1:] {
 		cfg := relay.Config{Schema: p.schema, TablePrefix: p.prefix}
-		require.NoError(t, relay.EnableNotifyTriggerOf(ctx, db, cfg))
-		require.NoError(t, relay.EnableNotifyTriggerOf(ctx, db, cfg), "idempotent")
-		require.NoError(t, relay.CheckSchemaOf(ctx, db, cfg))
+		require.NoError(t, relay.EnableNotifyTrigger(ctx, db, cfg))
+		require.NoError(t, relay.EnableNotifyTrigger(ctx, db, cfg), "idempotent")
+		require.NoError(t, relay.CheckSchema(ctx, db, cfg))
 		var src string
 		require.NoError(t, db.NewRaw(`SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 			JOIN pg_trigger tg ON tg.tgfoid = p.oid JOIN pg_class c ON c.oid = tg.tgrelid
@@ -235,7 +235,7 @@ func TestNotifyTriggerOfTablePrefixes(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []string{channel, ""}, []string{got, payload}, "orders_'s insert notified its channel")
 	}
-	require.NoError(t, relay.DisableNotifyTriggerOf(ctx, db, relay.Config{Schema: outboxes[1].schema, TablePrefix: "orders_"}))
+	require.NoError(t, relay.DisableNotifyTrigger(ctx, db, relay.Config{Schema: outboxes[1].schema, TablePrefix: "orders_"}))
 	var triggers int
 	require.NoError(t, db.NewRaw(`SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass(?)`, outboxes[1].table("outbox_events")).Scan(ctx, &triggers))
 	require.Zero(t, triggers)
@@ -244,8 +244,8 @@ func TestNotifyTriggerOfTablePrefixes(t *testing.T) {
 }
 
 // TestTablePrefixConfigRefusesBadNames: a table prefix that cannot be used safely, or that with the
-// schema makes the NOTIFY channel too long, is refused by New, NewReconciler, EnableNotifyTriggerOf and
-// CheckSchemaOf, naming the field and the value; OUTBOX_TABLE_PREFIX feeds Config.TablePrefix; a valid
+// schema makes the NOTIFY channel too long, is refused by New, NewReconciler, EnableNotifyTrigger and
+// CheckSchema, naming the field and the value; OUTBOX_TABLE_PREFIX feeds Config.TablePrefix; a valid
 // prefix never migrated gives ErrNoSchema naming the table.
 func TestTablePrefixConfigRefusesBadNames(t *testing.T) { // not parallel: it sets OUTBOX_TABLE_PREFIX
 	db := outboxtest.Unconnected(t)
@@ -267,8 +267,8 @@ func TestTablePrefixConfigRefusesBadNames(t *testing.T) { // not parallel: it se
 		require.ErrorIs(t, err, relay.ErrInvalidConfig, tc.prefix)
 		require.ErrorContains(t, err, tc.want, tc.prefix)
 		cfg := relay.Config{Schema: tc.schema, TablePrefix: tc.prefix}
-		require.ErrorIs(t, relay.EnableNotifyTriggerOf(context.Background(), db, cfg), relay.ErrInvalidConfig)
-		require.ErrorIs(t, relay.CheckSchemaOf(context.Background(), db, cfg), relay.ErrInvalidConfig)
+		require.ErrorIs(t, relay.EnableNotifyTrigger(context.Background(), db, cfg), relay.ErrInvalidConfig)
+		require.ErrorIs(t, relay.CheckSchema(context.Background(), db, cfg), relay.ErrInvalidConfig)
 	}
 	t.Setenv("OUTBOX_TABLE_PREFIX", " orders_ ")
 	cfg, err := relay.ConfigFromEnv()

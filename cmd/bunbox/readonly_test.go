@@ -17,7 +17,7 @@ func TestReadyzOnAReadOnlyDatabase(t *testing.T) {
 	t.Parallel()
 	_, schema := outboxtest.Schema(t)
 	db := outboxtest.Open(t, map[string]any{"search_path": schema, "default_transaction_read_only": "on"})
-	err := relay.CheckSchema(context.Background(), db)
+	err := relay.CheckSchema(context.Background(), db, relay.Config{})
 	require.ErrorIs(t, err, relay.ErrReadOnly)
 	require.Contains(t, err.Error(), "read-only")
 	require.Contains(t, err.Error(), "default_transaction_read_only")

@@ -67,7 +67,7 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 	cfg.Observer = metrics.Observer(cfg.Observer)
 	cfg.Reconciler.OnPass = metrics.ObserveReconcile
 	if *enableNotify {
-		if err := relay.EnableNotifyTriggerOf(ctx, db, cfg); err != nil {
+		if err := relay.EnableNotifyTrigger(ctx, db, cfg); err != nil {
 			return fmt.Errorf("install the notify trigger: %w", err)
 		}
 	}

@@ -108,7 +108,7 @@ func TestFault(t *testing.T) {
 	if _, err := db.ExecContext(ctx, appSchema); err != nil {
 		t.Fatalf("app schema: %v", err)
 	}
-	if err := relay.EnableNotifyTrigger(ctx, db); err != nil {
+	if err := relay.EnableNotifyTrigger(ctx, db, relay.Config{}); err != nil {
 		t.Fatalf("notify trigger: %v", err)
 	}
 	enableStream(t, db)

@@ -128,7 +128,7 @@ func runNetScenario(t *testing.T, pg *outboxtest.Postgres, bin, dir string, seed
 	if _, err := db.ExecContext(ctx, appSchema+"\nCREATE EXTENSION pgrowlocks;"); err != nil {
 		t.Fatalf("app schema: %v", err)
 	}
-	if err := relay.EnableNotifyTrigger(ctx, db); err != nil {
+	if err := relay.EnableNotifyTrigger(ctx, db, relay.Config{}); err != nil {
 		t.Fatalf("notify trigger: %v", err)
 	}
 	enableStream(t, db)

@@ -180,7 +180,7 @@ func runDemo(ctx context.Context, cfg demoConfig, e env, stdout, stderr io.Write
 		return err
 	}
 	if cfg.notify {
-		if err := relay.EnableNotifyTrigger(ctx, db); err != nil {
+		if err := relay.EnableNotifyTrigger(ctx, db, relay.Config{}); err != nil {
 			return err
 		}
 	}
