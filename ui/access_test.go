@@ -2,9 +2,12 @@ package ui_test
 
 import (
 	"encoding/json"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/uuid"
@@ -144,4 +147,29 @@ func basic(user, password string) string {
 	r, _ := http.NewRequest(http.MethodGet, "/", nil)
 	r.SetBasicAuth(user, password)
 	return r.Header.Get("Authorization")
+}
+
+// TestDatabaseErrorsOnlyToReaders: a database error (which can name the user, the database and its
+// host) reaches the page only for a reader with the token; others read that the log says why.
+func TestDatabaseErrorsOnlyToReaders(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, ui.Config{})
+	for _, cfg := range []ui.Config{{}, {Token: testToken, OpenReads: true}} {
+		cfg.Schema = "never_migrated_ui" // a schema without the outbox: every read fails
+		cfg.Logger = slog.New(slog.NewTextHandler(syncWriter{&sync.Mutex{}, &strings.Builder{}}, nil))
+		h, err := ui.New(f.db, cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = h.Close() })
+		srv := httptest.NewServer(h)
+		t.Cleanup(srv.Close)
+		c := (&fixture{db: f.db, srv: srv}).client(t)
+
+		resp, body := c.get("/events?state=dead")
+		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, body)
+		require.Equal(t, "ui: the outbox could not be read; the server's log says why\n", body)
+		if cfg.Token != "" {
+			_, body = c.getWith("/events?state=dead", map[string]string{"Authorization": basic("", testToken)})
+			require.Contains(t, body, "never_migrated_ui", "the reader with the token sees the error")
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -150,14 +151,14 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (access, 
 func (h *Handler) checkToken(w http.ResponseWriter, r *http.Request, given string, challenge bool) bool {
 	client := h.client(r)
 	if ok, wait := h.throttle.allow(client); !ok {
-		h.throttle.refused("throttled", r.RemoteAddr)
+		h.throttle.log.refused("throttled", slog.String("remote", r.RemoteAddr))
 		w.Header().Set("Retry-After", strconv.Itoa(int(wait.Round(time.Second)/time.Second)+1))
 		http.Error(w, "ui: too many wrong tokens: try again later", http.StatusTooManyRequests)
 		return false
 	}
 	if !h.sessions.valid(given) {
 		h.throttle.failed(client)
-		h.throttle.refused("wrong token", r.RemoteAddr)
+		h.throttle.log.refused("wrong token", slog.String("remote", r.RemoteAddr))
 		if challenge {
 			w.Header().Set("WWW-Authenticate", basicChallenge)
 		}

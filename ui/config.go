@@ -27,7 +27,8 @@ const (
 // random hex token of 16 characters passes but for about 1 in 20,000.
 const minTokenDistinct = 6
 
-// Config tunes a Handler. The zero value serves a read-only page on the outbox table alone.
+// Config tunes a Handler. The zero value serves a read-only page on the outbox table alone, open to
+// whoever reaches it, with payloads, errors and metadata truncated; set Token to guard it.
 type Config struct {
 	// Token, when set, guards the page: every route but the stylesheet asks for it (OpenReads), and an
 	// operator who signs in with it may retry and purge dead events. At least MinTokenLength characters,

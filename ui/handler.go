@@ -38,6 +38,7 @@ type Handler struct {
 	inspector *asynq.Inspector // nil without Config.Redis
 	sessions  *sessions
 	throttle  *throttle
+	refusals  *limitedLog // refused writes
 	origin    *http.CrossOriginProtection
 	pages     *template.Template
 	mux       *http.ServeMux
@@ -59,7 +60,7 @@ func New(db *bun.DB, cfg Config) (*Handler, error) {
 		return nil, fmt.Errorf("ui: templates: %w", err)
 	}
 	h := &Handler{db: db, cfg: cfg, log: cfg.Logger, sessions: newSessions(cfg.Token),
-		throttle: newThrottle(cfg.Logger), origin: http.NewCrossOriginProtection(), pages: pages, mux: http.NewServeMux()}
+		throttle: newThrottle(cfg.Logger), refusals: newLimitedLog(cfg.Logger, "bunbox ui: write refused"), origin: http.NewCrossOriginProtection(), pages: pages, mux: http.NewServeMux()}
 	h.names, _ = tables.New(cfg.Schema, cfg.TablePrefix) // validated above
 	if cfg.Redis != nil {
 		if h.inspector, err = newInspector(cfg.Redis); err != nil {
@@ -91,7 +92,8 @@ func newInspector(opt asynq.RedisConnOpt) (in *asynq.Inspector, err error) {
 
 // Close releases the Redis connections the Handler made.
 func (h *Handler) Close() error {
-	h.throttle.close()
+	h.throttle.log.close()
+	h.refusals.close()
 	if h.inspector == nil {
 		return nil
 	}
@@ -253,12 +255,12 @@ func (h *Handler) serveEvent(w http.ResponseWriter, r *http.Request) {
 
 // write guards a write action: the Handler must have a token, the operator must be signed in, the
 // request must come from the page's own origin (Sec-Fetch-Site / Origin, http.CrossOriginProtection) and
-// carry the session's CSRF token. A refused write is logged and changes nothing.
+// carry the session's CSRF token. A refused write changes nothing and is logged (at most a line a
+// minute, with the count).
 func (h *Handler) write(next func(w http.ResponseWriter, r *http.Request, session string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		refuse := func(status int, why string) {
-			h.log.LogAttrs(r.Context(), slog.LevelWarn, "bunbox ui: write refused", slog.String("path", r.URL.Path),
-				slog.String("remote", r.RemoteAddr), slog.String("why", why))
+			h.refusals.refused(why, slog.String("path", r.URL.Path), slog.String("remote", r.RemoteAddr))
 			http.Error(w, "ui: "+why, status)
 		}
 		if !h.sessions.writable() {

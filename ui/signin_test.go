@@ -26,7 +26,9 @@ func TestSignInThrottle(t *testing.T) {
 	f := newFixture(t, ui.Config{Token: testToken, TrustProxy: true})
 	ui.FreezeThrottle(f.h, time.Now())
 	c := f.client(t)
-	from := func(client string) map[string]string { return map[string]string{"X-Forwarded-For": "203.0.113.9, " + client} }
+	from := func(client string) map[string]string {
+		return map[string]string{"X-Forwarded-For": "203.0.113.9, " + client}
+	}
 	wrong := url.Values{"token": {"wrong-token-of-enough-length"}}
 	right := url.Values{"token": {testToken}}
 
@@ -122,4 +124,18 @@ func TestSecureCookie(t *testing.T) {
 	require.NotContains(t, cookieOf(ui.Config{TrustProxy: true}, false, "http"), "Secure")
 	require.NotContains(t, cookieOf(ui.Config{}, false, "https"), "Secure", "X-Forwarded-Proto is believed only with TrustProxy")
 	require.NotContains(t, cookieOf(ui.Config{}, false, ""), "Secure")
+}
+
+// TestRefusedWritesLogALineAMinute: a flood of refused writes writes one Warn line with the count, not
+// one each.
+func TestRefusedWritesLogALineAMinute(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, ui.Config{}) // read-only: every write is refused
+	c := f.client(t)
+	for range 20 {
+		resp, _ := c.post("/dead/purge", url.Values{"id": {f.dead[0].String()}}, nil)
+		require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	}
+	require.Equal(t, 1, strings.Count(f.logText(), "write refused"), f.logText())
+	require.EqualValues(t, 2, f.deadCount(t))
 }

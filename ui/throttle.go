@@ -43,23 +43,18 @@ func (b *bucket) wait(every time.Duration) time.Duration {
 	return time.Duration((1 - b.tokens) * float64(every))
 }
 
-// throttle limits the failed sign-ins of a Handler and the log lines about them.
+// throttle limits the failed sign-ins of a Handler, and logs them through a limitedLog.
 type throttle struct {
-	log *slog.Logger
+	log *limitedLog
 	now func() time.Time
 
 	mu      sync.Mutex
 	clients map[string]*bucket
 	global  bucket
-	logged  time.Time   // when the last line about refused tokens was written
-	pending int         // refused since that line
-	why     string      // the last refusal's reason, for the next line
-	flush   *time.Timer // writes the pending count when nothing else will
-	closed  bool
 }
 
 func newThrottle(log *slog.Logger) *throttle {
-	return &throttle{log: log, now: time.Now, clients: map[string]*bucket{}}
+	return &throttle{log: newLimitedLog(log, "bunbox ui: sign-in refused"), now: time.Now, clients: map[string]*bucket{}}
 }
 
 // allow reports whether client may try a token now, and if not, how long until it may.
@@ -102,49 +97,66 @@ func (t *throttle) failed(client string) {
 	b.tokens = max(0, b.tokens-1)
 }
 
-// refused logs a refused token at Warn: the first at once, the ones after within refusedLogGap as one
-// line with their count when the gap is over, so a flood of wrong tokens writes a line a minute.
-func (t *throttle) refused(why, remote string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	now := t.now()
-	t.pending++
-	t.why = why
-	if t.logged.IsZero() || now.Sub(t.logged) >= refusedLogGap {
-		t.writeLocked(now, remote)
+// limitedLog writes a Warn line about refused requests (sign-ins, writes): the first at once, the ones
+// after within refusedLogGap as one line with their count when the gap is over, so a flood of refused
+// requests writes a line a minute, not one each.
+type limitedLog struct {
+	log *slog.Logger
+	msg string
+
+	mu      sync.Mutex
+	logged  time.Time   // when the last line was written
+	pending int         // refused since that line
+	why     string      // the last refusal's reason, for the next line
+	flush   *time.Timer // writes the pending count when nothing else will
+	closed  bool
+}
+
+func newLimitedLog(log *slog.Logger, msg string) *limitedLog {
+	return &limitedLog{log: log, msg: msg}
+}
+
+// refused counts one refused request and logs it, or leaves it to the next line.
+func (l *limitedLog) refused(why string, attrs ...slog.Attr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	l.pending++
+	l.why = why
+	if l.logged.IsZero() || now.Sub(l.logged) >= refusedLogGap {
+		l.writeLocked(now, attrs)
 		return
 	}
-	if t.flush == nil && !t.closed {
-		t.flush = time.AfterFunc(refusedLogGap-now.Sub(t.logged), func() {
-			t.mu.Lock()
-			defer t.mu.Unlock()
-			t.flush = nil
-			if t.pending > 0 && !t.closed {
-				t.writeLocked(t.now(), "")
+	if l.flush == nil && !l.closed {
+		l.flush = time.AfterFunc(refusedLogGap-now.Sub(l.logged), func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			l.flush = nil
+			if l.pending > 0 && !l.closed {
+				l.writeLocked(time.Now(), nil)
 			}
 		})
 	}
 }
 
-func (t *throttle) writeLocked(now time.Time, remote string) {
-	attrs := []slog.Attr{slog.Int("refused", t.pending), slog.String("last_reason", t.why)}
-	if remote != "" {
-		attrs = append(attrs, slog.String("remote", remote))
+// writeLocked writes the line: how many were refused since the last one, the last reason, and the
+// attributes of the request that triggered it (none when the timer writes it).
+func (l *limitedLog) writeLocked(now time.Time, attrs []slog.Attr) {
+	attrs = append([]slog.Attr{slog.Int("refused", l.pending), slog.String("last_reason", l.why)}, attrs...)
+	if !l.logged.IsZero() {
+		attrs = append(attrs, slog.Duration("since_last_line", now.Sub(l.logged).Round(time.Second)))
 	}
-	if !t.logged.IsZero() {
-		attrs = append(attrs, slog.Duration("since_last_line", now.Sub(t.logged).Round(time.Second)))
-	}
-	t.log.LogAttrs(context.Background(), slog.LevelWarn, "bunbox ui: sign-in refused", attrs...)
-	t.logged, t.pending = now, 0
+	l.log.LogAttrs(context.Background(), slog.LevelWarn, l.msg, attrs...)
+	l.logged, l.pending = now, 0
 }
 
-// close stops the pending log line's timer.
-func (t *throttle) close() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.closed = true
-	if t.flush != nil {
-		t.flush.Stop()
-		t.flush = nil
+// close stops the pending line's timer.
+func (l *limitedLog) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	if l.flush != nil {
+		l.flush.Stop()
+		l.flush = nil
 	}
 }
