@@ -60,7 +60,8 @@ func New(db *bun.DB, cfg Config) (*Handler, error) {
 		return nil, fmt.Errorf("ui: templates: %w", err)
 	}
 	h := &Handler{db: db, cfg: cfg, log: cfg.Logger, sessions: newSessions(cfg.Token),
-		throttle: newThrottle(cfg.Logger), refusals: newLimitedLog(cfg.Logger, "bunbox ui: write refused"), origin: http.NewCrossOriginProtection(), pages: pages, mux: http.NewServeMux()}
+		throttle: newThrottle(cfg.Logger), refusals: newLimitedLog(cfg.Logger, "bunbox ui: write refused"),
+		origin: http.NewCrossOriginProtection(), pages: pages, mux: http.NewServeMux()}
 	h.names, _ = tables.New(cfg.Schema, cfg.TablePrefix) // validated above
 	if cfg.Redis != nil {
 		if h.inspector, err = newInspector(cfg.Redis); err != nil {
