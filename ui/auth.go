@@ -168,8 +168,9 @@ func (h *Handler) checkToken(w http.ResponseWriter, r *http.Request, given strin
 	return true
 }
 
-// askToken answers a reader without the token: a browser's navigation gets the sign-in page, any other
-// client a basic-auth challenge; both with 401.
+// askToken answers a reader without the token with 401: a GET gets the sign-in page, and unless it is a
+// browser's navigation (Sec-Fetch-Mode: navigate, which gets the form, not the browser's basic-auth
+// dialog) a basic-auth challenge too.
 func (h *Handler) askToken(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		http.Error(w, "ui: sign in with the token first", http.StatusUnauthorized)
