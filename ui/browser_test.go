@@ -33,10 +33,12 @@ func chromiumPath(t *testing.T) string {
 	return ""
 }
 
-// TestBrowserRetryDeadEvent drives the page in a real headless Chromium: it loads the overview, signs
-// in with the token, selects a dead event and clicks "Retry selected"; the event is back in line in the
-// database, and the page loaded under its Content-Security-Policy with nothing blocked. Screenshots of
-// the overview and the dead list are kept in BUNBOX_UI_SCREENSHOTS (default .artifacts/ui).
+// TestBrowserRetryDeadEvent drives the page in a real headless Chromium, mounted on a service's mux under
+// /outbox (http.StripPrefix) with a token: the dead list asks for the token, the sign-in returns to it
+// under the mount; it loads the overview, selects a dead event and clicks "Retry selected"; the event is
+// back in line in the database, the page stayed under /outbox, and it loaded under its
+// Content-Security-Policy with nothing blocked. Screenshots of the overview and the dead list are kept in
+// BUNBOX_UI_SCREENSHOTS (default .artifacts/ui).
 func TestBrowserRetryDeadEvent(t *testing.T) {
 	t.Parallel()
 	exe := chromiumPath(t)
@@ -65,7 +67,17 @@ func TestBrowserRetryDeadEvent(t *testing.T) {
 		t.Helper()
 		require.NoError(t, err, what)
 	}
-	run("load the overview", chromedp.Do(ctx, chromedp.Navigate(f.srv.URL+"/"), chromedp.WaitVisible("#dead")))
+	base := f.mounted(t, "/outbox").base + "/outbox"
+	run("ask for the token", chromedp.Do(ctx, chromedp.Navigate(base+"/events?state=dead"), chromedp.WaitVisible("#signin-needed")))
+	run("sign in", chromedp.Do(ctx,
+		chromedp.SendKeys(`input[name="token"]`, testToken),
+		chromedp.Click("#signin"),
+		chromedp.WaitVisible("#sel-"+f.dead[0].String()),
+	))
+	signedIn, err := chromedp.Run(ctx, chromedp.Location())
+	run("read the location after the sign-in", err)
+
+	run("load the overview", chromedp.Do(ctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible("#dead")))
 	deadCard, err := chromedp.Run(ctx, chromedp.Text("#dead"))
 	run("read the dead count", err)
 	// the stylesheet loaded under the CSP: the header has its background
@@ -74,10 +86,8 @@ func TestBrowserRetryDeadEvent(t *testing.T) {
 	overview, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	run("screenshot the overview", err)
 
-	run("sign in and select", chromedp.Do(ctx,
-		chromedp.Navigate(f.srv.URL+"/events?state=dead"),
-		chromedp.SendKeys(`input[name="token"]`, testToken),
-		chromedp.Click("#signin"),
+	run("select", chromedp.Do(ctx,
+		chromedp.Navigate(base+"/events?state=dead"),
 		chromedp.WaitVisible("#sel-"+f.dead[0].String()),
 		chromedp.Click("#sel-"+f.dead[0].String()),
 	))
@@ -86,10 +96,14 @@ func TestBrowserRetryDeadEvent(t *testing.T) {
 	run("retry", chromedp.Do(ctx, chromedp.Click("#retry"), chromedp.WaitVisible("#flash")))
 	flash, err := chromedp.Run(ctx, chromedp.Text("#flash"))
 	run("read the flash", err)
+	retried, err := chromedp.Run(ctx, chromedp.Location())
+	run("read the location after the retry", err)
 
+	require.Equal(t, base+"/events?state=dead", signedIn, "the sign-in returns to the page under the mount")
+	require.Equal(t, base+"/events?state=dead&done=retried&n=1", retried, "the retry returns under the mount")
 	require.Equal(t, "2", strings.TrimSpace(deadCard))
 	require.Equal(t, "rgb(246, 248, 250)", styled, "the stylesheet applies")
-	require.Equal(t, "1 retried", strings.TrimSpace(flash))
+	require.Equal(t, "Dead events retried: 1.", strings.TrimSpace(flash))
 	require.EqualValues(t, 1, f.deadCount(t), "the clicked event is back in line")
 	require.Contains(t, f.logText(), "ui: dead events retried")
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"unicode/utf8"
 
 	"github.com/hibiken/asynq"
 
@@ -17,15 +18,36 @@ import (
 const (
 	// ListLimitDefault is how many rows each list of the page shows.
 	ListLimitDefault = 50
-	// MinTokenLength is the shortest token New accepts: a token guards writes, so it must not be guessable.
+	// MinTokenLength is the shortest token New accepts, in characters (runes); the token must also have at
+	// least 6 distinct characters. A token guards the page, so it must not be guessable.
 	MinTokenLength = 16
 )
 
-// Config tunes a Handler. The zero value serves a read-only page on the outbox table alone.
+// minTokenDistinct is how many distinct characters a token needs: "aaaaaaaaaaaaaaaa" is refused, a
+// random hex token of 16 characters passes but for about 1 in 20,000.
+const minTokenDistinct = 6
+
+// Config tunes a Handler. The zero value serves a read-only page on the outbox table alone, open to
+// whoever reaches it, with payloads, errors and metadata truncated; set Token to guard it.
 type Config struct {
-	// Token, when set, lets an operator who signs in with it retry and purge dead events. At least
-	// MinTokenLength bytes. Defaults to none: the page is read-only and every write is refused.
+	// Token, when set, guards the page: every route but the stylesheet asks for it (OpenReads), and an
+	// operator who signs in with it may retry and purge dead events. At least MinTokenLength characters,
+	// 6 of them distinct. Defaults to none: the page is read-only, open to whoever reaches it, and shows
+	// payloads, errors and metadata only truncated.
 	Token string
+	// OpenReads, with a Token, lets whoever reaches the page read it without the token: lists, counts and
+	// event pages, with payloads, last errors and metadata truncated, database errors and the
+	// reconciler's lease holder hidden; writes still need a sign-in. Defaults to false: with a Token,
+	// every route but POST /login and the stylesheet answers 401 until the reader signs in (a session
+	// cookie) or sends the token by HTTP basic auth (any user name), and such a reader sees everything in
+	// full on an event's page. Without a Token the page is open either way.
+	OpenReads bool
+	// TrustProxy, when true, believes the headers of a reverse proxy in front of the page: the session
+	// cookie is Secure when X-Forwarded-Proto is https, and the sign-in throttle counts failures per
+	// client by the last address of X-Forwarded-For. Set it only when a proxy sets both headers.
+	// Defaults to false: the cookie is Secure only on a TLS connection to the page, and a client is its
+	// connection's remote address.
+	TrustProxy bool
 	// Redis, when set, adds what asynq holds per queue (and each event's task) to the page. Defaults to
 	// none: the page shows the outbox table only and says so.
 	Redis asynq.RedisConnOpt
@@ -46,6 +68,16 @@ type Config struct {
 	TablePrefix string
 }
 
+// tokenRunes counts the characters of a token and how many of them are distinct.
+func tokenRunes(token string) (n, distinct int) {
+	seen := map[rune]bool{}
+	for _, r := range token {
+		n++
+		seen[r] = true
+	}
+	return n, len(seen)
+}
+
 func (c Config) withDefaults() Config {
 	c.ListLimit = cmp.Or(c.ListLimit, ListLimitDefault)
 	if c.Logger == nil {
@@ -59,7 +91,12 @@ var ErrInvalidConfig = errors.New("ui: invalid config")
 
 func (c Config) validate() error {
 	var p configcheck.Problems
-	p.Check(c.Token == "" || len(c.Token) >= MinTokenLength, "Token must be at least %d bytes, got %d", MinTokenLength, len(c.Token))
+	if c.Token != "" {
+		n, distinct := tokenRunes(c.Token)
+		p.Check(n >= MinTokenLength, "Token must be at least %d characters, got %d", MinTokenLength, n)
+		p.Check(distinct >= minTokenDistinct, "Token must have at least %d distinct characters, got %d: use a random token (openssl rand -hex 16)", minTokenDistinct, distinct)
+		p.Check(utf8.ValidString(c.Token), "Token must be valid UTF-8")
+	}
 	switch _, err := tables.New(c.Schema, c.TablePrefix); {
 	case errors.Is(err, tables.ErrInvalidSchema):
 		p.Add(fmt.Errorf("Schema: %w", err))

@@ -28,6 +28,7 @@ const testToken = "s3cret-ui-token-for-tests"
 // fixture is a page on a fresh schema: two dead events, one pending.
 type fixture struct {
 	db   *bun.DB
+	h    *ui.Handler
 	srv  *httptest.Server
 	dead []uuid.UUID
 	logs *strings.Builder
@@ -57,9 +58,23 @@ func newFixture(t *testing.T, cfg ui.Config) *fixture {
 	h, err := ui.New(db, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = h.Close() })
+	f.h = h
 	f.srv = httptest.NewServer(h)
 	t.Cleanup(f.srv.Close)
 	return f
+}
+
+// mounted serves the fixture's page on a service's mux under prefix ("/outbox"), as the package's
+// example shows, and returns a client of that server whose paths start with the prefix.
+func (f *fixture) mounted(t *testing.T, prefix string) *client {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle(prefix+"/", http.StripPrefix(prefix, f.h))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	c := f.client(t)
+	c.base = srv.URL
+	return c
 }
 
 // deadCount counts the rows still dead.
@@ -84,7 +99,18 @@ func (f *fixture) client(t *testing.T) *client {
 
 func (c *client) get(path string) (*http.Response, string) {
 	c.t.Helper()
-	resp, err := c.c.Get(c.base + path)
+	return c.getWith(path, nil)
+}
+
+// getWith is get with headers.
+func (c *client) getWith(path string, headers map[string]string) (*http.Response, string) {
+	c.t.Helper()
+	req, err := http.NewRequest(http.MethodGet, c.base+path, nil)
+	require.NoError(c.t, err)
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.c.Do(req)
 	require.NoError(c.t, err)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
@@ -109,6 +135,13 @@ func (c *client) post(path string, form url.Values, headers map[string]string) (
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(c.t, err)
 	return resp, string(b)
+}
+
+// signIn signs the client in with testToken.
+func (c *client) signIn() {
+	c.t.Helper()
+	resp, body := c.post("/login", url.Values{"token": {testToken}}, nil)
+	require.Equal(c.t, http.StatusSeeOther, resp.StatusCode, body)
 }
 
 // csrfOf reads the CSRF token from a page's forms.

@@ -3,10 +3,22 @@ package ui
 import (
 	"html/template"
 	"time"
+	"unicode/utf8"
 )
 
-// funcs are the helpers the templates use to print durations and times.
+// shortRunes is how much of a payload, an error or a metadata value the page shows where it shows it
+// truncated: in every list, and on an event's page to a reader without the token.
+const shortRunes = 120
+
+// funcs are the helpers the templates use to print durations, times and truncated text.
 var funcs = template.FuncMap{
+	"short": func(s string) string {
+		if utf8.RuneCountInString(s) <= shortRunes {
+			return s
+		}
+		return string([]rune(s)[:shortRunes]) + "…"
+	},
+	"cut": func(s string) bool { return utf8.RuneCountInString(s) > shortRunes },
 	"dur": func(d time.Duration) string {
 		if d == 0 {
 			return "–"

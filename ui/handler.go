@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,6 +37,8 @@ type Handler struct {
 	log       *slog.Logger
 	inspector *asynq.Inspector // nil without Config.Redis
 	sessions  *sessions
+	throttle  *throttle
+	refusals  *limitedLog // refused writes
 	origin    *http.CrossOriginProtection
 	pages     *template.Template
 	mux       *http.ServeMux
@@ -57,6 +60,7 @@ func New(db *bun.DB, cfg Config) (*Handler, error) {
 		return nil, fmt.Errorf("ui: templates: %w", err)
 	}
 	h := &Handler{db: db, cfg: cfg, log: cfg.Logger, sessions: newSessions(cfg.Token),
+		throttle: newThrottle(cfg.Logger), refusals: newLimitedLog(cfg.Logger, "bunbox ui: write refused"),
 		origin: http.NewCrossOriginProtection(), pages: pages, mux: http.NewServeMux()}
 	h.names, _ = tables.New(cfg.Schema, cfg.TablePrefix) // validated above
 	if cfg.Redis != nil {
@@ -89,13 +93,19 @@ func newInspector(opt asynq.RedisConnOpt) (in *asynq.Inspector, err error) {
 
 // Close releases the Redis connections the Handler made.
 func (h *Handler) Close() error {
+	h.throttle.log.close()
+	h.refusals.close()
 	if h.inspector == nil {
 		return nil
 	}
 	return h.inspector.Close()
 }
 
-// ServeHTTP serves the page, its stylesheet and its write actions.
+// maxFormBytes bounds the body of a write: a form of event ids.
+const maxFormBytes = 1 << 20
+
+// ServeHTTP serves the page, its stylesheet and its write actions. With a Token and not
+// Config.OpenReads, every route but POST /login and the stylesheet needs the token first.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !h.names.IsDefault() { // the admin queries of every page and action read the outbox of the schema
 		r = r.WithContext(admin.WithTablePrefix(admin.WithSchema(r.Context(), h.names.Schema()), h.names.Prefix()))
@@ -106,7 +116,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("X-Frame-Options", "DENY")
 	hdr.Set("Referrer-Policy", "same-origin")
 	hdr.Set("Cache-Control", "no-store")
-	h.mux.ServeHTTP(w, r)
+	if r.Method == http.MethodPost {
+		r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	}
+	a, ok := h.authenticate(w, r)
+	if !ok {
+		return
+	}
+	h.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), accessKey{}, a)))
 }
 
 // page is what every template gets.
@@ -114,6 +131,7 @@ type page struct {
 	Title    string
 	Writable bool   // the Handler has a token
 	SignedIn bool   // this request's operator signed in with it
+	Reader   bool   // signed in or the token by basic auth: payloads, errors and metadata in full
 	CSRF     string // the session's CSRF token, for the forms
 	Flash    string
 	Back     string // this page, relative, for the sign-in form to return to
@@ -122,19 +140,54 @@ type page struct {
 }
 
 func (h *Handler) page(r *http.Request, title string, data any) page {
-	s := h.sessions.session(r)
-	p := page{Title: title, Writable: h.sessions.writable(), SignedIn: s != "", Redis: h.inspector != nil,
-		Data: data, Flash: r.URL.Query().Get("done"), Back: "./" + strings.TrimPrefix(r.URL.Path, "/")}
-	if q := r.URL.Query().Get("state"); q != "" {
-		p.Back += "?state=" + url.QueryEscape(q)
-	}
-	if s != "" {
-		p.CSRF = h.sessions.csrf(s)
+	a := accessOf(r)
+	p := page{Title: title, Writable: h.sessions.writable(), SignedIn: a.session != "", Reader: a.reader,
+		Redis: h.inspector != nil, Data: data, Flash: flash(r.URL.Query()), Back: backTo(r)}
+	if a.session != "" {
+		p.CSRF = h.sessions.csrf(a.session)
 	}
 	return p
 }
 
+// flashes are the status lines a redirect may ask the page to show, by code (?done=): the page never
+// shows text from the query, only one of these with the count (?n=) as a number.
+var flashes = map[string]string{
+	"retried": "Dead events retried: %d.",
+	"purged":  "Dead events purged: %d.",
+}
+
+// flash is the status line that q asks for, or "" for an unknown code or a count that is not one.
+func flash(q url.Values) string {
+	format, ok := flashes[q.Get("done")]
+	n, err := strconv.ParseUint(q.Get("n"), 10, 31)
+	if !ok || err != nil {
+		return ""
+	}
+	return fmt.Sprintf(format, n)
+}
+
+// backTo is this page as a path relative to the page's mount, for the sign-in form to return to: the
+// path, and the state and event id it was asked for when they are ones.
+func backTo(r *http.Request) string {
+	to := "./" + strings.TrimPrefix(r.URL.Path, "/")
+	q := url.Values{}
+	if v := r.URL.Query().Get("state"); v == "pending" || v == "scheduled" || v == "dead" {
+		q.Set("state", v)
+	}
+	if id, err := uuid.Parse(r.URL.Query().Get("id")); err == nil {
+		q.Set("id", id.String())
+	}
+	if len(q) > 0 {
+		to += "?" + q.Encode()
+	}
+	return to
+}
+
 func (h *Handler) render(w http.ResponseWriter, name string, p page) {
+	h.renderStatus(w, http.StatusOK, name, p)
+}
+
+func (h *Handler) renderStatus(w http.ResponseWriter, status int, name string, p page) {
 	var b strings.Builder
 	if err := h.pages.ExecuteTemplate(&b, name, p); err != nil {
 		h.log.Error("bunbox ui: render", slog.String("page", name), slog.Any("error", err))
@@ -142,13 +195,19 @@ func (h *Handler) render(w http.ResponseWriter, name string, p page) {
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
 	_, _ = w.Write([]byte(b.String()))
 }
 
-// fail answers a request whose reading failed; the error goes to the log and, redacted of nothing secret
-// (database errors carry no connection string), to the page.
+// fail answers a request whose reading failed; the error goes to the log and, when it is the request's
+// fault or the reader has the token, to the page: a database error can name the user, the database and
+// its host, which a reader without the token does not see.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, status int, err error) {
 	h.log.LogAttrs(r.Context(), slog.LevelWarn, "bunbox ui: request failed", slog.String("path", r.URL.Path), slog.Any("error", err))
+	if status >= http.StatusInternalServerError && !accessOf(r).reader {
+		http.Error(w, "ui: the outbox could not be read; the server's log says why", status)
+		return
+	}
 	http.Error(w, "ui: "+err.Error(), status)
 }
 
@@ -197,12 +256,12 @@ func (h *Handler) serveEvent(w http.ResponseWriter, r *http.Request) {
 
 // write guards a write action: the Handler must have a token, the operator must be signed in, the
 // request must come from the page's own origin (Sec-Fetch-Site / Origin, http.CrossOriginProtection) and
-// carry the session's CSRF token. A refused write is logged and changes nothing.
+// carry the session's CSRF token. A refused write changes nothing and is logged (at most a line a
+// minute, with the count).
 func (h *Handler) write(next func(w http.ResponseWriter, r *http.Request, session string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		refuse := func(status int, why string) {
-			h.log.LogAttrs(r.Context(), slog.LevelWarn, "bunbox ui: write refused", slog.String("path", r.URL.Path),
-				slog.String("remote", r.RemoteAddr), slog.String("why", why))
+			h.refusals.refused(why, slog.String("path", r.URL.Path), slog.String("remote", r.RemoteAddr))
 			http.Error(w, "ui: "+why, status)
 		}
 		if !h.sessions.writable() {
@@ -213,9 +272,13 @@ func (h *Handler) write(next func(w http.ResponseWriter, r *http.Request, sessio
 			refuse(http.StatusForbidden, "cross-origin request refused")
 			return
 		}
-		s := h.sessions.session(r)
+		s := accessOf(r).session
 		if s == "" {
 			refuse(http.StatusUnauthorized, "sign in with the token first")
+			return
+		}
+		if err := r.ParseForm(); err != nil {
+			refuse(http.StatusBadRequest, "the form could not be read")
 			return
 		}
 		if !h.sessions.validCSRF(s, r.PostFormValue("csrf")) {
@@ -235,22 +298,33 @@ func (h *Handler) serveLogin(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "ui: cross-origin request refused", http.StatusForbidden)
 		return
 	}
-	id := h.sessions.signIn(r.PostFormValue("token"))
-	if id == "" {
-		h.log.LogAttrs(r.Context(), slog.LevelWarn, "bunbox ui: sign-in refused: wrong token", slog.String("remote", r.RemoteAddr))
-		http.Error(w, "ui: wrong token", http.StatusUnauthorized)
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "ui: the form could not be read", http.StatusBadRequest)
 		return
 	}
+	if !h.checkToken(w, r, r.PostFormValue("token"), false) {
+		return
+	}
+	id := h.sessions.signIn()
 	h.log.LogAttrs(r.Context(), slog.LevelInfo, "bunbox ui: operator signed in", slog.String("remote", r.RemoteAddr))
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: id, Path: "/", HttpOnly: true, Secure: r.TLS != nil,
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: id, Path: "/", HttpOnly: true, Secure: h.secure(r),
 		SameSite: http.SameSiteStrictMode, MaxAge: int(sessionTTL / time.Second)})
-	http.Redirect(w, r, back(r, "./"), http.StatusSeeOther)
+	seeOther(w, back(r, "./"))
+}
+
+// seeOther redirects to to, a path relative to this request's (./events, ../events): the browser
+// resolves it against the URL it asked for, so the redirect stays under the prefix the page is mounted
+// at (http.StripPrefix, a proxy's path), which http.Redirect would resolve against the stripped path.
+func seeOther(w http.ResponseWriter, to string) {
+	w.Header().Set("Location", to)
+	w.WriteHeader(http.StatusSeeOther)
 }
 
 func (h *Handler) serveLogout(w http.ResponseWriter, r *http.Request, session string) {
 	h.sessions.signOut(session)
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", HttpOnly: true, MaxAge: -1})
-	http.Redirect(w, r, "./", http.StatusSeeOther)
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", HttpOnly: true, Secure: h.secure(r),
+		SameSite: http.SameSiteStrictMode, MaxAge: -1})
+	seeOther(w, "./")
 }
 
 // serveDeadAction retries or purges the dead events selected on the page, by event id only: a form can
@@ -281,14 +355,14 @@ func (h *Handler) serveDeadAction(w http.ResponseWriter, r *http.Request, _ stri
 	}
 	h.log.LogAttrs(r.Context(), slog.LevelInfo, "bunbox ui: dead events "+action, slog.Int64("count", n),
 		slog.Int("selected", len(ids)), slog.Any("event_ids", ids), slog.String("remote", r.RemoteAddr))
-	http.Redirect(w, r, fmt.Sprintf("../events?state=dead&done=%d+%s", n, action), http.StatusSeeOther)
+	seeOther(w, fmt.Sprintf("../events?state=dead&done=%s&n=%d", action, n))
 }
 
 // back is where a form returns to: the page it was sent from, when that is a path of this page relative
-// to it (never another host: no "//", backslash or scheme).
+// to it (never another host or outside the mount: no "//", "..", backslash or scheme).
 func back(r *http.Request, fallback string) string {
 	to := r.PostFormValue("back")
-	if !strings.HasPrefix(to, "./") || strings.ContainsAny(to, "\\:") || strings.Contains(to, "//") {
+	if !strings.HasPrefix(to, "./") || strings.ContainsAny(to, "\\:") || strings.Contains(to, "//") || strings.Contains(to, "..") {
 		return fallback
 	}
 	return to

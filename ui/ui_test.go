@@ -17,8 +17,20 @@ func TestConfigValidation(t *testing.T) {
 	t.Parallel()
 	_, err := ui.New(&bun.DB{}, ui.Config{Token: "short"})
 	require.ErrorIs(t, err, ui.ErrInvalidConfig)
-	require.ErrorContains(t, err, "Token must be at least 16 bytes")
+	require.ErrorContains(t, err, "Token must be at least 16 characters, got 5")
 	require.NotContains(t, err.Error(), "short", "the token itself is never in an error")
+	// characters, not bytes: 15 two-byte runes are 30 bytes but too short
+	_, err = ui.New(&bun.DB{}, ui.Config{Token: "äöüßéèêëàáâãåçñ"})
+	require.ErrorContains(t, err, "Token must be at least 16 characters, got 15")
+	// a long token of one character, or of a few, is guessable
+	for _, weak := range []string{"aaaaaaaaaaaaaaaa", "abababababababababab", "abcdeabcdeabcdeabcde"} {
+		_, err = ui.New(&bun.DB{}, ui.Config{Token: weak})
+		require.ErrorIs(t, err, ui.ErrInvalidConfig, weak)
+		require.ErrorContains(t, err, "Token must have at least 6 distinct characters", weak)
+		require.NotContains(t, err.Error(), weak, "the token itself is never in an error")
+	}
+	_, err = ui.New(&bun.DB{}, ui.Config{Token: "\xff\xfe" + testToken})
+	require.ErrorContains(t, err, "Token must be valid UTF-8")
 	_, err = ui.New(&bun.DB{}, ui.Config{ListLimit: 5000})
 	require.ErrorContains(t, err, "ListLimit must be between 1 and 1000")
 	_, err = ui.New(nil, ui.Config{})

@@ -13,7 +13,7 @@
 //	bunbox reconcile [-window 1h] [-json] one reconciler pass: re-deliver the events whose task Redis lost
 //	bunbox stream on|off|status [-json]   turn the snapshot cursor on or off, or show how far behind it is
 //	bunbox relay [-metrics-addr ...]      run a relay until SIGINT/SIGTERM, with /metrics, /healthz, /readyz
-//	bunbox ui [-addr 127.0.0.1:8080]      the operator page (read-only unless BUNBOX_UI_TOKEN is set)
+//	bunbox ui [-addr 127.0.0.1:8080]      the operator page (read-only and open unless BUNBOX_UI_TOKEN is set, which guards it)
 //
 // The database is DATABASE_URL (or -database-url), opened with connect.Postgres (TLS as libpq's sslmode
 // says) over the driver DATABASE_DRIVER (or -database-driver) names: pgdriver (the default) or pgx;
@@ -88,9 +88,12 @@ commands:
                           (-reconcile=false: off; -reconcile-window W, -reconcile-interval D);
                           -codec-keys-file F (or OUTBOX_CODEC_KEYS_FILE): decode encoded payloads
                           (bunx.WithCodec) with the keyring file F, lines current=ID and ID=base64 key
-  ui [-addr 127.0.0.1:8080] [-redis=false]
+  ui [-addr 127.0.0.1:8080] [-redis=false] [-open-reads] [-trust-proxy]
                           serve the operator page: backlog, pending, scheduled and dead events, blocked
-                          keys, asynq's queues; read-only unless BUNBOX_UI_TOKEN is set
+                          keys, asynq's queues; read-only and open unless BUNBOX_UI_TOKEN is set, which
+                          guards every page (a sign-in, or HTTP basic auth) and allows retry and purge;
+                          -open-reads: reads open, payloads truncated; -trust-proxy: believe
+                          X-Forwarded-Proto and X-Forwarded-For from a reverse proxy
 
 environment:
   DATABASE_URL  PostgreSQL URL, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full&sslrootcert=ca.pem
