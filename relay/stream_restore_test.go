@@ -9,6 +9,7 @@ import (
 
 	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/streamsql"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -95,4 +96,77 @@ func TestStreamClusterChange(t *testing.T) {
 	require.Contains(t, clusterChange(cur(7, 7, "100:105:101", "", "104")), "next transaction id 104, behind the cursor's 105")
 	require.Contains(t, clusterChange(cur(7, 7, "100:105:101", "110:120:", "119")), "behind the cursor's 120")
 	require.Contains(t, clusterChange(cur(0, 7, "100:105:", "", "200")), "no system identifier")
+}
+
+// A cursor recorded on another system (as after a restore), in a schema and with a table prefix, and with
+// a role that may not delete the reconciler's time marks: the first stream round starts it anew, hands the
+// rows waiting at the change to the per-row path, says the marks stay, and every row is delivered once.
+func TestStreamCursorOfAnotherSystemInATenant(t *testing.T) {
+	t.Parallel()
+	outboxtest.SkipShort(t)
+	ctx := context.Background()
+	base := setup(t)
+	db := base.db
+	schema := outboxtest.TenantSchema(t, db, "tenant_sys_")
+	outboxtest.TenantTables(t, db, schema, "orders_")
+	cfg := Config{Schema: schema, TablePrefix: "orders_", BatchSize: 40, DisableReconciler: true}
+	require.NoError(t, EnableStream(ctx, db, cfg))
+	b := &streamBundle{testBundle: base, ob: bunx.New(db, bunx.WithSchema(schema), bunx.WithTablePrefix("orders_"))}
+	names := mustNames(schema, "orders_")
+	delivered := b.record(t, db, 60)
+	stop := run(t, b.newRelay(t, cfg))
+	b.waitQueued(t, len(delivered))
+	count := func(where string) int64 {
+		var n int64
+		require.NoError(t, db.NewRaw(names.SQL(`SELECT count(*) FROM outbox_events e `+streamsql.Cursor+` WHERE `+where)).Scan(ctx, &n))
+		return n
+	}
+	outboxtest.WaitFor(t, streamWait, "the cursor past every row", func() bool {
+		return count(streamsql.Delivered) == int64(len(delivered))
+	})
+	stop()
+	waiting := b.record(t, db, 30)
+	_, err := db.ExecContext(ctx, names.SQL(`UPDATE bunbox_stream SET system_id = system_id + 1`))
+	require.NoError(t, err)
+
+	role := "bunbox_nomarks_" + randHex(4)
+	for _, q := range []string{
+		`CREATE ROLE ` + role,
+		`GRANT USAGE ON SCHEMA "` + schema + `" TO ` + role,
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "` + schema + `" TO ` + role,
+		`REVOKE DELETE ON ` + names.Qualify("bunbox_stream_marks") + ` FROM ` + role,
+		`GRANT USAGE ON ALL SEQUENCES IN SCHEMA "` + schema + `" TO ` + role,
+	} {
+		_, err := db.ExecContext(ctx, q)
+		require.NoError(t, err, q)
+	}
+	t.Cleanup(func() {
+		_, _ = db.ExecContext(context.Background(), `DROP OWNED BY `+role)
+		_, _ = db.ExecContext(context.Background(), `DROP ROLE `+role)
+	})
+	tx, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	_, err = tx.ExecContext(ctx, `SET LOCAL ROLE `+role)
+	require.NoError(t, err)
+	cur, ok, err := lockCursor(ctx, tx, names.SQL)
+	require.NoError(t, err)
+	require.True(t, ok)
+	r := b.newRelay(t, cfg)
+	moved, err := r.streamCluster(ctx, tx, cur)
+	require.NoError(t, err)
+	require.True(t, moved, "the cursor of another system started anew")
+	resets := b.logs.matching("runs on another cluster")
+	require.Len(t, resets, 1)
+	require.EqualValues(t, len(waiting), attr(resets[0], "handed_over").Int64())
+	require.Len(t, b.logs.matching("may not delete the reconciler's time marks"), 1)
+
+	run(t, r)
+	all := append(append([]*model.Event{}, delivered...), waiting...)
+	b.waitQueued(t, len(all))
+	outboxtest.WaitFor(t, streamWait, "the handed-over rows published", func() bool {
+		return count("e.published_at IS NULL") == 0
+	})
+	requireDeliveredOnce(t, b.inspector, b.queue, all)
+	b.requireEnqueuedOnce(t, all)
 }
