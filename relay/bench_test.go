@@ -99,10 +99,7 @@ SELECT gen_random_uuid(), 'bench.event', ?, ? FROM generate_series(1, ?)`, queue
 		if _, err := db.ExecContext(ctx, "VACUUM ANALYZE outbox_events"); err != nil {
 			b.Fatal(err)
 		}
-		cfg, err := ConfigFromEnv() // OUTBOX_BATCH_SIZE, OUTBOX_WORKERS, ... tune the run
-		if err != nil {
-			b.Fatal(err)
-		}
+		var cfg Config
 		cfg.Concurrency, cfg.DisableNotify, cfg.PublishedRetention = concurrency, true, -1
 		var segmentDone atomic.Int64
 		segmentTarget := atomic.Int64{}

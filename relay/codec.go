@@ -57,19 +57,3 @@ func (r *Relay) payload(ev *model.Event) error {
 	}
 	return nil
 }
-
-// CodecKeysFileEnv is the variable ConfigFromEnv reads Config.Codec from: the path of a keyring file.
-const CodecKeysFileEnv = "OUTBOX_CODEC_KEYS_FILE"
-
-// CodecFromKeysFile returns the Codec that decodes with the keys of the keyring file at path (see
-// model.ParseKeyring for its format: "current=id" and "id=base64 key" lines), for ConfigFromEnv
-// (OUTBOX_CODEC_KEYS_FILE) and `bunbox relay -codec-keys-file`. The relay only decodes, so the Codec
-// needs no compression setting: gzip is decoded whatever the writer's CompressAbove. An error names the
-// file and the line, never a key.
-func CodecFromKeysFile(path string) (*model.Codec, error) {
-	ring, err := model.ReadKeyringFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return model.NewCodec(model.EncryptWith(ring))
-}

@@ -238,7 +238,7 @@ type Config struct {
 	// with a last_error naming the key id. Defaults to nil: encoded payloads are enqueued as they are, with
 	// their model.HeaderPayloadEncoding and model.HeaderPayloadKeyID headers, for the consumer to decode
 	// (worker.WithInboxCodec), and an encrypted payload stays encrypted in Redis. OUTBOX_CODEC_KEYS_FILE
-	// sets it from a keyring file (CodecFromKeysFile).
+	// sets it from a keyring file (`bunbox relay -codec-keys-file`, OUTBOX_CODEC_KEYS_FILE).
 	Codec *model.Codec
 
 	now    func() time.Time

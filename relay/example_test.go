@@ -72,17 +72,3 @@ func Example() {
 	fmt.Println(task.Type, task.Queue, task.State)
 	// Output: order.placed default pending
 }
-
-// Load the settings from OUTBOX_* variables; New applies the defaults to what is unset.
-func ExampleConfigFromEnv() {
-	os.Setenv("OUTBOX_BATCH_SIZE", "200")
-	os.Setenv("OUTBOX_POLL_INTERVAL", "250ms")
-	defer os.Unsetenv("OUTBOX_BATCH_SIZE")
-	defer os.Unsetenv("OUTBOX_POLL_INTERVAL")
-	cfg, err := relay.ConfigFromEnv()
-	if err != nil {
-		panic(err)
-	}
-	fmt.Println(cfg.BatchSize, cfg.PollInterval)
-	// Output: 200 250ms
-}

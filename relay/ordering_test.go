@@ -445,14 +445,6 @@ func TestKeyCheckIntervalConfig(t *testing.T) {
 	err := Config{KeyCheckInterval: -time.Millisecond}.withDefaults().validate()
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	require.ErrorContains(t, err, "KeyCheckInterval must be positive")
-	c, err := configFromLookup(func(k string) (string, bool) {
-		if k == "OUTBOX_KEY_CHECK_INTERVAL" {
-			return "25ms", true
-		}
-		return "", false
-	})
-	require.NoError(t, err)
-	require.Equal(t, 25*time.Millisecond, c.KeyCheckInterval)
 }
 
 // TestOrderingCleanupKeepsUnfinishedKeyedRows: the cleanup deletes a keyed row past PublishedRetention only once

@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
@@ -225,38 +223,4 @@ func (r *Relay) claimUnkeyed(ctx context.Context, tx bun.Tx, events []model.Even
 		}
 	}
 	return events, bad, nil
-}
-
-// queuesFromLookup reads OUTBOX_QUEUES ("critical:6,default:3,bulk:1"), OUTBOX_STRICT_PRIORITY and
-// OUTBOX_CANCEL_CHECK_INTERVAL into c, for ConfigFromEnv.
-func queuesFromLookup(lookup func(string) (string, bool), c *Config) error {
-	if s, ok := lookup("OUTBOX_QUEUES"); ok && s != "" {
-		c.Queues = map[string]int{}
-		for _, item := range strings.Split(s, ",") {
-			if strings.TrimSpace(item) == "" {
-				continue
-			}
-			name, weight, ok := strings.Cut(item, ":")
-			w, err := strconv.Atoi(strings.TrimSpace(weight))
-			if name = strings.TrimSpace(name); !ok || name == "" || err != nil {
-				return fmt.Errorf("%w: OUTBOX_QUEUES=%q: %q is not queue:weight", ErrInvalidConfig, s, item)
-			}
-			c.Queues[name] = w
-		}
-	}
-	if s, ok := lookup("OUTBOX_STRICT_PRIORITY"); ok && s != "" {
-		b, err := strconv.ParseBool(s)
-		if err != nil {
-			return fmt.Errorf("%w: OUTBOX_STRICT_PRIORITY=%q is not a boolean", ErrInvalidConfig, s)
-		}
-		c.StrictPriority = b
-	}
-	if s, ok := lookup("OUTBOX_CANCEL_CHECK_INTERVAL"); ok && s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			return fmt.Errorf("%w: OUTBOX_CANCEL_CHECK_INTERVAL=%q is not a duration like 500ms or 24h", ErrInvalidConfig, s)
-		}
-		c.CancelCheckInterval = d
-	}
-	return nil
 }

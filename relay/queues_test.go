@@ -45,25 +45,6 @@ func TestQueuesConfigValidation(t *testing.T) {
 	require.ErrorContains(t, Config{CancelCheckInterval: -time.Second}.withDefaults().validate(), "CancelCheckInterval must be positive")
 }
 
-func TestQueuesFromEnv(t *testing.T) {
-	t.Parallel()
-	env := map[string]string{"OUTBOX_QUEUES": "critical:6, default:3,bulk:1,", "OUTBOX_STRICT_PRIORITY": "true",
-		"OUTBOX_CANCEL_CHECK_INTERVAL": "250ms"}
-	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	c, err := configFromLookup(lookup)
-	require.NoError(t, err)
-	require.Equal(t, map[string]int{"critical": 6, "default": 3, "bulk": 1}, c.Queues)
-	require.True(t, c.StrictPriority)
-	require.Equal(t, 250*time.Millisecond, c.CancelCheckInterval)
-
-	for k, v := range map[string]string{"OUTBOX_QUEUES": "critical=6", "OUTBOX_STRICT_PRIORITY": "maybe",
-		"OUTBOX_CANCEL_CHECK_INTERVAL": "soon"} {
-		_, err := configFromLookup(func(name string) (string, bool) { return v, name == k })
-		require.ErrorIs(t, err, ErrInvalidConfig)
-		require.ErrorContains(t, err, k)
-	}
-}
-
 func TestQueuesPlan(t *testing.T) {
 	t.Parallel()
 	shares := []queueShare{{queues: []string{"critical"}, weight: 6}, {queues: []string{"default"}, weight: 3},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/relayenv"
 	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
 )
@@ -229,7 +230,7 @@ func TestSchemaConfigRefusesBadNames(t *testing.T) { // not parallel: it sets OU
 		require.ErrorIs(t, relay.CheckSchema(context.Background(), db, relay.Config{Schema: bad}), relay.ErrInvalidConfig)
 	}
 	t.Setenv("OUTBOX_SCHEMA", "tenant_env")
-	cfg, err := relay.ConfigFromEnv()
+	cfg, err := relayenv.Config()
 	require.NoError(t, err)
 	require.Equal(t, "tenant_env", cfg.Schema)
 }

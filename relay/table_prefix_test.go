@@ -15,6 +15,7 @@ import (
 
 	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/relayenv"
 	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
 )
@@ -271,7 +272,7 @@ func TestTablePrefixConfigRefusesBadNames(t *testing.T) { // not parallel: it se
 		require.ErrorIs(t, relay.CheckSchema(context.Background(), db, cfg), relay.ErrInvalidConfig)
 	}
 	t.Setenv("OUTBOX_TABLE_PREFIX", " orders_ ")
-	cfg, err := relay.ConfigFromEnv()
+	cfg, err := relayenv.Config()
 	require.NoError(t, err)
 	require.Equal(t, "orders_", cfg.TablePrefix)
 }

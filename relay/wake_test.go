@@ -126,19 +126,9 @@ func TestWakeUpWithoutSequencePrivilege(t *testing.T) {
 	require.Zero(t, r.wake.reads.Load())
 }
 
-func TestWakeIntervalFromEnv(t *testing.T) {
+func TestWakeIntervalDefault(t *testing.T) {
 	t.Parallel()
-	for v, want := range map[string]time.Duration{"20ms": 20 * time.Millisecond, "-1ms": -time.Millisecond} {
-		c, err := configFromLookup(func(name string) (string, bool) { return v, name == "OUTBOX_WAKE_INTERVAL" })
-		require.NoError(t, err)
-		require.Equal(t, want, c.WakeInterval)
-	}
-	c, err := configFromLookup(func(string) (string, bool) { return "", false })
-	require.NoError(t, err)
-	require.Equal(t, wakeIntervalDefault, c.withDefaults().WakeInterval)
-	_, err = configFromLookup(func(name string) (string, bool) { return "often", name == "OUTBOX_WAKE_INTERVAL" })
-	require.ErrorIs(t, err, ErrInvalidConfig)
-	require.ErrorContains(t, err, "OUTBOX_WAKE_INTERVAL")
+	require.Equal(t, wakeIntervalDefault, Config{}.withDefaults().WakeInterval)
 }
 
 // A relay of a schema (Config.Schema) watches the sequence of that schema's outbox, not the one

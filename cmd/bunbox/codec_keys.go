@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/bunbox/bunbox/internal/relayenv"
 	"github.com/bunbox/bunbox/relay"
 )
 
@@ -12,15 +13,15 @@ import (
 // the keys themselves, which would show in `ps` and in shell histories.
 func codecKeysFlag(fs *flag.FlagSet) *string {
 	return fs.String("codec-keys-file", "", "decode encoded payloads (bunx.WithCodec) before the enqueue with the keys of this keyring file: "+
-		"lines current=ID and ID=base64 key (see model.ParseKeyring); default $"+relay.CodecKeysFileEnv+"; never the keys on the command line")
+		"lines current=ID and ID=base64 key (see model.ParseKeyring); default $"+relayenv.CodecKeysFileEnv+"; never the keys on the command line")
 }
 
 // applyCodecKeys sets cfg.Codec from the keyring file path of -codec-keys-file, when given (it wins over
-// OUTBOX_CODEC_KEYS_FILE, which relay.ConfigFromEnv read), and logs what the relay decodes with: key ids,
+// OUTBOX_CODEC_KEYS_FILE, which relayenv.Config read), and logs what the relay decodes with: key ids,
 // never a key. An error names the flag, the file and the line, never a key.
 func (c *cli) applyCodecKeys(cfg *relay.Config, path string) error {
 	if path != "" {
-		codec, err := relay.CodecFromKeysFile(path)
+		codec, err := relayenv.CodecFromKeysFile(path)
 		if err != nil {
 			return fmt.Errorf("-codec-keys-file: %w", err)
 		}

@@ -103,7 +103,7 @@ func TestRelayCommandDecodesWithKeyringFile(t *testing.T) {
 
 // TestRelayCommandRefusesBadKeyringFiles: a keyring file that cannot be read or holds a bad line stops
 // `bunbox relay` at startup, before it connects, with an error naming the flag, the file and the line;
-// no output shows a key. The variable OUTBOX_CODEC_KEYS_FILE is read by relay.ConfigFromEnv, whose test
+// no output shows a key. The variable OUTBOX_CODEC_KEYS_FILE is read by relayenv.Config, whose test
 // covers it.
 func TestRelayCommandRefusesBadKeyringFiles(t *testing.T) {
 	t.Parallel()

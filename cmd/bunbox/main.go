@@ -19,7 +19,7 @@
 // says) over the driver DATABASE_DRIVER (or -database-driver) names: pgdriver (the default) or pgx;
 // Redis is REDIS_URL (or -redis-url, any form connect.Redis reads: password, TLS, Sentinel, Cluster),
 // else REDIS_ADDR (or -redis-addr); the relay reads its settings from OUTBOX_* (see
-// relay.ConfigFromEnv). No password reaches the output: connection strings are shown redacted. Exit
+// relayenv.Config). No password reaches the output: connection strings are shown redacted. Exit
 // codes: 0 success, 1 failure, 2 bad usage.
 package main
 

@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/bunbox/bunbox/internal/relayenv"
 	"github.com/bunbox/bunbox/relay"
 )
 
@@ -43,7 +44,7 @@ func (c *cli) reconcile(ctx context.Context, args []string) error {
 	if *window <= 0 {
 		return usageError(c.stderr, "-window must be positive, got %s", *window)
 	}
-	cfg, err := relay.ConfigFromEnv()
+	cfg, err := relayenv.Config()
 	if err != nil {
 		return err
 	}

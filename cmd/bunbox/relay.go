@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bunbox/bunbox/internal/relayenv"
 	"github.com/bunbox/bunbox/relay"
 	"github.com/bunbox/bunbox/relay/relaymetrics"
 )
@@ -35,12 +36,12 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 	if err != nil {
 		return usageError(c.stderr, "%v", err)
 	}
-	cfg, err := relay.ConfigFromEnv()
+	cfg, err := relayenv.Config()
 	if err != nil {
 		return err
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level}))
-	cfg.Schema = c.dbSchema      // -schema, else OUTBOX_SCHEMA, as ConfigFromEnv read it
+	cfg.Schema = c.dbSchema      // -schema, else OUTBOX_SCHEMA, as relayenv.Config read it
 	cfg.TablePrefix = c.dbPrefix // -table-prefix, else OUTBOX_TABLE_PREFIX
 	if *reconcileWindow < 0 {
 		return usageError(c.stderr, "-reconcile-window must not be negative, got %s", *reconcileWindow)

@@ -10,10 +10,10 @@ import (
 	bunboxmigrate "github.com/bunbox/bunbox/migrate"
 )
 
-// outboxSchemaEnv names the schema of the outbox the commands work on, as relay.ConfigFromEnv reads it.
+// outboxSchemaEnv names the schema of the outbox the commands work on, as relayenv.Config reads it.
 const outboxSchemaEnv = "OUTBOX_SCHEMA"
 
-// outboxTablePrefixEnv names the table prefix of the outbox the commands work on, as relay.ConfigFromEnv
+// outboxTablePrefixEnv names the table prefix of the outbox the commands work on, as relayenv.Config
 // reads it.
 const outboxTablePrefixEnv = "OUTBOX_TABLE_PREFIX"
 

@@ -16,8 +16,7 @@ import (
 
 // pendingPages are pages the README links that another branch writes; a link to one of them may dangle
 // until that branch is merged. Delete an entry once its page is on main.
-var pendingPages = map[string]string{
-}
+var pendingPages = map[string]string{}
 
 // mdLink is an inline Markdown link or image: [text](target) or ![alt](target).
 var mdLink = regexp.MustCompile(`!?\[[^\]]*\]\(([^)\s]+)\)`)

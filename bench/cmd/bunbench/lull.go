@@ -22,6 +22,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/bunx"
+	"github.com/bunbox/bunbox/internal/relayenv"
 	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
 )
@@ -501,7 +502,7 @@ func runChildRelay(args []string) int {
 	url, addr := os.Getenv("TEST_DATABASE_URL"), os.Getenv("TEST_REDIS_ADDR")
 	db := openBun(url, map[string]any{"search_path": args[0]}, 20)
 	defer db.Close()
-	cfg, err := relay.ConfigFromEnv() // OUTBOX_* tune the child relay for an experiment; unset, every default
+	cfg, err := relayenv.Config() // OUTBOX_* tune the child relay for an experiment; unset, every default
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

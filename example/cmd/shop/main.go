@@ -11,7 +11,7 @@
 // the driver DATABASE_DRIVER names: pgdriver, the default, or pgx) and
 // REDIS_URL (redis://:pass@host:port/db, rediss://, redis-sentinel://, redis-cluster://: see
 // connect.Redis) or REDIS_ADDR (host:port), which default to the servers of scripts/devservices.sh. The
-// relay also reads OUTBOX_* (see relay.ConfigFromEnv).
+// relay also reads OUTBOX_* (see relayenv.Config).
 // SIGINT and SIGTERM stop every subcommand gracefully: the library never touches signals, this main does.
 package main
 
@@ -36,6 +36,7 @@ import (
 
 	"github.com/bunbox/bunbox/connect"
 	"github.com/bunbox/bunbox/example/shop"
+	"github.com/bunbox/bunbox/internal/relayenv"
 	"github.com/bunbox/bunbox/relay"
 )
 
@@ -191,7 +192,7 @@ func serve(ctx context.Context, cmd string, args []string, e env, stderr io.Writ
 		parts = append(parts, func(ctx context.Context) error { return serveAPI(ctx, *addr, db, logger) })
 	}
 	if cmd == "relay" || cmd == "all" {
-		cfg, err := relay.ConfigFromEnv()
+		cfg, err := relayenv.Config()
 		if err != nil {
 			return err
 		}

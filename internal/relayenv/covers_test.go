@@ -1,16 +1,18 @@
-package relay
+package relayenv
 
 import (
 	"reflect"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/bunbox/bunbox/relay"
 )
 
 // Every Config field that holds a number, a duration, a flag, a string or a map has an OUTBOX_ variable:
 // with all of them set, none of those fields is left zero. The Go values and the reconciler's settings
 // (flags of `bunbox relay`) are the documented exceptions.
-func TestConfigFromEnvCoversEveryField(t *testing.T) {
+func TestConfigCoversEveryField(t *testing.T) {
 	t.Parallel()
 	vars := map[string]string{
 		"OUTBOX_BATCH_SIZE": "250", "OUTBOX_BATCH_BYTES": "1048576", "OUTBOX_CONCURRENCY": "8", "OUTBOX_WORKERS": "3",
@@ -39,6 +41,6 @@ func TestConfigFromEnvCoversEveryField(t *testing.T) {
 	}
 
 	_, err = configFromLookup(func(k string) (string, bool) { return "1 MiB", k == "OUTBOX_BATCH_BYTES" })
-	require.ErrorIs(t, err, ErrInvalidConfig)
+	require.ErrorIs(t, err, relay.ErrInvalidConfig)
 	require.ErrorContains(t, err, "OUTBOX_BATCH_BYTES")
 }

@@ -1,4 +1,4 @@
-package relay
+package relayenv
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bunbox/bunbox/model"
+	"github.com/bunbox/bunbox/relay"
 )
 
 // envTestKey is the key of keysFile's file, which no error may show.
@@ -23,9 +24,9 @@ func keysFile(t *testing.T) string {
 	return path
 }
 
-// TestConfigFromEnvCodecKeysFile: OUTBOX_CODEC_KEYS_FILE gives Config.Codec, which decodes what the key
+// TestConfigCodecKeysFile: OUTBOX_CODEC_KEYS_FILE gives Config.Codec, which decodes what the key
 // encrypted; a bad file is refused naming the variable, the file and the line, never the key.
-func TestConfigFromEnvCodecKeysFile(t *testing.T) {
+func TestConfigCodecKeysFile(t *testing.T) {
 	t.Parallel()
 	path := keysFile(t)
 	c, err := configFromLookup(func(k string) (string, bool) { return path, k == CodecKeysFileEnv })
@@ -50,7 +51,7 @@ func TestConfigFromEnvCodecKeysFile(t *testing.T) {
 	require.NoError(t, os.WriteFile(bad, []byte("current=k1\nk1="+b64[:40]+"\n"), 0o600))
 	for _, p := range []string{bad, bad + ".missing"} {
 		_, err = configFromLookup(func(k string) (string, bool) { return p, k == CodecKeysFileEnv })
-		require.ErrorIs(t, err, ErrInvalidConfig)
+		require.ErrorIs(t, err, relay.ErrInvalidConfig)
 		require.ErrorContains(t, err, "OUTBOX_CODEC_KEYS_FILE")
 		require.ErrorContains(t, err, p)
 		require.NotContains(t, err.Error(), b64[:40])

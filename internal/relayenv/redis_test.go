@@ -1,4 +1,4 @@
-package relay
+package relayenv
 
 import (
 	"testing"
@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestRedisFromEnv(t *testing.T) {
+func TestRedis(t *testing.T) {
 	t.Parallel()
 
 	lookup := func(v string) func(string) (string, bool) {

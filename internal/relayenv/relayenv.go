@@ -1,4 +1,8 @@
-package relay
+// Package relayenv reads a relay's settings from the environment, as `bunbox relay` and the example's
+// processes take them: OUTBOX_* variables for relay.Config, OUTBOX_REDIS_URL for Redis, and a keyring
+// file for the payload codec. It is bunbox's own plumbing; a service that embeds a relay builds its
+// relay.Config in code.
+package relayenv
 
 import (
 	"fmt"
@@ -7,10 +11,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hibiken/asynq"
+
+	"github.com/bunbox/bunbox/connect"
 	"github.com/bunbox/bunbox/fanout"
+	"github.com/bunbox/bunbox/model"
+	"github.com/bunbox/bunbox/relay"
 )
 
-// ConfigFromEnv reads a Config from the OUTBOX_* environment variables; unset variables keep the zero
+// Config reads a relay.Config from the OUTBOX_* environment variables; unset variables keep the zero
 // value, so New applies the default. Durations use Go's syntax ("250ms", "24h"). A value that does not
 // parse gives an error naming the variable:
 //
@@ -26,13 +35,13 @@ import (
 // "queue:weight,queue:weight" (e.g. "critical:6,default:3,bulk:1"), OUTBOX_STRICT_PRIORITY,
 // OUTBOX_CANCEL_CHECK_INTERVAL and OUTBOX_WAKE_INTERVAL (Config.WakeInterval; "-1ms" turns the wake-up
 // off); OUTBOX_CODEC_KEYS_FILE for Config.Codec, the path of a keyring file (see CodecFromKeysFile; never
-// the keys themselves). The Redis to relay to is not in Config: RedisFromEnv reads it from OUTBOX_REDIS_URL.
+// the keys themselves). The Redis to relay to is not in Config: Redis reads it from OUTBOX_REDIS_URL.
 // The fields that hold Go values (Logger, Enqueuer, Observer, TracerProvider, Inspector) and the
 // reconciler's (DisableReconciler, Reconciler; flags of `bunbox relay`) have no variable.
-func ConfigFromEnv() (Config, error) { return configFromLookup(os.LookupEnv) }
+func Config() (relay.Config, error) { return configFromLookup(os.LookupEnv) }
 
-func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
-	var c Config
+func configFromLookup(lookup func(string) (string, bool)) (relay.Config, error) {
+	var c relay.Config
 	ints := []struct {
 		name string
 		dst  *int
@@ -47,7 +56,7 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 		if s, ok := lookup(v.name); ok && s != "" {
 			n, err := strconv.Atoi(s)
 			if err != nil {
-				return Config{}, fmt.Errorf("%w: %s=%q is not an integer", ErrInvalidConfig, v.name, s)
+				return relay.Config{}, fmt.Errorf("%w: %s=%q is not an integer", relay.ErrInvalidConfig, v.name, s)
 			}
 			*v.dst = n
 		}
@@ -55,7 +64,7 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	if s, ok := lookup("OUTBOX_BATCH_BYTES"); ok && s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return Config{}, fmt.Errorf("%w: OUTBOX_BATCH_BYTES=%q is not an integer", ErrInvalidConfig, s)
+			return relay.Config{}, fmt.Errorf("%w: OUTBOX_BATCH_BYTES=%q is not an integer", relay.ErrInvalidConfig, s)
 		}
 		c.BatchBytes = n
 	}
@@ -84,7 +93,7 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 		if s, ok := lookup(v.name); ok && s != "" {
 			d, err := time.ParseDuration(s)
 			if err != nil {
-				return Config{}, fmt.Errorf("%w: %s=%q is not a duration like 500ms or 24h", ErrInvalidConfig, v.name, s)
+				return relay.Config{}, fmt.Errorf("%w: %s=%q is not a duration like 500ms or 24h", relay.ErrInvalidConfig, v.name, s)
 			}
 			*v.dst = d
 		}
@@ -92,14 +101,14 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	if s, ok := lookup("OUTBOX_DISABLE_NOTIFY"); ok && s != "" {
 		b, err := strconv.ParseBool(s)
 		if err != nil {
-			return Config{}, fmt.Errorf("%w: OUTBOX_DISABLE_NOTIFY=%q is not a boolean", ErrInvalidConfig, s)
+			return relay.Config{}, fmt.Errorf("%w: OUTBOX_DISABLE_NOTIFY=%q is not a boolean", relay.ErrInvalidConfig, s)
 		}
 		c.DisableNotify = b
 	}
 	if s, ok := lookup("OUTBOX_PREPARED_STATEMENTS"); ok && s != "" {
 		b, err := strconv.ParseBool(s)
 		if err != nil {
-			return Config{}, fmt.Errorf("%w: OUTBOX_PREPARED_STATEMENTS=%q is not a boolean", ErrInvalidConfig, s)
+			return relay.Config{}, fmt.Errorf("%w: OUTBOX_PREPARED_STATEMENTS=%q is not a boolean", relay.ErrInvalidConfig, s)
 		}
 		c.PreparedStatements = b
 	}
@@ -116,17 +125,17 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	if s, ok := lookup("OUTBOX_ROUTES"); ok && s != "" {
 		routes, err := parseRoutes(s)
 		if err != nil {
-			return Config{}, fmt.Errorf("%w: OUTBOX_ROUTES=%q: %w", ErrInvalidConfig, s, err)
+			return relay.Config{}, fmt.Errorf("%w: OUTBOX_ROUTES=%q: %w", relay.ErrInvalidConfig, s, err)
 		}
 		c.Routes = routes
 	}
 	if err := queuesFromLookup(lookup, &c); err != nil {
-		return Config{}, err
+		return relay.Config{}, err
 	}
 	if s, ok := lookup(CodecKeysFileEnv); ok && strings.TrimSpace(s) != "" {
 		codec, err := CodecFromKeysFile(strings.TrimSpace(s))
 		if err != nil {
-			return Config{}, fmt.Errorf("%w: %s: %w", ErrInvalidConfig, CodecKeysFileEnv, err)
+			return relay.Config{}, fmt.Errorf("%w: %s: %w", relay.ErrInvalidConfig, CodecKeysFileEnv, err)
 		}
 		c.Codec = codec
 	}
@@ -149,4 +158,74 @@ func parseRoutes(s string) (fanout.Routes, error) {
 		}
 	}
 	return routes, nil
+}
+
+// queuesFromLookup reads OUTBOX_QUEUES ("critical:6,default:3,bulk:1"), OUTBOX_STRICT_PRIORITY and
+// OUTBOX_CANCEL_CHECK_INTERVAL into c, for ConfigFromEnv.
+func queuesFromLookup(lookup func(string) (string, bool), c *relay.Config) error {
+	if s, ok := lookup("OUTBOX_QUEUES"); ok && s != "" {
+		c.Queues = map[string]int{}
+		for _, item := range strings.Split(s, ",") {
+			if strings.TrimSpace(item) == "" {
+				continue
+			}
+			name, weight, ok := strings.Cut(item, ":")
+			w, err := strconv.Atoi(strings.TrimSpace(weight))
+			if name = strings.TrimSpace(name); !ok || name == "" || err != nil {
+				return fmt.Errorf("%w: OUTBOX_QUEUES=%q: %q is not queue:weight", relay.ErrInvalidConfig, s, item)
+			}
+			c.Queues[name] = w
+		}
+	}
+	if s, ok := lookup("OUTBOX_STRICT_PRIORITY"); ok && s != "" {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return fmt.Errorf("%w: OUTBOX_STRICT_PRIORITY=%q is not a boolean", relay.ErrInvalidConfig, s)
+		}
+		c.StrictPriority = b
+	}
+	if s, ok := lookup("OUTBOX_CANCEL_CHECK_INTERVAL"); ok && s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("%w: OUTBOX_CANCEL_CHECK_INTERVAL=%q is not a duration like 500ms or 24h", relay.ErrInvalidConfig, s)
+		}
+		c.CancelCheckInterval = d
+	}
+	return nil
+}
+
+// CodecKeysFileEnv is the variable Config reads Config.Codec from: the path of a keyring file.
+const CodecKeysFileEnv = "OUTBOX_CODEC_KEYS_FILE"
+
+// CodecFromKeysFile returns the Codec that decodes with the keys of the keyring file at path (see
+// model.ParseKeyring for its format: "current=id" and "id=base64 key" lines), for Config
+// (OUTBOX_CODEC_KEYS_FILE) and `bunbox relay -codec-keys-file`. The relay only decodes, so the Codec
+// needs no compression setting: gzip is decoded whatever the writer's CompressAbove. An error names the
+// file and the line, never a key.
+func CodecFromKeysFile(path string) (*model.Codec, error) {
+	ring, err := model.ReadKeyringFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return model.NewCodec(model.EncryptWith(ring))
+}
+
+// Redis reads the relay's Redis from OUTBOX_REDIS_URL, in any form connect.Redis reads
+// (redis://:password@host:6379/0, rediss://, redis-sentinel://...?master=NAME, redis-cluster://h1,h2),
+// for New and NewReconciler. ok is false when the variable is unset or empty; an error shows the URL with
+// its password masked.
+func Redis() (opt asynq.RedisConnOpt, ok bool, err error) {
+	return redisFromLookup(os.LookupEnv)
+}
+
+func redisFromLookup(lookup func(string) (string, bool)) (asynq.RedisConnOpt, bool, error) {
+	s, ok := lookup("OUTBOX_REDIS_URL")
+	if !ok || s == "" {
+		return nil, false, nil
+	}
+	opt, err := connect.Redis(s)
+	if err != nil {
+		return nil, false, err
+	}
+	return opt, true, nil
 }
