@@ -56,7 +56,7 @@ func (o Outbox) read(ctx context.Context, db bun.IDB, pending bool, names []stri
 		ColumnExpr("NULLIF(oe.published_at, 'infinity') AS published_at"). // a streamed row waits: not delivered
 		OrderExpr("oe.id")
 	if len(names) > 0 {
-		q = q.Where("oe.event_name IN (?)", bun.In(slices.Clip(names)))
+		q = q.Where("oe.event_name IN (?)", bun.List(slices.Clip(names)))
 	}
 	if pending {
 		q = q.Where("oe.published_at IS NULL OR oe.published_at = 'infinity'").
