@@ -6,6 +6,7 @@ import (
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -342,16 +343,23 @@ func (c *Codec) Decode(eventID uuid.UUID, encoding, keyID string, data []byte) (
 	return data, nil
 }
 
-// gunzip decompresses data, refusing more than limit bytes of output.
+// gunzip decompresses data, refusing more than limit bytes of output. The output is read into a buffer of
+// the size gzip's trailer gives (within limit), so that a payload takes about its own size and not up to
+// twice it: the trailer is only a hint, and a wrong one costs the buffer's growth.
 func gunzip(data []byte, limit int) ([]byte, error) {
 	zr, err := gzip.NewReader(bytes.NewReader(data))
 	if err != nil {
 		return nil, fmt.Errorf("gzip: %w", err)
 	}
-	plain, err := io.ReadAll(io.LimitReader(zr, int64(limit)+1))
-	if err != nil {
+	size := limit
+	if len(data) >= 4 {
+		size = min(size, int(binary.LittleEndian.Uint32(data[len(data)-4:]))) // ISIZE: the size mod 2^32
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size+bytes.MinRead)) // room to read the end of the stream
+	if _, err := buf.ReadFrom(io.LimitReader(zr, int64(limit)+1)); err != nil {
 		return nil, fmt.Errorf("gzip: %w", err)
 	}
+	plain := buf.Bytes()
 	if len(plain) > limit {
 		return nil, fmt.Errorf("decompresses to more than %d bytes, the codec's limit (model.MaxDecodedSize)", limit)
 	}
