@@ -68,10 +68,10 @@ type Config struct {
 	// least one row, however large. With Workers rounds at once, a relay holds at most about Workers ×
 	// BatchBytes of events (plus one row per worker over it), and one BatchBytes more while it streams (a
 	// stream round reads its next batch while it enqueues one). The payloads that Codec decodes are held
-	// decoded only while their enqueue runs, and a decode starts only while those in flight take at most
-	// BatchBytes, counted twice (asynq's task message is a copy): they take at most BatchBytes more, plus
-	// twice the Codec's limit (model.MaxDecodedSize), however small they are stored. 1 byte to 1 GiB.
-	// Defaults to 16 MiB.
+	// decoded only while their enqueue runs, each counted twice (the task message asynq makes of it is a
+	// copy), and a decode starts only while those in flight count at most BatchBytes: they and their task
+	// messages take at most BatchBytes more, plus twice the Codec's limit (model.MaxDecodedSize), however
+	// small they are stored. 1 byte to 1 GiB. Defaults to 16 MiB.
 	BatchBytes int64
 	// Concurrency bounds the enqueues running at once over all workers, 1 to 1024. Defaults to 32. asynq
 	// has one script call per enqueue; the relay's own Redis client pipelines the calls in flight.
