@@ -41,7 +41,8 @@ var (
 	// key retired too early, or a relay or worker that was not given the new key).
 	ErrUnknownKeyID = errors.New("model: payload encrypted with a key id the keyring does not hold")
 	// ErrCorruptPayload: the encoded payload does not decode (altered, truncated, encrypted with another
-	// key under the same id, or an encoding this version does not know).
+	// key under the same id, or an encoding this version does not know), or decodes to more than the
+	// Codec's limit (MaxDecodedSize).
 	ErrCorruptPayload = errors.New("model: encoded payload does not decode")
 	// ErrNoCodec: the payload is encoded and the reader was given no Codec to decode it.
 	ErrNoCodec = errors.New("model: payload is encoded and no codec was given to decode it")
