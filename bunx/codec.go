@@ -18,7 +18,9 @@ import (
 // stays encrypted in Redis as well.
 //
 // With a codec, WithMaxPayloadSize limits the payload as written (after encoding), and the payload
-// before encoding may be up to model.MaxPayloadSizeCeiling. The two metadata keys count towards the
+// before encoding may be up to the Codec's own limit (model.MaxDecodedSize, 1 MiB by default): a payload
+// over it fails Record, naming the event and the limit, however small it compresses, so that no row
+// decodes to more than the readers' Codecs allow. The two metadata keys count towards the
 // metadata limits. An event of bytes (model.NewBytesEvent) is encoded like a JSON one; bytes the codec
 // leaves as they are go into payload_encoded as they are, with no encoding key. The caller's events are not changed: the Outbox writes encoded copies. A nil c keeps
 // the default. Defaults to none: payloads are written as JSON, queryable with PostgreSQL's jsonb operators.
@@ -110,7 +112,7 @@ func needsEncode(events []*model.Event) bool {
 }
 
 // payloadLimit is the limit of the payload as the caller gives it: with a codec, the ceiling (encode checks
-// the Outbox's limit on what is written).
+// the Outbox's limit on what is written, and the codec its own on the payload it encodes).
 func (r *registry) payloadLimit() int {
 	if r.codec != nil {
 		return model.MaxPayloadSizeCeiling

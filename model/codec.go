@@ -6,6 +6,7 @@ import (
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -40,7 +41,8 @@ var (
 	// key retired too early, or a relay or worker that was not given the new key).
 	ErrUnknownKeyID = errors.New("model: payload encrypted with a key id the keyring does not hold")
 	// ErrCorruptPayload: the encoded payload does not decode (altered, truncated, encrypted with another
-	// key under the same id, or an encoding this version does not know).
+	// key under the same id, or an encoding this version does not know), or decodes to more than the
+	// Codec's limit (MaxDecodedSize).
 	ErrCorruptPayload = errors.New("model: encoded payload does not decode")
 	// ErrNoCodec: the payload is encoded and the reader was given no Codec to decode it.
 	ErrNoCodec = errors.New("model: payload is encoded and no codec was given to decode it")
@@ -117,9 +119,14 @@ func (k *Keyring) GoString() string { return k.String() }
 //
 // A Codec that decodes only needs the Keyring of the keys it may meet; gzip needs no setting. Its String,
 // GoString show no key. A Codec is safe for concurrent use.
+//
+// A Codec encodes and decodes payloads of at most MaxDecodedSize bytes (1 MiB by default), counted before
+// encoding: compression cannot smuggle a larger payload past the writer's limit, which with a codec
+// counts the bytes as written.
 type Codec struct {
 	compressAbove int // compress payloads of more bytes; -1: never
 	keys          *Keyring
+	maxDecoded    int // the largest payload before encoding, in bytes (MaxDecodedSize)
 }
 
 // CodecOption configures a Codec.
@@ -150,9 +157,28 @@ func EncryptWith(k *Keyring) CodecOption {
 	}
 }
 
+// MaxDecodedSize makes n the largest payload the Codec encodes or decodes, in bytes before encoding (the
+// JSON, or the bytes of a bytes event). Encode refuses a larger payload, so bunx's Record fails the
+// transaction with an error that names the event and this limit; Decode stops reading a payload that
+// decodes to more (a compression bomb: 64 MiB of JSON gzips to about 64 KiB) and fails it with
+// ErrCorruptPayload, naming the limit. It bounds the memory a reader spends on one payload: the relay
+// (relay.Config.Codec) marks such a row dead, kept, with a last_error that names the limit, and counts
+// the payloads it decodes against relay.Config.BatchBytes. Give the readers' Codecs (the relay's, the
+// consumer's: worker.WithInboxCodec) a limit at least the writer's. n is 1 to MaxPayloadSizeCeiling.
+// Defaults to DefaultMaxPayloadSize (1 MiB), the Outbox's default limit on a plain JSON payload.
+func MaxDecodedSize(n int) CodecOption {
+	return func(c *Codec) error {
+		if n < 1 || n > MaxPayloadSizeCeiling {
+			return fmt.Errorf("MaxDecodedSize must be between 1 and %d (MaxPayloadSizeCeiling), got %d", MaxPayloadSizeCeiling, n)
+		}
+		c.maxDecoded = n
+		return nil
+	}
+}
+
 // NewCodec returns a Codec with opts; an invalid option is an error that names it.
 func NewCodec(opts ...CodecOption) (*Codec, error) {
-	c := &Codec{compressAbove: -1}
+	c := &Codec{compressAbove: -1, maxDecoded: DefaultMaxPayloadSize}
 	for _, opt := range opts {
 		if opt == nil {
 			continue
@@ -176,6 +202,9 @@ func (c *Codec) String() string {
 	if c.keys != nil {
 		parts = append(parts, "aes-gcm with "+c.keys.String())
 	}
+	if limit := c.DecodedLimit(); limit != DefaultMaxPayloadSize {
+		parts = append(parts, fmt.Sprintf("payloads up to %d bytes", limit))
+	}
 	if len(parts) == 0 {
 		return "Codec(decode gzip only)"
 	}
@@ -185,6 +214,15 @@ func (c *Codec) String() string {
 // GoString is String, so that %#v shows no key either.
 func (c *Codec) GoString() string { return c.String() }
 
+// DecodedLimit is the largest payload the Codec encodes or decodes, in bytes before encoding (see
+// MaxDecodedSize); DefaultMaxPayloadSize for a nil Codec, which decodes gzip only.
+func (c *Codec) DecodedLimit() int {
+	if c == nil || c.maxDecoded <= 0 {
+		return DefaultMaxPayloadSize
+	}
+	return c.maxDecoded
+}
+
 // Encodes reports whether the Codec encodes a payload of size bytes: it encrypts every payload, and
 // compresses those above its threshold.
 func (c *Codec) Encodes(size int) bool {
@@ -193,10 +231,15 @@ func (c *Codec) Encodes(size int) bool {
 
 // Encode returns payload as the Codec encodes it for the event eventID, the encoding (the value of
 // HeaderPayloadEncoding, "" when the Codec leaves the payload as it is: the result is then payload itself)
-// and the key id (HeaderPayloadKeyID's value, "" when not encrypted).
+// and the key id (HeaderPayloadKeyID's value, "" when not encrypted). A payload it would encode that is
+// larger than its limit (MaxDecodedSize) is an error that names the limit.
 func (c *Codec) Encode(eventID uuid.UUID, payload []byte) (data []byte, encoding, keyID string, err error) {
 	if !c.Encodes(len(payload)) {
 		return payload, "", "", nil
+	}
+	if limit := c.DecodedLimit(); len(payload) > limit {
+		return nil, "", "", fmt.Errorf("model: payload is %d bytes, over the codec's limit of %d (model.MaxDecodedSize)",
+			len(payload), limit)
 	}
 	data = payload
 	var steps []string
@@ -242,7 +285,8 @@ func additionalData(eventID uuid.UUID, encoding, keyID string) []byte {
 }
 
 // Decode returns the payload that data, the payload of the event eventID encoded as encoding (with the key
-// keyID when encrypted), encoded. The decoded payload is at most MaxPayloadSizeCeiling bytes. An error
+// keyID when encrypted), encoded. The decoded payload is at most the Codec's limit (MaxDecodedSize): one
+// that decodes to more is an ErrCorruptPayload, found after decoding one byte past the limit. An error
 // names the event, the encoding and the key id, and wraps ErrUnknownKeyID (the key is not in the Keyring,
 // or the Codec has none) or ErrCorruptPayload (the bytes do not decode). A nil Codec decodes gzip only.
 func (c *Codec) Decode(eventID uuid.UUID, encoding, keyID string, data []byte) ([]byte, error) {
@@ -286,28 +330,39 @@ func (c *Codec) Decode(eventID uuid.UUID, encoding, keyID string, data []byte) (
 		data = plain
 		steps = steps[:len(steps)-1]
 	}
+	limit := c.DecodedLimit()
 	if len(steps) == 1 { // gzip
-		plain, err := gunzip(data, MaxPayloadSizeCeiling)
+		plain, err := gunzip(data, limit)
 		if err != nil {
 			return nil, fail(ErrCorruptPayload, "%v", err)
 		}
 		data = plain
 	}
+	if len(data) > limit {
+		return nil, fail(ErrCorruptPayload, "the payload is %d bytes, over the codec's limit of %d (model.MaxDecodedSize)", len(data), limit)
+	}
 	return data, nil
 }
 
-// gunzip decompresses data, refusing more than limit bytes of output.
+// gunzip decompresses data, refusing more than limit bytes of output. The output is read into a buffer of
+// the size gzip's trailer gives (within limit), so that a payload takes about its own size and not up to
+// twice it: the trailer is only a hint, and a wrong one costs the buffer's growth.
 func gunzip(data []byte, limit int) ([]byte, error) {
 	zr, err := gzip.NewReader(bytes.NewReader(data))
 	if err != nil {
 		return nil, fmt.Errorf("gzip: %w", err)
 	}
-	plain, err := io.ReadAll(io.LimitReader(zr, int64(limit)+1))
-	if err != nil {
+	size := limit
+	if len(data) >= 4 {
+		size = min(size, int(binary.LittleEndian.Uint32(data[len(data)-4:]))) // ISIZE: the size mod 2^32
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size+bytes.MinRead)) // room to read the end of the stream
+	if _, err := buf.ReadFrom(io.LimitReader(zr, int64(limit)+1)); err != nil {
 		return nil, fmt.Errorf("gzip: %w", err)
 	}
+	plain := buf.Bytes()
 	if len(plain) > limit {
-		return nil, fmt.Errorf("decompresses to more than %d bytes (model.MaxPayloadSizeCeiling)", limit)
+		return nil, fmt.Errorf("decompresses to more than %d bytes, the codec's limit (model.MaxDecodedSize)", limit)
 	}
 	return plain, nil
 }

@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// TestGunzipBoundsDecompression: a gzip bomb is refused at the limit (Codec.Decode's is
-// MaxPayloadSizeCeiling), after reading no more than one byte past it.
+// TestGunzipBoundsDecompression: a gzip bomb is refused at the limit (Codec.Decode's is the
+// Codec's MaxDecodedSize), after reading no more than one byte past it.
 func TestGunzipBoundsDecompression(t *testing.T) {
 	t.Parallel()
 	var b bytes.Buffer
@@ -22,7 +22,7 @@ func TestGunzipBoundsDecompression(t *testing.T) {
 		t.Fatalf("at the limit: %v", err)
 	}
 	_, err := gunzip(b.Bytes(), 1<<20-1)
-	if err == nil || err.Error() != "decompresses to more than 1048575 bytes (model.MaxPayloadSizeCeiling)" {
+	if err == nil || err.Error() != "decompresses to more than 1048575 bytes, the codec's limit (model.MaxDecodedSize)" {
 		t.Fatalf("over the limit: %v", err)
 	}
 }

@@ -59,17 +59,19 @@ func claimQuery(keyed, windowed bool) string {
 }
 
 // rowSizeSQL is the size in bytes of a claimed row's payload and metadata, and of its encoded payload
-// (bunx.WithCodec), stored as it is: compressed or encrypted bytes do not compress again.
+// (bunx.WithCodec, or the bytes of model.NewBytesEvent), as the relay receives them.
 //
 // A row's size is the JSON text the relay receives (octet_length of the text form) for a value PostgreSQL
 // stored compressed, whose stored size could be a tiny part of it; for any other value it is the stored
 // size (pg_column_size), which is close to the text's and costs no conversion: most rows are small and
-// stored as they are. pg_column_compression needs PostgreSQL 14 or later.
+// stored as they are. pg_column_compression needs PostgreSQL 14 or later. The encoded payload counts its
+// bytes (octet_length of a bytea reads its header, not its data): the bytes of a bytes event may be
+// stored compressed. A payload the relay decodes (Config.Codec) is counted apart (decodedBudget).
 const rowSizeSQL = `CASE WHEN pg_column_compression(payload) IS NULL THEN pg_column_size(payload)
     ELSE octet_length(payload::text) END
   + CASE WHEN pg_column_compression(metadata) IS NULL THEN pg_column_size(metadata)
     ELSE octet_length(metadata::text) END
-  + coalesce(pg_column_size(payload_encoded), 0)`
+  + coalesce(octet_length(payload_encoded), 0)`
 
 // claimSizer sizes the next claim from the rows of the last one. A budgeted claim measures every row the
 // claim locks, and measuring a compressed payload costs PostgreSQL its decompression: a claim of

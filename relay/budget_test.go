@@ -75,21 +75,27 @@ func TestClaimStopsAtTheByteBudget(t *testing.T) {
 }
 
 // The size of a row counts the JSON text of its payload, also when PostgreSQL stored it compressed into a
-// small part of that, and is close to it for a payload stored as it is.
+// small part of that, and is close to it for a payload stored as it is; and the bytes of payload_encoded
+// as the relay receives them, also when PostgreSQL stored them compressed (the bytes of a bytes event,
+// model.NewBytesEvent, may compress).
 func TestClaimRowSize(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	_, err := b.db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, queue, payload)
-VALUES (gen_random_uuid(), 'e', 'q', to_jsonb(repeat('x', 100000))),
-       (gen_random_uuid(), 'e', 'q', to_jsonb(repeat('x', 1000)))`)
+	_, err := b.db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, queue, payload, payload_encoded)
+VALUES (gen_random_uuid(), 'e', 'q', to_jsonb(repeat('x', 100000)), NULL),
+       (gen_random_uuid(), 'e', 'q', to_jsonb(repeat('x', 1000)), NULL),
+       (gen_random_uuid(), 'e', 'q', 'null', convert_to(repeat('x', 100000), 'UTF8'))`)
 	require.NoError(t, err)
-	var stored int64
-	require.NoError(t, b.db.NewRaw("SELECT pg_column_size(payload) FROM outbox_events ORDER BY id LIMIT 1").Scan(ctx, &stored))
-	require.Less(t, stored, int64(10000), "the test needs the big payload stored compressed")
+	var stored []int64
+	require.NoError(t, b.db.NewRaw(`SELECT coalesce(pg_column_size(payload_encoded), pg_column_size(payload))
+FROM outbox_events ORDER BY id`).Scan(ctx, &stored))
+	require.Less(t, stored[0], int64(10000), "the test needs the big payload stored compressed")
+	require.Less(t, stored[2], int64(10000), "the test needs the big bytes stored compressed")
 	sizes := rowSizes(t, b.db)
 	require.InDelta(t, 100002+2, sizes[0], 10, "the JSON text of the payload, and the few bytes of the metadata {}")
 	require.InDelta(t, 1002+2, sizes[1], 50, "the stored size of a payload kept as it is")
+	require.InDelta(t, 100000+14, sizes[2], 10, "the bytes of payload_encoded, and the few of the payload null and the metadata {}")
 }
 
 // Rows written around bunx that break a limit are marked dead in the round that claims them, with an

@@ -63,11 +63,15 @@ type Config struct {
 	// BatchSize is the largest number of rows claimed, enqueued and marked in one round, 1 to 10000.
 	// Defaults to 500.
 	BatchSize int
-	// BatchBytes bounds the bytes of payload and metadata (as JSON text) one round claims: the claim stops
-	// adding rows once the next one would go over, and always takes at least one row, however large. With
-	// Workers rounds at once, a relay holds at most about Workers × BatchBytes of events (plus one row per
-	// worker over it), and one BatchBytes more while it streams (a stream round reads its next batch while
-	// it enqueues one). 1 byte to 1 GiB. Defaults to 16 MiB.
+	// BatchBytes bounds the bytes of payload and metadata (as JSON text, an encoded payload as its bytes)
+	// one round claims: the claim stops adding rows once the next one would go over, and always takes at
+	// least one row, however large. With Workers rounds at once, a relay holds at most about Workers ×
+	// BatchBytes of events (plus one row per worker over it), and one BatchBytes more while it streams (a
+	// stream round reads its next batch while it enqueues one). The payloads that Codec decodes are held
+	// decoded only while their enqueue runs, each counted twice (the task message asynq makes of it is a
+	// copy), and a decode starts only while those in flight count at most BatchBytes: they and their task
+	// messages take at most BatchBytes more, plus twice the Codec's limit (model.MaxDecodedSize), however
+	// small they are stored. 1 byte to 1 GiB. Defaults to 16 MiB.
 	BatchBytes int64
 	// Concurrency bounds the enqueues running at once over all workers, 1 to 1024. Defaults to 32. asynq
 	// has one script call per enqueue; the relay's own Redis client pipelines the calls in flight.
@@ -233,12 +237,16 @@ type Config struct {
 	// Defaults to 100ms.
 	CancelCheckInterval time.Duration
 	// Codec decodes the payloads that an Outbox's codec encoded (bunx.WithCodec) before they are enqueued:
-	// the task then carries the plain payload, without the encoding's headers. An encoded row it cannot
-	// decode (its key id is not in the Keyring, or its bytes do not decode) is marked dead at once, kept,
-	// with a last_error naming the key id. Defaults to nil: encoded payloads are enqueued as they are, with
-	// their model.HeaderPayloadEncoding and model.HeaderPayloadKeyID headers, for the consumer to decode
-	// (worker.WithInboxCodec), and an encrypted payload stays encrypted in Redis. OUTBOX_CODEC_KEYS_FILE
-	// sets it from a keyring file (`bunbox relay -codec-keys-file`, OUTBOX_CODEC_KEYS_FILE).
+	// the task then carries the plain payload, without the encoding's headers. A row whose key id is not in
+	// the Keyring is charged an attempt and retried with backoff (a relay given the key delivers it), dead
+	// after MaxAttempts; one whose bytes do not decode under a key it holds is marked dead at once, kept,
+	// with a last_error naming the key id. A payload that decodes to more than the Codec's limit
+	// (model.MaxDecodedSize: 1 MiB unless set; give it at least the writers') is marked dead at once too,
+	// kept, with a last_error naming the limit; the decoding stops one byte past it. Defaults to nil:
+	// encoded payloads are enqueued as they are, with their model.HeaderPayloadEncoding and
+	// model.HeaderPayloadKeyID headers, for the consumer to decode (worker.WithInboxCodec), and an encrypted
+	// payload stays encrypted in Redis. `bunbox relay -codec-keys-file` (OUTBOX_CODEC_KEYS_FILE) sets it
+	// from a keyring file.
 	Codec *model.Codec
 
 	now    func() time.Time

@@ -17,7 +17,8 @@ var errReleased = errors.New("relay: stopping, row released")
 
 // deliver enqueues the events, at most Concurrency at once over all workers, and returns one error per
 // event: nil when it reached Redis (a TaskID conflict means it already had), errReleased when ctx ended
-// before it was tried, the error in bad for a malformed row, which is not tried. Enqueues already started
+// before it was tried, the error in bad for a malformed row, which is not tried, and for a payload that
+// does not decode (see publishDecoded: the rows keep their stored payloads). Enqueues already started
 // finish even when ctx ends, bounded by EnqueueTimeout. A few long-lived goroutines take the events in
 // order, rather than one goroutine per event: their stacks stay grown for go-redis's deep call chains.
 //
@@ -39,10 +40,6 @@ func (r *Relay) deliver(ctx context.Context, events []model.Event, bad map[int]e
 					errs[i] = err
 					continue
 				}
-				if err := r.payload(&events[i]); err != nil {
-					errs[i] = err
-					continue
-				}
 				// A slot per event, not per goroutine: another round's rows (a critical queue's among
 				// them) get the next free slot, rather than waiting for this batch to run out.
 				select {
@@ -51,7 +48,7 @@ func (r *Relay) deliver(ctx context.Context, events []model.Event, bad map[int]e
 					continue
 				case r.sem <- struct{}{}:
 				}
-				errs[i] = p.publish(&events[i])
+				errs[i] = r.publishDecoded(ctx, &p, &events[i]) // decoded for its enqueue only (decoded.go)
 				<-r.sem
 				if errs[i] == nil {
 					delivered(events[i].ID)

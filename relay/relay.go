@@ -38,6 +38,7 @@ type Relay struct {
 	sem     chan struct{} // bounds the enqueues in flight, over all workers
 	keys    *keyTracker   // hands out keyed events in order (ordering.go); nil without an inspector
 	sizer   claimSizer    // how many rows the next claim asks for, under Config.BatchBytes
+	decoded decodedBudget // bounds the payloads decoded at once with Config.Codec (decoded.go)
 
 	stmts *statements // the hottest statements, prepared (prepared.go)
 
@@ -73,7 +74,8 @@ func NewContext(ctx context.Context, db *bun.DB, redis asynq.RedisConnOpt, cfg C
 	if err := checkWritable(ctx, db); err != nil {
 		return nil, err // a standby, or default_transaction_read_only: every round would fail
 	}
-	r := &Relay{db: db, cfg: cfg, log: cfg.Logger, enq: cfg.Enqueuer, sem: make(chan struct{}, cfg.Concurrency)}
+	r := &Relay{db: db, cfg: cfg, log: cfg.Logger, enq: cfg.Enqueuer, sem: make(chan struct{}, cfg.Concurrency),
+		decoded: newDecodedBudget(cfg)}
 	r.redisOpt = redis
 	r.names = mustNames(cfg.Schema, cfg.TablePrefix) // validated by open
 	r.queues = newFairQueues(cfg)
