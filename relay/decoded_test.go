@@ -37,7 +37,7 @@ const (
 // while a collection marks, 10 MiB and more here, and a loaded machine makes the marks longer; the rows'
 // stored bytes are a few KiB. Before the relay decoded per enqueue, a round held all its rows decoded
 // until it ended: with these rows the heap grew by 99 to 108 MiB, on either path.
-const decodedHeapBound = 3 * (BatchBytesDefault + 2*model.DefaultMaxPayloadSize)
+const decodedHeapBound = 3 * (batchBytesDefault + 2*model.DefaultMaxPayloadSize)
 
 // TestRelayHeapUnderCompressionBombs: rows whose stored size is small and decoded size large do not take
 // the relay's memory past its bound (decodedHeapBound) on the per-row path nor on the stream, at a zero

@@ -13,7 +13,8 @@ import (
 // the keys themselves, which would show in `ps` and in shell histories.
 func codecKeysFlag(fs *flag.FlagSet) *string {
 	return fs.String("codec-keys-file", "", "decode encoded payloads (bunx.WithCodec) before the enqueue with the keys of this keyring file: "+
-		"lines current=ID and ID=base64 key (see model.ParseKeyring); default $"+relayenv.CodecKeysFileEnv+"; never the keys on the command line")
+		"lines current=ID and ID=base64 key (see model.ParseKeyring); default $"+relayenv.CodecKeysFileEnv+"; never the keys on the command line; "+
+		"payloads decoding to more than $"+relayenv.CodecMaxDecodedEnv+" bytes (default 1 MiB) are kept dead")
 }
 
 // applyCodecKeys sets cfg.Codec from the keyring file path of -codec-keys-file, when given (it wins over
@@ -21,7 +22,11 @@ func codecKeysFlag(fs *flag.FlagSet) *string {
 // never a key. An error names the flag, the file and the line, never a key.
 func (c *cli) applyCodecKeys(cfg *relay.Config, path string) error {
 	if path != "" {
-		codec, err := relayenv.CodecFromKeysFile(path)
+		limit, err := relayenv.CodecMaxDecoded()
+		if err != nil {
+			return err
+		}
+		codec, err := relayenv.CodecFromKeysFile(path, limit)
 		if err != nil {
 			return fmt.Errorf("-codec-keys-file: %w", err)
 		}

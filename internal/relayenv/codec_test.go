@@ -59,3 +59,32 @@ func TestConfigCodecKeysFile(t *testing.T) {
 	}
 	require.ErrorContains(t, err, "no such file")
 }
+
+// OUTBOX_CODEC_MAX_DECODED_SIZE gives the keyring file's Codec its limit on a decoded payload (the 1 MiB
+// default when unset); a value that is not a positive number is refused naming the variable.
+func TestConfigCodecMaxDecoded(t *testing.T) {
+	t.Parallel()
+	path := keysFile(t)
+	env := func(limit string) func(string) (string, bool) {
+		return func(k string) (string, bool) {
+			switch k {
+			case CodecKeysFileEnv:
+				return path, true
+			case CodecMaxDecodedEnv:
+				return limit, limit != ""
+			}
+			return "", false
+		}
+	}
+	c, err := configFromLookup(env(""))
+	require.NoError(t, err)
+	require.Equal(t, model.DefaultMaxPayloadSize, c.Codec.DecodedLimit())
+	c, err = configFromLookup(env("4194304"))
+	require.NoError(t, err)
+	require.Equal(t, 4<<20, c.Codec.DecodedLimit())
+	for _, bad := range []string{"4 MiB", "0", "-1"} {
+		_, err = configFromLookup(env(bad))
+		require.ErrorIs(t, err, relay.ErrInvalidConfig)
+		require.ErrorContains(t, err, CodecMaxDecodedEnv)
+	}
+}

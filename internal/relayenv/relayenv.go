@@ -34,7 +34,8 @@ import (
 // (e.g. "order.placed=send-confirmation,reserve-stock"); OUTBOX_QUEUES for Config.Queues, as
 // "queue:weight,queue:weight" (e.g. "critical:6,default:3,bulk:1"), OUTBOX_STRICT_PRIORITY,
 // OUTBOX_CANCEL_CHECK_INTERVAL and OUTBOX_WAKE_INTERVAL (Config.WakeInterval; "-1ms" turns the wake-up
-// off); OUTBOX_CODEC_KEYS_FILE for Config.Codec, the path of a keyring file (see CodecFromKeysFile; never
+// off); OUTBOX_CODEC_KEYS_FILE for Config.Codec, the path of a keyring file, and
+// OUTBOX_CODEC_MAX_DECODED_SIZE for its limit on a decoded payload (see CodecFromKeysFile; never
 // the keys themselves). The Redis to relay to is not in Config: Redis reads it from OUTBOX_REDIS_URL.
 // The fields that hold Go values (Logger, Enqueuer, Observer, TracerProvider, Inspector) and the
 // reconciler's (DisableReconciler, Reconciler; flags of `bunbox relay`) have no variable.
@@ -132,8 +133,12 @@ func configFromLookup(lookup func(string) (string, bool)) (relay.Config, error) 
 	if err := queuesFromLookup(lookup, &c); err != nil {
 		return relay.Config{}, err
 	}
+	limit, err := codecMaxDecoded(lookup)
+	if err != nil {
+		return relay.Config{}, err
+	}
 	if s, ok := lookup(CodecKeysFileEnv); ok && strings.TrimSpace(s) != "" {
-		codec, err := CodecFromKeysFile(strings.TrimSpace(s))
+		codec, err := CodecFromKeysFile(strings.TrimSpace(s), limit)
 		if err != nil {
 			return relay.Config{}, fmt.Errorf("%w: %s: %w", relay.ErrInvalidConfig, CodecKeysFileEnv, err)
 		}
@@ -197,17 +202,42 @@ func queuesFromLookup(lookup func(string) (string, bool), c *relay.Config) error
 // CodecKeysFileEnv is the variable Config reads Config.Codec from: the path of a keyring file.
 const CodecKeysFileEnv = "OUTBOX_CODEC_KEYS_FILE"
 
+// CodecMaxDecodedEnv is the variable that gives the Codec of a keyring file its limit on a decoded
+// payload, in bytes (model.MaxDecodedSize; unset: 1 MiB): at least the writers' limit.
+const CodecMaxDecodedEnv = "OUTBOX_CODEC_MAX_DECODED_SIZE"
+
+// codecMaxDecoded reads CodecMaxDecodedEnv; 0 when it is unset.
+func codecMaxDecoded(lookup func(string) (string, bool)) (int, error) {
+	s, ok := lookup(CodecMaxDecodedEnv)
+	if !ok || strings.TrimSpace(s) == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%w: %s=%q is not a positive number of bytes", relay.ErrInvalidConfig, CodecMaxDecodedEnv, s)
+	}
+	return n, nil
+}
+
+// CodecMaxDecoded reads CodecMaxDecodedEnv from the environment; 0 when it is unset.
+func CodecMaxDecoded() (int, error) { return codecMaxDecoded(os.LookupEnv) }
+
 // CodecFromKeysFile returns the Codec that decodes with the keys of the keyring file at path (see
-// model.ParseKeyring for its format: "current=id" and "id=base64 key" lines), for Config
+// model.ParseKeyring for its format: "current=id" and "id=base64 key" lines) and decodes payloads of up
+// to maxDecoded bytes (model.MaxDecodedSize; 0: its default, 1 MiB), for Config
 // (OUTBOX_CODEC_KEYS_FILE) and `bunbox relay -codec-keys-file`. The relay only decodes, so the Codec
 // needs no compression setting: gzip is decoded whatever the writer's CompressAbove. An error names the
 // file and the line, never a key.
-func CodecFromKeysFile(path string) (*model.Codec, error) {
+func CodecFromKeysFile(path string, maxDecoded int) (*model.Codec, error) {
 	ring, err := model.ReadKeyringFile(path)
 	if err != nil {
 		return nil, err
 	}
-	return model.NewCodec(model.EncryptWith(ring))
+	opts := []model.CodecOption{model.EncryptWith(ring)}
+	if maxDecoded > 0 {
+		opts = append(opts, model.MaxDecodedSize(maxDecoded))
+	}
+	return model.NewCodec(opts...)
 }
 
 // Redis reads the relay's Redis from OUTBOX_REDIS_URL, in any form connect.Redis reads
