@@ -73,6 +73,7 @@ func New(db *bun.DB, cfg Config) (*Handler, error) {
 	h.mux.HandleFunc("GET /{$}", h.serveOverview)
 	h.mux.HandleFunc("GET /events", h.serveEvents)
 	h.mux.HandleFunc("GET /event", h.serveEvent)
+	h.mux.HandleFunc("GET /search", h.serveSearch)
 	h.mux.HandleFunc("POST /login", h.serveLogin)
 	h.mux.HandleFunc("POST /logout", h.write(h.serveLogout))
 	h.mux.HandleFunc("POST /dead/retry", h.write(h.serveDeadAction))
@@ -136,6 +137,7 @@ type page struct {
 	Flash    string
 	Back     string // this page, relative, for the sign-in form to return to
 	Redis    bool
+	Search   string // the id searched for, as parsed (never the text given)
 	Data     any
 }
 
@@ -145,6 +147,9 @@ func (h *Handler) page(r *http.Request, title string, data any) page {
 		Redis: h.inspector != nil, Data: data, Flash: flash(r.URL.Query()), Back: backTo(r)}
 	if a.session != "" {
 		p.CSRF = h.sessions.csrf(a.session)
+	}
+	if _, id, ok := parseTaskID(strings.TrimSpace(r.URL.Query().Get("q"))); ok {
+		p.Search = id
 	}
 	return p
 }
@@ -176,6 +181,9 @@ func backTo(r *http.Request) string {
 	}
 	if id, err := uuid.Parse(r.URL.Query().Get("id")); err == nil {
 		q.Set("id", id.String())
+	}
+	if _, id, ok := parseTaskID(strings.TrimSpace(r.URL.Query().Get("q"))); ok {
+		q.Set("q", id)
 	}
 	if len(q) > 0 {
 		to += "?" + q.Encode()
