@@ -15,6 +15,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/admin"
+	"github.com/bunbox/bunbox/internal/asynqtasks"
 	"github.com/bunbox/bunbox/internal/badrow"
 	"github.com/bunbox/bunbox/internal/streamsql"
 	"github.com/bunbox/bunbox/model"
@@ -34,6 +35,8 @@ type taskRow struct {
 	Queue   string
 	State   string
 	ID      string
+	Bunbox  bool // a task of bunbox's event (internal/asynqtasks): it links to EventID's page
+	EventID uuid.UUID
 	Type    string
 	Retried int
 	LastErr string
@@ -123,8 +126,12 @@ func (h *Handler) readAsynq(byQueue map[string]*queueRow, o *overview) error {
 				if list.state == "archived" {
 					when = t.LastFailedAt
 				}
-				o.Failing = append(o.Failing, taskRow{Queue: name, State: list.state, ID: t.ID, Type: t.Type,
-					Retried: t.Retried, LastErr: t.LastErr, When: when})
+				row := taskRow{Queue: name, State: list.state, ID: t.ID, Type: t.Type, Retried: t.Retried,
+					LastErr: t.LastErr, When: when}
+				if bt, ok := asynqtasks.Of(t); ok {
+					row.Bunbox, row.EventID = true, bt.EventID
+				}
+				o.Failing = append(o.Failing, row)
 			}
 		}
 	}

@@ -78,6 +78,8 @@ func New(db *bun.DB, cfg Config) (*Handler, error) {
 	h.mux.HandleFunc("POST /logout", h.write(h.serveLogout))
 	h.mux.HandleFunc("POST /dead/retry", h.write(h.serveDeadAction))
 	h.mux.HandleFunc("POST /dead/purge", h.write(h.serveDeadAction))
+	h.mux.HandleFunc("POST /tasks/run", h.write(h.serveTaskAction))
+	h.mux.HandleFunc("POST /tasks/delete", h.write(h.serveTaskAction))
 	return h, nil
 }
 
@@ -159,7 +161,13 @@ func (h *Handler) page(r *http.Request, title string, data any) page {
 var flashes = map[string]string{
 	"retried": "Dead events retried: %d.",
 	"purged":  "Dead events purged: %d.",
+	"run":     "asynq tasks put back in line (asynq runs them next): %d.",
+	"deleted": "asynq tasks deleted: %d.",
 }
+
+// flashGone is added to a task action's status line (?gone=) when some selected tasks had left their
+// state before the action.
+const flashGone = " Not acted on, having left the retry or archived state already: %d."
 
 // flash is the status line that q asks for, or "" for an unknown code or a count that is not one.
 func flash(q url.Values) string {
@@ -168,7 +176,11 @@ func flash(q url.Values) string {
 	if !ok || err != nil {
 		return ""
 	}
-	return fmt.Sprintf(format, n)
+	line := fmt.Sprintf(format, n)
+	if gone, err := strconv.ParseUint(q.Get("gone"), 10, 31); err == nil && gone > 0 && q.Get("done") != "retried" && q.Get("done") != "purged" {
+		line += fmt.Sprintf(flashGone, gone)
+	}
+	return line
 }
 
 // backTo is this page as a path relative to the page's mount, for the sign-in form to return to: the

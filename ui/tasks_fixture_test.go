@@ -29,6 +29,7 @@ func failTasks(t *testing.T, queue string, maxRetry int, suffix string, ids ...u
 	defer client.Close()
 	ins := asynq.NewInspector(opt)
 	defer ins.Close()
+	var taskIDs []string
 	for _, id := range ids {
 		headers := map[string]string{model.HeaderEventID: id.String(), model.HeaderEventName: "order.placed"}
 		if suffix != "" {
@@ -38,6 +39,7 @@ func failTasks(t *testing.T, queue string, maxRetry int, suffix string, ids ...u
 		if suffix != "" {
 			taskID += ":" + suffix
 		}
+		taskIDs = append(taskIDs, taskID)
 		_, err := client.Enqueue(asynq.NewTaskWithHeaders("order.placed", []byte(`{}`), headers), asynq.TaskID(taskID),
 			asynq.Queue(queue), asynq.MaxRetry(maxRetry))
 		require.NoError(t, err)
@@ -49,7 +51,12 @@ func failTasks(t *testing.T, queue string, maxRetry int, suffix string, ids ...u
 	require.NoError(t, srv.Start(mux))
 	defer srv.Shutdown()
 	outboxtest.WaitFor(t, 30*time.Second, "asynq fails every task once", func() bool {
-		info, err := ins.GetQueueInfo(queue)
-		return err == nil && info.Archived+info.Retry == len(ids)
+		for _, id := range taskIDs {
+			info, err := ins.GetTaskInfo(queue, id)
+			if err != nil || (info.State != asynq.TaskStateArchived && info.State != asynq.TaskStateRetry) {
+				return false
+			}
+		}
+		return true
 	})
 }
