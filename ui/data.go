@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 	"time"
@@ -52,6 +53,15 @@ type overview struct {
 	Failing   []taskRow // asynq's retry and archived tasks
 	Reconcile *reconcileState
 	AsynqErr  string
+	Stream    streamLane
+}
+
+// streamLane is the snapshot cursor (relay.EnableStream) of the outbox: one per outbox table today,
+// shown as one lane named by its table.
+type streamLane struct {
+	Name string
+	admin.StreamState
+	Err string // the state could not be read
 }
 
 // reconcileState is what the page knows of the reconciler: who holds its lease and until when.
@@ -73,6 +83,11 @@ func (h *Handler) readOverview(ctx context.Context) (overview, error) {
 		return o, err
 	}
 	o.Reconcile = h.readReconcile(ctx)
+	o.Stream.Name = h.names.Outbox()
+	if o.Stream.StreamState, err = admin.ReadStream(ctx, h.db); err != nil {
+		o.Stream.Err = err.Error()
+		h.log.LogAttrs(ctx, slog.LevelWarn, "bunbox ui: read the stream's state", slog.Any("error", err))
+	}
 	byQueue := map[string]*queueRow{}
 	for _, e := range o.Events {
 		q := byQueue[e.Queue]
