@@ -74,6 +74,7 @@ func New(db *bun.DB, cfg Config) (*Handler, error) {
 	h.mux.HandleFunc("GET /events", h.serveEvents)
 	h.mux.HandleFunc("GET /event", h.serveEvent)
 	h.mux.HandleFunc("GET /search", h.serveSearch)
+	h.mux.HandleFunc("GET /history", h.serveHistory)
 	h.mux.HandleFunc("POST /login", h.serveLogin)
 	h.mux.HandleFunc("POST /logout", h.write(h.serveLogout))
 	h.mux.HandleFunc("POST /dead/retry", h.write(h.serveDeadAction))
@@ -196,6 +197,9 @@ func backTo(r *http.Request) string {
 	}
 	if _, id, ok := parseTaskID(strings.TrimSpace(r.URL.Query().Get("q"))); ok {
 		q.Set("q", id)
+	}
+	if hours, err := parseHours(r.URL.Query().Get("hours")); err == nil && r.URL.Query().Has("hours") {
+		q.Set("hours", strconv.Itoa(hours))
 	}
 	if len(q) > 0 {
 		to += "?" + q.Encode()
