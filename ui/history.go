@@ -137,11 +137,11 @@ const (
 
 // chart is one server-rendered SVG chart: series of points, an axis scale and time labels.
 type chart struct {
-	Width, Height int
+	Width, Height  int
 	X0, X1, Y0, Y1 int // the plot's left, right, top and bottom
-	Series        []series
-	Top           string // the value at the top of the axis
-	Ticks         []tick
+	Series         []series
+	Top            string // the value at the top of the axis
+	Ticks          []tick
 }
 
 // series is one line of a chart: its points as SVG wants them ("x,y x,y …", numbers only).
@@ -171,7 +171,9 @@ func (hs *history) draw() {
 		func(top float64) string { return strconv.FormatFloat(top, 'f', 0, 64) + "/min" })
 	hs.Lag = hs.newChart([]string{"lag p50 (per-row)", "lag max (per-row)"}, []string{"s-p50", "s-max"},
 		[][]float64{pick(func(m minute) float64 { return m.LagP50 }), pick(func(m minute) float64 { return m.LagMax })},
-		func(top float64) string { return (time.Duration(top * float64(time.Second))).Round(time.Millisecond).String() })
+		func(top float64) string {
+			return (time.Duration(top * float64(time.Second))).Round(time.Millisecond).String()
+		})
 }
 
 func (hs *history) newChart(names, classes []string, values [][]float64, label func(float64) string) chart {
@@ -196,7 +198,7 @@ func (hs *history) newChart(names, classes []string, values [][]float64, label f
 		}
 		c.Series = append(c.Series, series{Name: names[k], Class: classes[k], Points: strings.TrimSpace(b.String())})
 	}
-	step := max(hs.Hours*60/6, 1) // six labels
+	step := max(hs.Hours*60/6, 1)  // six labels
 	for i := 0; i < n; i += step { // the labels' baseline is below the plot (Y1 + 16)
 		c.Ticks = append(c.Ticks, tick{X: x(i), Label: hs.Since.Add(time.Duration(i) * time.Minute).UTC().Format("15:04")})
 	}
