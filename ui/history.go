@@ -177,7 +177,7 @@ func (hs *history) draw() {
 }
 
 func (hs *history) newChart(names, classes []string, values [][]float64, label func(float64) string) chart {
-	c := chart{Width: chartLeft + chartWidth + 8, Height: chartHeight + chartBottom + 8,
+	c := chart{Width: chartLeft + chartWidth + 24, Height: chartHeight + chartBottom + 8,
 		X0: chartLeft, X1: chartLeft + chartWidth, Y0: 4, Y1: 4 + chartHeight}
 	top := 0.0
 	for _, vs := range values {
