@@ -10,8 +10,8 @@
 // sign-in and the stylesheet answers 401 until the reader signs in (a session cookie) or sends the token
 // by HTTP basic auth (any user name); such a reader sees an event's payload, errors and metadata in full
 // (lists show them truncated), and a signed-in operator may retry or purge dead events and run or delete
-// asynq's retry and archived tasks, by selection. Config.OpenReads opens the reads again (truncated, database errors hidden) while writes keep needing a
-// sign-in. Wrong tokens are throttled per client and per Handler. Every write is a POST that must come
+// asynq's retry and archived tasks, by selection. Config.OpenReads opens the reads again (truncated,
+// database errors hidden) while writes keep needing a sign-in. Wrong tokens are throttled per client and per Handler. Every write is a POST that must come
 // from the page itself (a same-origin check and a per-session CSRF token) and is logged. The page's links
 // and redirects are relative, so it works mounted under any prefix. The HTML embeds nothing from
 // outside: no script at all, one stylesheet served by the Handler, and a Content-Security-Policy that
