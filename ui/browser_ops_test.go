@@ -104,7 +104,7 @@ FROM generate_series(1, ?) i`, ago, ago, ago/5)
 	run("run the task", chromedp.Do(ctx, chromedp.Click("#task-run"), chromedp.WaitVisible("#flash")))
 	require.Equal(t, "asynq tasks put back in line (asynq runs them next): 1.", text("#flash"))
 	require.Equal(t, "pending", text("#task-state"))
-	require.Equal(t, base+"/event?id="+ev.String()+"&done=run&n=1&gone=0", location(), "back to the event's page under the mount")
+	require.Equal(t, base+"/event?id="+ev.String()+"&done=tasks-run&n=1&gone=0", location(), "back to the event's page under the mount")
 
 	run("the overview's stream lane", chromedp.Do(ctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible("#stream")))
 	require.Equal(t, "on", text("#stream-on"))

@@ -160,10 +160,10 @@ func (h *Handler) page(r *http.Request, title string, data any) page {
 // flashes are the status lines a redirect may ask the page to show, by code (?done=): the page never
 // shows text from the query, only one of these with the count (?n=) as a number.
 var flashes = map[string]string{
-	"retried": "Dead events retried: %d.",
-	"purged":  "Dead events purged: %d.",
-	"run":     "asynq tasks put back in line (asynq runs them next): %d.",
-	"deleted": "asynq tasks deleted: %d.",
+	"retried":       "Dead events retried: %d.",
+	"purged":        "Dead events purged: %d.",
+	"tasks-run":     "asynq tasks put back in line (asynq runs them next): %d.",
+	"tasks-deleted": "asynq tasks deleted: %d.",
 }
 
 // flashGone is added to a task action's status line (?gone=) when some selected tasks had left their
@@ -178,7 +178,7 @@ func flash(q url.Values) string {
 		return ""
 	}
 	line := fmt.Sprintf(format, n)
-	if gone, err := strconv.ParseUint(q.Get("gone"), 10, 31); err == nil && gone > 0 && q.Get("done") != "retried" && q.Get("done") != "purged" {
+	if gone, err := strconv.ParseUint(q.Get("gone"), 10, 31); err == nil && gone > 0 && strings.HasPrefix(q.Get("done"), "tasks-") {
 		line += fmt.Sprintf(flashGone, gone)
 	}
 	return line

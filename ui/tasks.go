@@ -34,16 +34,16 @@ func (h *Handler) serveTaskAction(w http.ResponseWriter, r *http.Request, _ stri
 		http.Error(w, "ui: select at least one task", http.StatusBadRequest)
 		return
 	}
-	action, act := "run", asynqtasks.Run
+	action, verb, act := "tasks-run", "run", asynqtasks.Run
 	if strings.HasSuffix(r.URL.Path, "/delete") {
-		action, act = "deleted", asynqtasks.Delete
+		action, verb, act = "tasks-deleted", "deleted", asynqtasks.Delete
 	}
 	o, err := act(r.Context(), h.inspector, f)
 	if err != nil {
 		h.fail(w, r, http.StatusServiceUnavailable, err)
 		return
 	}
-	h.log.LogAttrs(r.Context(), slog.LevelInfo, "bunbox ui: asynq tasks "+action, slog.Int("count", o.Done),
+	h.log.LogAttrs(r.Context(), slog.LevelInfo, "bunbox ui: asynq tasks "+verb, slog.Int("count", o.Done),
 		slog.Int("gone", o.Gone), slog.Int("selected", len(f.TaskIDs)), slog.Any("task_ids", f.TaskIDs),
 		slog.String("remote", r.RemoteAddr))
 	to := "../" + strings.TrimPrefix(back(r, "./"), "./") // the form's page, from /tasks/…

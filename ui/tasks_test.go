@@ -78,25 +78,25 @@ func TestTaskActions(t *testing.T) {
 
 	resp, _ = cl.post("/tasks/run", sel, nil)
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
-	require.Equal(t, "../event?id="+a.String()+"&done=run&n=1&gone=0", resp.Header.Get("Location"), "back to the event's page, relative")
+	require.Equal(t, "../event?id="+a.String()+"&done=tasks-run&n=1&gone=0", resp.Header.Get("Location"), "back to the event's page, relative")
 	require.Equal(t, "pending", state(a.String()))
 	require.Equal(t, "archived", state(b.String()), "only the selected task")
-	_, body = cl.get("/event?id=" + a.String() + "&done=run&n=1&gone=0")
+	_, body = cl.get("/event?id=" + a.String() + "&done=tasks-run&n=1&gone=0")
 	require.Contains(t, body, "asynq tasks put back in line (asynq runs them next): 1.")
 	require.Contains(t, body, `<dd id="task-state">pending</dd>`)
 
 	resp, _ = cl.post("/tasks/delete", url.Values{"task": {b.String(), c.String() + ":mailer"}, "csrf": {csrf}, "back": {"./"}}, nil)
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
-	require.Equal(t, "../?done=deleted&n=2&gone=0", resp.Header.Get("Location"))
+	require.Equal(t, "../?done=tasks-deleted&n=2&gone=0", resp.Header.Get("Location"))
 	require.Equal(t, "gone", state(b.String()))
 	require.Equal(t, "gone", state(c.String()+":mailer"))
-	_, body = cl.get("/?done=deleted&n=2&gone=3")
+	_, body = cl.get("/?done=tasks-deleted&n=2&gone=3")
 	require.Contains(t, body, "asynq tasks deleted: 2. Not acted on, having left the retry or archived state already: 3.")
 	require.Contains(t, f.logText(), "ui: asynq tasks deleted")
 	require.Contains(t, f.logText(), b.String())
 
 	resp, _ = cl.post("/tasks/delete", url.Values{"task": {a.String()}, "csrf": {csrf}}, nil)
-	require.Equal(t, "../?done=deleted&n=0&gone=0", resp.Header.Get("Location"), "a pending task is not touched")
+	require.Equal(t, "../?done=tasks-deleted&n=0&gone=0", resp.Header.Get("Location"), "a pending task is not touched")
 	require.Equal(t, "pending", state(a.String()))
 }
 
