@@ -51,13 +51,15 @@ func TestTokenGuardsReads(t *testing.T) {
 	id := f.longEvent(t)
 	c := f.client(t)
 
-	for _, path := range []string{"/", "/events?state=dead", "/events?state=pending", "/event?id=" + id.String(), "/nowhere", "/events?state=bogus"} {
+	for _, path := range []string{"/", "/events?state=dead", "/events?state=pending", "/event?id=" + id.String(), "/nowhere", "/events?state=bogus",
+		"/search?q=" + id.String()} {
 		resp, body := c.get(path)
 		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, path)
 		require.Equal(t, `Basic realm="bunbox ui", charset="UTF-8"`, resp.Header.Get("WWW-Authenticate"), path)
 		require.Contains(t, body, `id="signin-needed"`, path)
 		// the sign-in form returns to the page asked for: the id the client gave, nothing read
-		requireNothingShown(t, f, strings.ReplaceAll(body, `value="./event?id=`+id.String()+`"`, ""))
+		requireNothingShown(t, f, strings.NewReplacer(`value="./event?id=`+id.String()+`"`, "",
+			`value="./search?q=`+id.String()+`"`, "").Replace(body))
 	}
 	resp, body := c.getWith("/event?id="+id.String(), map[string]string{"Sec-Fetch-Mode": "navigate"})
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)

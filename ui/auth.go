@@ -179,7 +179,9 @@ func (h *Handler) askToken(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get("Sec-Fetch-Mode") != "navigate" {
 		w.Header().Set("WWW-Authenticate", basicChallenge)
 	}
-	h.renderStatus(w, http.StatusUnauthorized, "signin.html", h.page(r, "Sign in", nil))
+	p := h.page(r, "Sign in", nil)
+	p.Search = "" // the search box shows nothing until the reader has the token
+	h.renderStatus(w, http.StatusUnauthorized, "signin.html", p)
 }
 
 // client is who the sign-in throttle charges a refused token to: the connection's remote address, or

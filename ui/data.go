@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/admin"
+	"github.com/bunbox/bunbox/internal/asynqtasks"
 	"github.com/bunbox/bunbox/internal/badrow"
 	"github.com/bunbox/bunbox/internal/streamsql"
 	"github.com/bunbox/bunbox/model"
@@ -34,6 +36,8 @@ type taskRow struct {
 	Queue   string
 	State   string
 	ID      string
+	Bunbox  bool // a task of bunbox's event (internal/asynqtasks): it links to EventID's page
+	EventID uuid.UUID
 	Type    string
 	Retried int
 	LastErr string
@@ -49,6 +53,15 @@ type overview struct {
 	Failing   []taskRow // asynq's retry and archived tasks
 	Reconcile *reconcileState
 	AsynqErr  string
+	Stream    streamLane
+}
+
+// streamLane is the snapshot cursor (relay.EnableStream) of the outbox: one per outbox table today,
+// shown as one lane named by its table.
+type streamLane struct {
+	Name string
+	admin.StreamState
+	Err string // the state could not be read
 }
 
 // reconcileState is what the page knows of the reconciler: who holds its lease and until when.
@@ -70,6 +83,11 @@ func (h *Handler) readOverview(ctx context.Context) (overview, error) {
 		return o, err
 	}
 	o.Reconcile = h.readReconcile(ctx)
+	o.Stream.Name = h.names.Outbox()
+	if o.Stream.StreamState, err = admin.ReadStream(ctx, h.db); err != nil {
+		o.Stream.Err = err.Error()
+		h.log.LogAttrs(ctx, slog.LevelWarn, "bunbox ui: read the stream's state", slog.Any("error", err))
+	}
 	byQueue := map[string]*queueRow{}
 	for _, e := range o.Events {
 		q := byQueue[e.Queue]
@@ -123,8 +141,12 @@ func (h *Handler) readAsynq(byQueue map[string]*queueRow, o *overview) error {
 				if list.state == "archived" {
 					when = t.LastFailedAt
 				}
-				o.Failing = append(o.Failing, taskRow{Queue: name, State: list.state, ID: t.ID, Type: t.Type,
-					Retried: t.Retried, LastErr: t.LastErr, When: when})
+				row := taskRow{Queue: name, State: list.state, ID: t.ID, Type: t.Type, Retried: t.Retried,
+					LastErr: t.LastErr, When: when}
+				if bt, ok := asynqtasks.Of(t); ok {
+					row.Bunbox, row.EventID = true, bt.EventID
+				}
+				o.Failing = append(o.Failing, row)
 			}
 		}
 	}

@@ -18,6 +18,15 @@ var funcs = template.FuncMap{
 		}
 		return string([]rune(s)[:shortRunes]) + "…"
 	},
+	"color":        func(class string) string { return seriesColors[class] },
+	"hoursChoices": func() []int { return []int{1, 3, 6, 12, 24, historyHoursMax} },
+	"secs": func(s float64) string {
+		if s == 0 {
+			return "–"
+		}
+		return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
+	},
+	"add": func(a, b int) int { return a + b },
 	"cut": func(s string) bool { return utf8.RuneCountInString(s) > shortRunes },
 	"dur": func(d time.Duration) string {
 		if d == 0 {

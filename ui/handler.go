@@ -73,10 +73,14 @@ func New(db *bun.DB, cfg Config) (*Handler, error) {
 	h.mux.HandleFunc("GET /{$}", h.serveOverview)
 	h.mux.HandleFunc("GET /events", h.serveEvents)
 	h.mux.HandleFunc("GET /event", h.serveEvent)
+	h.mux.HandleFunc("GET /search", h.serveSearch)
+	h.mux.HandleFunc("GET /history", h.serveHistory)
 	h.mux.HandleFunc("POST /login", h.serveLogin)
 	h.mux.HandleFunc("POST /logout", h.write(h.serveLogout))
 	h.mux.HandleFunc("POST /dead/retry", h.write(h.serveDeadAction))
 	h.mux.HandleFunc("POST /dead/purge", h.write(h.serveDeadAction))
+	h.mux.HandleFunc("POST /tasks/run", h.write(h.serveTaskAction))
+	h.mux.HandleFunc("POST /tasks/delete", h.write(h.serveTaskAction))
 	return h, nil
 }
 
@@ -136,6 +140,7 @@ type page struct {
 	Flash    string
 	Back     string // this page, relative, for the sign-in form to return to
 	Redis    bool
+	Search   string // the id searched for, as parsed (never the text given)
 	Data     any
 }
 
@@ -146,15 +151,24 @@ func (h *Handler) page(r *http.Request, title string, data any) page {
 	if a.session != "" {
 		p.CSRF = h.sessions.csrf(a.session)
 	}
+	if _, id, ok := parseTaskID(strings.TrimSpace(r.URL.Query().Get("q"))); ok {
+		p.Search = id
+	}
 	return p
 }
 
 // flashes are the status lines a redirect may ask the page to show, by code (?done=): the page never
 // shows text from the query, only one of these with the count (?n=) as a number.
 var flashes = map[string]string{
-	"retried": "Dead events retried: %d.",
-	"purged":  "Dead events purged: %d.",
+	"retried":       "Dead events retried: %d.",
+	"purged":        "Dead events purged: %d.",
+	"tasks-run":     "asynq tasks put back in line (asynq runs them next): %d.",
+	"tasks-deleted": "asynq tasks deleted: %d.",
 }
+
+// flashGone is added to a task action's status line (?gone=) when some selected tasks had left their
+// state before the action.
+const flashGone = " Not acted on, having left the retry or archived state already: %d."
 
 // flash is the status line that q asks for, or "" for an unknown code or a count that is not one.
 func flash(q url.Values) string {
@@ -163,7 +177,11 @@ func flash(q url.Values) string {
 	if !ok || err != nil {
 		return ""
 	}
-	return fmt.Sprintf(format, n)
+	line := fmt.Sprintf(format, n)
+	if gone, err := strconv.ParseUint(q.Get("gone"), 10, 31); err == nil && gone > 0 && strings.HasPrefix(q.Get("done"), "tasks-") {
+		line += fmt.Sprintf(flashGone, gone)
+	}
+	return line
 }
 
 // backTo is this page as a path relative to the page's mount, for the sign-in form to return to: the
@@ -176,6 +194,12 @@ func backTo(r *http.Request) string {
 	}
 	if id, err := uuid.Parse(r.URL.Query().Get("id")); err == nil {
 		q.Set("id", id.String())
+	}
+	if _, id, ok := parseTaskID(strings.TrimSpace(r.URL.Query().Get("q"))); ok {
+		q.Set("q", id)
+	}
+	if hours, err := parseHours(r.URL.Query().Get("hours")); err == nil && r.URL.Query().Has("hours") {
+		q.Set("hours", strconv.Itoa(hours))
 	}
 	if len(q) > 0 {
 		to += "?" + q.Encode()

@@ -88,4 +88,8 @@ func TestStatusLineFromAFixedSet(t *testing.T) {
 	require.Contains(t, body, `<p class="flash" id="flash">Dead events retried: 3.</p>`)
 	_, body = c.get("/events?state=dead&done=purged&n=0")
 	require.Contains(t, body, `<p class="flash" id="flash">Dead events purged: 0.</p>`)
+	_, body = c.get("/events?state=dead&done=tasks-run&n=2&gone=" + url.QueryEscape(lure))
+	require.Contains(t, body, `<p class="flash" id="flash">asynq tasks put back in line (asynq runs them next): 2.</p>`)
+	_, body = c.get("/events?state=dead&done=purged&n=2&gone=4")
+	require.Contains(t, body, `<p class="flash" id="flash">Dead events purged: 2.</p>`, "gone counts only for tasks")
 }

@@ -30,6 +30,9 @@ func TestStreamedRowsOnThePage(t *testing.T) {
 	opt := asynq.RedisClientOpt{Addr: outboxtest.RedisAddr(), DB: 11}
 	f := newFixture(t, ui.Config{Redis: opt})
 	c := f.client(t)
+	_, body := c.get("/")
+	require.Contains(t, body, `<td id="stream-on">off (never turned on)</td>`)
+	require.Contains(t, body, "<td>outbox_events</td>", "the one lane, named by its table")
 	require.NoError(t, relay.EnableStream(t.Context(), f.db, relay.Config{}))
 	delivered := f.insertStreamRow(t, "stream.delivered", "NULL")
 	scheduled := f.insertStreamRow(t, "stream.scheduled", "now() + interval '1 hour'")
@@ -39,6 +42,9 @@ func TestStreamedRowsOnThePage(t *testing.T) {
 	resp, body := c.get("/")
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)
 	require.Contains(t, body, `<span class="n" id="pending">2</span>`, "the fixture's pending row and the waiting streamed row")
+	require.Contains(t, body, `<td id="stream-on">on</td>`)
+	require.Contains(t, body, `<td id="stream-waiting">1</td>`, "the waiting streamed row")
+	require.Contains(t, body, " ago</td>", "when the cursor moved")
 
 	_, body = c.get("/events?state=pending")
 	require.Contains(t, body, waiting.String())

@@ -22,7 +22,7 @@ import (
 	"github.com/bunbox/bunbox/model"
 )
 
-// Filter selects bunbox's failed tasks. EventIDs and Names combine with AND; a filter that sets none of
+// Filter selects bunbox's failed tasks. EventIDs, Names and TaskIDs combine with AND; a filter that sets none of
 // them selects nothing and is an error, unless All is set, so that a forgotten flag never touches every
 // task.
 type Filter struct {
@@ -30,6 +30,8 @@ type Filter struct {
 	EventIDs []uuid.UUID
 	// Names selects the tasks of the events of these names.
 	Names []string
+	// TaskIDs selects these tasks by asynq task id (the page's selection of single tasks).
+	TaskIDs []string
 	// All selects every failed task of bunbox's when no other field is set.
 	All bool
 	// States selects archived, retry or both (nil: both).
@@ -63,7 +65,7 @@ const pageSize = 500
 var states = []asynq.TaskState{asynq.TaskStateArchived, asynq.TaskStateRetry}
 
 func (f Filter) check() error {
-	if len(f.EventIDs) == 0 && len(f.Names) == 0 && !f.All {
+	if len(f.EventIDs) == 0 && len(f.Names) == 0 && len(f.TaskIDs) == 0 && !f.All {
 		return ErrEmptyFilter
 	}
 	for _, s := range f.States {
@@ -78,8 +80,14 @@ func (f Filter) matches(t Task) bool {
 	if len(f.EventIDs) > 0 && !slices.Contains(f.EventIDs, t.EventID) {
 		return false
 	}
+	if len(f.TaskIDs) > 0 && !slices.Contains(f.TaskIDs, t.ID) {
+		return false
+	}
 	return len(f.Names) == 0 || slices.Contains(f.Names, t.EventName)
 }
+
+// Of returns the Task of info when it is a task of a bunbox event (see the package doc).
+func Of(info *asynq.TaskInfo) (Task, bool) { return bunboxTask(info) }
 
 // bunboxTask returns the Task of info when it is a task of a bunbox event (see the package doc).
 func bunboxTask(info *asynq.TaskInfo) (Task, bool) {
