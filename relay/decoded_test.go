@@ -100,7 +100,7 @@ SELECT gen_random_uuid(), 'doc.saved', ?, 'null', ?, '{"bunbox-payload-encoding"
 
 			var lastErrors []string
 			require.NoError(t, b.db.NewRaw(`SELECT last_error FROM outbox_events WHERE dead_at IS NOT NULL
-AND event_id::text IN (?) ORDER BY id`, bun.In(bombIDs)).Scan(ctx, &lastErrors))
+AND event_id::text IN (?) ORDER BY id`, bun.List(bombIDs)).Scan(ctx, &lastErrors))
 			require.Len(t, lastErrors, bombRows)
 			for _, msg := range lastErrors {
 				require.Contains(t, msg, "relay.Config.Codec")
