@@ -48,8 +48,8 @@ var (
 	ErrNoCodec = errors.New("model: payload is encoded and no codec was given to decode it")
 )
 
-// MaxKeyIDLength is the longest key id of a Keyring, in bytes.
-const MaxKeyIDLength = 64
+// maxKeyIDLength is the longest key id of a Keyring, in bytes.
+const maxKeyIDLength = 64
 
 // Keyring holds the AES keys of a Codec by id: it encrypts with the current key and decrypts with the key
 // whose id the payload names, so that keys rotate without re-encrypting what was written before. Its
@@ -62,7 +62,7 @@ type Keyring struct {
 // NewKeyring returns the Keyring of keys (key id → AES key of 16, 24 or 32 bytes) that encrypts with the
 // key current. To rotate, add the new key, make it current, and keep the old ones for as long as rows or
 // tasks encrypted with them may still be read (the outbox's pending and dead rows, and asynq's tasks when
-// the consumer decodes). An id is printable ASCII without spaces, at most MaxKeyIDLength bytes. The keys are
+// the consumer decodes). An id is printable ASCII without spaces, at most 64 bytes. The keys are
 // copied; the errors name ids, never keys.
 func NewKeyring(current string, keys map[string][]byte) (*Keyring, error) {
 	if current == "" {
@@ -70,8 +70,8 @@ func NewKeyring(current string, keys map[string][]byte) (*Keyring, error) {
 	}
 	k := &Keyring{current: current, aeads: make(map[string]cipher.AEAD, len(keys))}
 	for id, key := range keys {
-		if id == "" || len(id) > MaxKeyIDLength || !printableASCII(id) {
-			return nil, fmt.Errorf("model: NewKeyring: key id %q must be 1 to %d bytes of printable ASCII without spaces", id, MaxKeyIDLength)
+		if id == "" || len(id) > maxKeyIDLength || !printableASCII(id) {
+			return nil, fmt.Errorf("model: NewKeyring: key id %q must be 1 to %d bytes of printable ASCII without spaces", id, maxKeyIDLength)
 		}
 		switch len(key) {
 		case 16, 24, 32:

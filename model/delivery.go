@@ -8,8 +8,8 @@ import (
 	"unicode/utf8"
 )
 
-// MaxGroupLength is the longest asynq group name, in bytes.
-const MaxGroupLength = 255
+// maxGroupLength is the longest asynq group name, in bytes.
+const maxGroupLength = 255
 
 // delivery holds the delivery options given to NewEvent, and the first invalid one.
 type delivery struct {
@@ -104,7 +104,7 @@ func WithDeadline(t time.Time) Option {
 // WithGroup puts the task in the named asynq group: asynq aggregates the tasks of one group and queue
 // into one task for the handler, following the worker's GroupAggregator and GroupGracePeriod,
 // GroupMaxDelay and GroupMaxSize settings. A worker without a GroupAggregator never runs grouped tasks.
-// The group name follows the rules of queue names (not empty, at most MaxGroupLength bytes, no spaces or
+// The group name follows the rules of queue names (not empty, at most 255 bytes, no spaces or
 // control characters).
 //
 // asynq deletes the grouped tasks once it has aggregated them, so their TaskID no longer deduplicates
@@ -176,8 +176,8 @@ func groupProblem(s string) string {
 	switch {
 	case strings.TrimSpace(s) == "":
 		return "must not be empty or blank"
-	case len(s) > MaxGroupLength:
-		return fmt.Sprintf("is %d bytes, over the limit of %d", len(s), MaxGroupLength)
+	case len(s) > maxGroupLength:
+		return fmt.Sprintf("is %d bytes, over the limit of %d", len(s), maxGroupLength)
 	case !utf8.ValidString(s):
 		return "is not valid UTF-8"
 	case strings.IndexFunc(s, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) >= 0:

@@ -13,9 +13,9 @@ import (
 	"strings"
 )
 
-// KeyringCurrentLine is the name of the line of a keyring file (ReadKeyringFile) that names the current
+// keyringCurrentLine is the name of the line of a keyring file (ReadKeyringFile) that names the current
 // key id; it cannot be a key id of such a file.
-const KeyringCurrentLine = "current"
+const keyringCurrentLine = "current"
 
 // ReadKeyringFile reads the Keyring of the file at path (see ParseKeyring for its format): what a process
 // started from a command line (`bunbox relay -codec-keys-file`, OUTBOX_CODEC_KEYS_FILE) is given instead
@@ -94,14 +94,14 @@ func ParseKeyring(r io.Reader, name string) (*Keyring, error) {
 			return nil, fail(n, `want "id=base64 key" or "current=id" (the line is not shown: it may hold a key)`)
 		case id == "":
 			return nil, fail(n, `the key id before "=" is empty`)
-		case len(id) > MaxKeyIDLength || !printableASCII(id):
-			return nil, fail(n, "the key id must be 1 to %d bytes of printable ASCII without spaces (not shown: it may be a key)", MaxKeyIDLength)
-		case id == KeyringCurrentLine:
+		case len(id) > maxKeyIDLength || !printableASCII(id):
+			return nil, fail(n, "the key id must be 1 to %d bytes of printable ASCII without spaces (not shown: it may be a key)", maxKeyIDLength)
+		case id == keyringCurrentLine:
 			if currentLine > 0 {
-				return nil, fail(n, "a second %q line (the first is line %d)", KeyringCurrentLine, currentLine)
+				return nil, fail(n, "a second %q line (the first is line %d)", keyringCurrentLine, currentLine)
 			}
 			if value == "" {
-				return nil, fail(n, "%q names no key id", KeyringCurrentLine)
+				return nil, fail(n, "%q names no key id", keyringCurrentLine)
 			}
 			current, currentLine = value, n
 			continue
@@ -134,7 +134,7 @@ func ParseKeyring(r io.Reader, name string) (*Keyring, error) {
 	case len(keys) == 0:
 		return nil, fail(0, "holds no key (want lines id=base64 key)")
 	case currentLine == 0:
-		return nil, fail(0, "has no %q line naming the key that encrypts", KeyringCurrentLine+"=id")
+		return nil, fail(0, "has no %q line naming the key that encrypts", keyringCurrentLine+"=id")
 	}
 	if _, ok := keys[current]; !ok {
 		return nil, fail(currentLine, "the current key id is not among the key ids of the file (%s; the current id is not shown: it may be a key)",

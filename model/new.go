@@ -13,8 +13,8 @@ import (
 )
 
 const (
-	// MaxNameLength is the longest event name, in bytes.
-	MaxNameLength = 255
+	// maxNameLength is the longest event name, in bytes.
+	maxNameLength = 255
 	// MaxQueueLength is the longest queue name, in bytes.
 	MaxQueueLength = 255
 	// DefaultMaxPayloadSize is the largest payload, in bytes of JSON, that an Outbox writes unless
@@ -103,7 +103,7 @@ func (e *Event) validate(maxPayload int, isJSON bool) error {
 		maxPayload = DefaultMaxPayloadSize
 	}
 	maxPayload = min(maxPayload, MaxPayloadSizeCeiling)
-	if err := checkName("Name", e.Name, MaxNameLength); err != nil {
+	if err := checkName("Name", e.Name, maxNameLength); err != nil {
 		return err
 	}
 	if err := checkName("Queue", e.Queue, MaxQueueLength); err != nil {

@@ -7,8 +7,8 @@ import (
 	"unicode/utf8"
 )
 
-// MaxOrderingKeyLength is the longest ordering key, in bytes.
-const MaxOrderingKeyLength = 255
+// maxOrderingKeyLength is the longest ordering key, in bytes.
+const maxOrderingKeyLength = 255
 
 // HeaderOrderingKey carries the event's ordering key (see WithOrderingKey); absent for an event without one.
 const HeaderOrderingKey = "bunbox-ordering-key"
@@ -21,7 +21,7 @@ const HeaderOrderingKey = "bunbox-ordering-key"
 //
 // The outbox id order is the commit order for transactions that serialize on the aggregate the key names
 // (they lock or update its row before they record the event): give such transactions' events the key.
-// The key must not be empty, is at most MaxOrderingKeyLength bytes of UTF-8 and holds no control
+// The key must not be empty, is at most maxOrderingKeyLength bytes of UTF-8 and holds no control
 // characters; it cannot be combined with WithGroup. See the relay package for what ordering costs.
 func WithOrderingKey(key string) Option {
 	return func(o *options) { o.orderingKey, o.orderingKeySet = key, true }
@@ -33,8 +33,8 @@ func checkOrderingKey(e *Event) error {
 	switch {
 	case k == "":
 		return nil
-	case len(k) > MaxOrderingKeyLength:
-		return fmt.Errorf("%w %q: OrderingKey %.40q... is %d bytes, over the limit of %d", ErrInvalidEvent, e.Name, k, len(k), MaxOrderingKeyLength)
+	case len(k) > maxOrderingKeyLength:
+		return fmt.Errorf("%w %q: OrderingKey %.40q... is %d bytes, over the limit of %d", ErrInvalidEvent, e.Name, k, len(k), maxOrderingKeyLength)
 	case !utf8.ValidString(k):
 		return fmt.Errorf("%w %q: OrderingKey %q is not valid UTF-8", ErrInvalidEvent, e.Name, k)
 	case strings.IndexFunc(k, unicode.IsControl) >= 0:
