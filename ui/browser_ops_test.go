@@ -1,12 +1,10 @@
 package ui_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
@@ -41,23 +39,7 @@ FROM generate_series(1, ?) i`, ago, ago, ago/5)
 	outboxtest.DeliverStream(t, f.db)
 	f.insertStreamRow(t, "stream.waiting", "NULL")
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe),
-		chromedp.NoSandbox, // root in CI
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.WindowSize(1280, 900),
-		chromedp.UserDataDir(t.TempDir()),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	ctx, cancel := context.WithTimeout(bctx, 90*time.Second)
-	defer cancel()
+	ctx := newBrowser(t, exe)
 	run := func(what string, err error) {
 		t.Helper()
 		require.NoError(t, err, what)

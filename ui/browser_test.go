@@ -33,17 +33,11 @@ func chromiumPath(t *testing.T) string {
 	return ""
 }
 
-// TestBrowserRetryDeadEvent drives the page in a real headless Chromium, mounted on a service's mux under
-// /outbox (http.StripPrefix) with a token: the dead list asks for the token, the sign-in returns to it
-// under the mount; it loads the overview, selects a dead event and clicks "Retry selected"; the event is
-// back in line in the database, the page stayed under /outbox, and it loaded under its
-// Content-Security-Policy with nothing blocked. Screenshots of the overview and the dead list are kept in
-// BUNBOX_UI_SCREENSHOTS (default .artifacts/ui).
-func TestBrowserRetryDeadEvent(t *testing.T) {
-	t.Parallel()
-	exe := chromiumPath(t)
-	f := newFixture(t, ui.Config{Token: testToken})
-
+// newBrowser starts a headless Chromium from exe, as the machine's closed network needs it (no background
+// networking, no QUIC), with a profile of its own, and returns its context, bounded to 90 s and closed when
+// the test ends.
+func newBrowser(t *testing.T, exe string) context.Context {
+	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(exe),
 		chromedp.NoSandbox, // root in CI
@@ -56,11 +50,26 @@ func TestBrowserRetryDeadEvent(t *testing.T) {
 		chromedp.UserDataDir(t.TempDir()),
 	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
+	t.Cleanup(cancelAlloc)
 	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
+	t.Cleanup(cancelBrowser)
 	ctx, cancel := context.WithTimeout(bctx, 90*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestBrowserRetryDeadEvent drives the page in a real headless Chromium, mounted on a service's mux under
+// /outbox (http.StripPrefix) with a token: the dead list asks for the token, the sign-in returns to it
+// under the mount; it loads the overview, selects a dead event and clicks "Retry selected"; the event is
+// back in line in the database, the page stayed under /outbox, and it loaded under its
+// Content-Security-Policy with nothing blocked. Screenshots of the overview and the dead list are kept in
+// BUNBOX_UI_SCREENSHOTS (default .artifacts/ui).
+func TestBrowserRetryDeadEvent(t *testing.T) {
+	t.Parallel()
+	exe := chromiumPath(t)
+	f := newFixture(t, ui.Config{Token: testToken})
+
+	ctx := newBrowser(t, exe)
 
 	// run does one step that gives a value, failing the test on an error.
 	run := func(what string, err error) {
