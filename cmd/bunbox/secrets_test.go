@@ -114,10 +114,8 @@ func TestNoSecretInOutput(t *testing.T) {
 	if testing.Short() {
 		return // the Redis cases need a database to get that far
 	}
-	schema := outboxtest.NewSchema(t)
-	databaseURL := withParam(outboxtest.DatabaseURL(), "search_path="+schema)
-	code, _, stderr := runCLI(t, map[string]string{"DATABASE_URL": databaseURL}, "migrate", "up")
-	require.Equal(t, 0, code, stderr)
+	env, _ := schemaEnv(t)
+	databaseURL := env["DATABASE_URL"]
 	for i, u := range redisURLsWithSecret(secret) {
 		t.Run(fmt.Sprintf("RedisURL%d", i), func(t *testing.T) {
 			t.Parallel()
@@ -272,10 +270,8 @@ func TestNoPieceOfThePasswordInOutput(t *testing.T) {
 	if testing.Short() {
 		return // the Redis cases need a database to get that far
 	}
-	schema := outboxtest.NewSchema(t)
-	databaseURL := withParam(outboxtest.DatabaseURL(), "search_path="+schema)
-	code, _, stderr := runCLI(t, map[string]string{"DATABASE_URL": databaseURL}, "migrate", "up")
-	require.Equal(t, 0, code, stderr)
+	env, _ := schemaEnv(t)
+	databaseURL := env["DATABASE_URL"]
 	for i, pw := range passwordsWithDelimiters {
 		for j, u := range []string{
 			"redis://:" + pw + "@127.0.0.1:1/0",
