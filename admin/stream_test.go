@@ -9,6 +9,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
 )
 
@@ -35,7 +36,7 @@ func TestBacklogCountsStreamedRows(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, StreamState{}, st, "never turned on")
 
-	require.NoError(t, relay.EnableStream(ctx, db, relay.Config{}))
+	require.NoError(t, relay.EnableStream(ctx, db, model.Location{}))
 	insertStreamed(t, db, "delivered", 0)
 	insertStreamed(t, db, "later", time.Hour)
 	outboxtest.DeliverStream(t, db)
@@ -76,7 +77,7 @@ func TestBacklogCountsStreamedRows(t *testing.T) {
 	require.Zero(t, b.Lag)
 	require.EqualValues(t, 2, b.Scheduled)
 
-	require.NoError(t, relay.DisableStream(ctx, db, relay.Config{}))
+	require.NoError(t, relay.DisableStream(ctx, db, model.Location{}))
 	st, err = ReadStream(ctx, db)
 	require.NoError(t, err)
 	require.False(t, st.On)

@@ -19,7 +19,7 @@ func TestStreamedEventReadsBack(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, _ := outboxtest.Schema(t)
-	require.NoError(t, relay.EnableStream(ctx, db, relay.Config{}))
+	require.NoError(t, relay.EnableStream(ctx, db, model.Location{}))
 	ev, err := model.NewEvent("order.placed", map[string]int{"n": 1}, model.WithMetadata("tenant", "a"))
 	require.NoError(t, err)
 	_, err = db.NewInsert().Model(ev).Returning("id").Exec(ctx) // bunx.Outbox.Record reads back only what it sets

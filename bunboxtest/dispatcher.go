@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/bunbox/bunbox/bunx"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -36,7 +37,7 @@ func (d *Dispatcher) Dispatch(_ context.Context, events ...*model.Event) error {
 		if ev == nil {
 			return fmt.Errorf("bunboxtest: Dispatch: event %d is nil", i)
 		}
-		if err := ev.Validate(model.DefaultMaxPayloadSize); err != nil {
+		if err := ev.Validate(wire.DefaultMaxPayloadSize); err != nil {
 			return fmt.Errorf("bunboxtest: Dispatch: event %d (%s): %w", i, ev.Name, err)
 		}
 		if seen[ev.EventID] {

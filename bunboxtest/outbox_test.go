@@ -12,6 +12,7 @@ import (
 	"github.com/bunbox/bunbox/bunboxtest"
 	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
 	"github.com/bunbox/bunbox/worker"
@@ -128,8 +129,8 @@ func TestDrain(t *testing.T) {
 	require.Equal(t, "order.placed", task.Type())
 	require.JSONEq(t, `{"name":"order.placed"}`, string(task.Payload()))
 	h := task.Headers()
-	require.Equal(t, placed.EventID.String(), h[model.HeaderEventID])
-	require.Equal(t, "o-1", h[model.HeaderOrderingKey])
+	require.Equal(t, placed.EventID.String(), h[wire.HeaderEventID])
+	require.Equal(t, "o-1", h[wire.HeaderOrderingKey])
 	require.Equal(t, "a", h["tenant"])
 	id, err := worker.TaskEventID(task)
 	require.NoError(t, err)
@@ -163,7 +164,7 @@ func TestStreamedRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, _ := outboxtest.Schema(t)
-	require.NoError(t, relay.EnableStream(ctx, db, relay.Config{}))
+	require.NoError(t, relay.EnableStream(ctx, db, model.Location{}))
 	ev := newEvent(t, "order.placed")
 	require.NoError(t, bunx.New(db).Record(ctx, db, ev))
 	require.Equal(t, int64(1), outboxtest.Count(t, db, "outbox_events", "published_at = 'infinity'"), "the row is streamed")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -64,9 +65,9 @@ func TestRecordBytes(t *testing.T) {
 			row := rows[1]
 			require.Equal(t, "blob.saved", row.Name)
 			require.JSONEq(t, "null", string(row.Payload), "the jsonb column holds null")
-			require.Equal(t, model.PayloadFormatBytes, row.Metadata[model.HeaderPayloadFormat])
+			require.Equal(t, wire.PayloadFormatBytes, row.Metadata[wire.HeaderPayloadFormat])
 			require.Equal(t, "t1", row.Metadata["tenant"])
-			require.Equal(t, tt.encoding, row.Metadata[model.HeaderPayloadEncoding])
+			require.Equal(t, tt.encoding, row.Metadata[wire.HeaderPayloadEncoding])
 			if tt.encoding == "" {
 				require.Equal(t, data, row.PayloadEncoded, "stored as they are")
 			} else {

@@ -33,7 +33,7 @@ func (e *UnknownEventError) Error() string {
 func (e *UnknownEventError) Unwrap() error { return ErrUnknownEvent }
 
 // cancelNeverPublished is the cancel_result of an event cancelled before the relay published it: the
-// relay's relay.CancelNeverPublished (bunx does not import the relay).
+// relay's "never published" (bunx does not import the relay).
 const cancelNeverPublished = "never published"
 
 // cancelSQL marks the events of its first argument cancelled, unless one of them is unknown: then it
@@ -60,7 +60,7 @@ SELECT id FROM unknown ORDER BY id`
 // asynq by the relay if asynq still holds them (pending, scheduled, retry, archived) rather than running or
 // having run; the reconciler never brings a cancelled event back. A cancel that rolls back changes
 // nothing. Cancel does not reach Redis: the relay takes the tasks back and records the outcome in the
-// row's cancel_result column (relay.CancelRemoved, CancelRan, ...), logging at Warn the events it found
+// row's cancel_result column ("removed from asynq", "ran before the cancel", ...), logging at Warn the events it found
 // had run or were running, which it could not take back.
 //
 // Atomicity needs a bun.Tx: the cancel then takes effect exactly when the transaction commits. Cancelling

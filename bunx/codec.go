@@ -4,16 +4,17 @@ import (
 	"fmt"
 	"maps"
 
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
 // WithCodec makes the Outbox encode the payloads it writes with c (see model.Codec): compressed above a
 // size, encrypted at rest, or both. An encoded payload is written as bytes into the payload_encoded column
 // (the payload column then holds JSON null), with its encoding and key id in the event's metadata
-// (model.HeaderPayloadEncoding, model.HeaderPayloadKeyID), which the relay copies into the task's headers.
+// (bunbox-payload-encoding, bunbox-payload-key-id), which the relay copies into the task's headers.
 // A payload the Codec leaves as it is (a small one, with compression only) is written as plain JSON.
 //
-// The payload is decoded by the relay before it enqueues (relay.Config.Codec), or else by the consumer
+// The payload is decoded by the relay before it enqueues (relay.Config.Location.Codec), or else by the consumer
 // (worker.WithInboxCodec, worker.DecodeTask), which then needs the Keyring too; an encrypted payload then
 // stays encrypted in Redis as well.
 //
@@ -45,11 +46,11 @@ func (r *registry) encode(events []*model.Event) ([]*model.Event, error) {
 			return nil, fmt.Errorf("%w %q: PayloadEncoded is set by the Outbox's codec (bunx.WithCodec), not by the caller",
 				model.ErrInvalidEvent, ev.Name)
 		}
-		if _, ok := ev.Metadata[model.HeaderPayloadEncoding]; ok {
+		if _, ok := ev.Metadata[wire.HeaderPayloadEncoding]; ok {
 			return nil, fmt.Errorf("%w %q: Metadata key %s is set by the Outbox's codec, not by the caller",
-				model.ErrInvalidEvent, ev.Name, model.HeaderPayloadEncoding)
+				model.ErrInvalidEvent, ev.Name, wire.HeaderPayloadEncoding)
 		}
-		isBytes := model.IsBytes(ev.Metadata)
+		isBytes := wire.IsBytes(ev.Metadata)
 		data, encoding, keyID := []byte(ev.Payload), "", ""
 		if r.codec.Encodes(len(ev.Payload)) {
 			var err error
@@ -81,15 +82,15 @@ func (r *registry) encode(events []*model.Event) ([]*model.Event, error) {
 			if cp.Metadata == nil {
 				cp.Metadata = make(map[string]string, 2)
 			}
-			cp.Metadata[model.HeaderPayloadEncoding] = encoding
+			cp.Metadata[wire.HeaderPayloadEncoding] = encoding
 			if keyID != "" {
-				cp.Metadata[model.HeaderPayloadKeyID] = keyID
+				cp.Metadata[wire.HeaderPayloadKeyID] = keyID
 			} else {
-				delete(cp.Metadata, model.HeaderPayloadKeyID)
+				delete(cp.Metadata, wire.HeaderPayloadKeyID)
 			}
 			if err := cp.ValidateMetadata(); err != nil {
 				return nil, fmt.Errorf("%w (with the payload codec's metadata keys %s and %s)", err,
-					model.HeaderPayloadEncoding, model.HeaderPayloadKeyID)
+					wire.HeaderPayloadEncoding, wire.HeaderPayloadKeyID)
 			}
 		}
 		out = append(out, &cp)
@@ -104,7 +105,7 @@ func (r *registry) encode(events []*model.Event) ([]*model.Event, error) {
 // into the payload_encoded column with a codec or without, or has PayloadEncoded set, which encode refuses.
 func needsEncode(events []*model.Event) bool {
 	for _, ev := range events {
-		if ev.PayloadEncoded != nil || model.IsBytes(ev.Metadata) {
+		if ev.PayloadEncoded != nil || wire.IsBytes(ev.Metadata) {
 			return true
 		}
 	}
@@ -115,7 +116,7 @@ func needsEncode(events []*model.Event) bool {
 // the Outbox's limit on what is written, and the codec its own on the payload it encodes).
 func (r *registry) payloadLimit() int {
 	if r.codec != nil {
-		return model.MaxPayloadSizeCeiling
+		return wire.MaxPayloadSizeCeiling
 	}
 	return r.maxPayload
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/bunx"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -43,7 +44,7 @@ func TestRecordRefusesCompressionBomb(t *testing.T) {
 			require.ErrorContains(t, err, "payload is 8388618 bytes, over the codec's limit of 1048576 (model.MaxDecodedSize)")
 			b.requireUnchanged(t)
 
-			atLimit, err := model.NewEvent("doc.big", map[string]string{"pad": strings.Repeat("a", model.DefaultMaxPayloadSize-10)})
+			atLimit, err := model.NewEvent("doc.big", map[string]string{"pad": strings.Repeat("a", wire.DefaultMaxPayloadSize-10)})
 			require.NoError(t, err)
 			require.NoError(t, b.ob.Record(ctx, b.db, atLimit))
 			require.Equal(t, []string{"doc.big"}, b.eventNames(t))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -68,7 +69,7 @@ func TestRecordWithCodec(t *testing.T) {
 			require.Len(t, rows, 2)
 			for i, want := range [][]byte{bigPayload, smallEv.Payload} {
 				row := rows[i]
-				require.Equal(t, tt.encodings[i], row.Metadata[model.HeaderPayloadEncoding], "row %d", i)
+				require.Equal(t, tt.encodings[i], row.Metadata[wire.HeaderPayloadEncoding], "row %d", i)
 				if tt.encodings[i] == "" {
 					require.Nil(t, row.PayloadEncoded)
 					require.JSONEq(t, string(want), string(row.Payload))
@@ -77,7 +78,7 @@ func TestRecordWithCodec(t *testing.T) {
 				require.JSONEq(t, "null", string(row.Payload))
 				require.NotEmpty(t, row.PayloadEncoded)
 				if strings.HasSuffix(tt.encodings[i], "aes-gcm") {
-					require.Equal(t, "k1", row.Metadata[model.HeaderPayloadKeyID])
+					require.Equal(t, "k1", row.Metadata[wire.HeaderPayloadKeyID])
 				}
 				require.NoError(t, c.DecodeEvent(&row))
 				require.JSONEq(t, string(want), string(row.Payload))
@@ -111,7 +112,7 @@ func TestHooksWriteWithCodec(t *testing.T) {
 	}))
 	rows := b.events(t)
 	require.Len(t, rows, 1)
-	require.Equal(t, "aes-gcm", rows[0].Metadata[model.HeaderPayloadEncoding])
+	require.Equal(t, "aes-gcm", rows[0].Metadata[wire.HeaderPayloadEncoding])
 	require.NotContains(t, string(rows[0].PayloadEncoded), "r1", "the payload is encrypted at rest")
 }
 
@@ -156,7 +157,7 @@ func TestRecordWithCodecRefuses(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, b.ob.Record(ctx, b.db, big))
 
-	reserved, err := model.NewEvent("x", nil, model.WithMetadata(model.HeaderPayloadEncoding, "gzip"))
+	reserved, err := model.NewEvent("x", nil, model.WithMetadata(wire.HeaderPayloadEncoding, "gzip"))
 	require.NoError(t, err)
 	require.ErrorContains(t, b.ob.Record(ctx, b.db, reserved), "Metadata key bunbox-payload-encoding is set by the Outbox's codec")
 
@@ -165,8 +166,8 @@ func TestRecordWithCodecRefuses(t *testing.T) {
 	preset.PayloadEncoded = []byte{1}
 	require.ErrorContains(t, b.ob.Record(ctx, b.db, preset), "PayloadEncoded is set by the Outbox's codec")
 
-	crowded := make([]model.Option, 0, model.MaxMetadataCount)
-	for i := range model.MaxMetadataCount {
+	crowded := make([]model.Option, 0, wire.MaxMetadataCount)
+	for i := range wire.MaxMetadataCount {
 		crowded = append(crowded, model.WithMetadata(strings.Repeat("m", i+1), "v"))
 	}
 	full, err := model.NewEvent("x", nil, crowded...)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -58,10 +59,10 @@ func TestOnePayloadLimit(t *testing.T) {
 		opts  []bunx.Option
 		limit int
 	}{
-		{"Default", nil, model.DefaultMaxPayloadSize},
-		{"ZeroKeepsTheDefault", []bunx.Option{bunx.WithMaxPayloadSize(0)}, model.DefaultMaxPayloadSize},
+		{"Default", nil, wire.DefaultMaxPayloadSize},
+		{"ZeroKeepsTheDefault", []bunx.Option{bunx.WithMaxPayloadSize(0)}, wire.DefaultMaxPayloadSize},
 		{"Raised", []bunx.Option{bunx.WithMaxPayloadSize(4 << 20)}, 4 << 20},
-		{"AboveTheCeiling", []bunx.Option{bunx.WithMaxPayloadSize(1 << 30)}, model.MaxPayloadSizeCeiling},
+		{"AboveTheCeiling", []bunx.Option{bunx.WithMaxPayloadSize(1 << 30)}, wire.MaxPayloadSizeCeiling},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

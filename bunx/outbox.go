@@ -18,6 +18,7 @@ import (
 
 	"github.com/bunbox/bunbox/internal/pgerr"
 	"github.com/bunbox/bunbox/internal/tables"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -51,12 +52,12 @@ type Option func(*Outbox)
 
 // WithMaxPayloadSize sets the largest event payload, in bytes of JSON, that the Outbox writes; a larger
 // one fails the transaction. It is the one payload limit (model.WithMaxPayloadSize is deprecated and does
-// nothing; NewEvent checks only model.MaxPayloadSizeCeiling). A value above model.MaxPayloadSizeCeiling
-// counts as the ceiling; n <= 0 keeps the default. Defaults to model.DefaultMaxPayloadSize (1 MiB).
+// nothing; NewEvent checks only the 64 MiB ceiling). A value above the 64 MiB ceiling
+// counts as the ceiling; n <= 0 keeps the default. Defaults to 1 MiB.
 func WithMaxPayloadSize(n int) Option {
 	return func(o *Outbox) {
 		if n > 0 {
-			o.reg.maxPayload = min(n, model.MaxPayloadSizeCeiling)
+			o.reg.maxPayload = min(n, wire.MaxPayloadSizeCeiling)
 		}
 	}
 }
@@ -101,7 +102,7 @@ func New(db *bun.DB, opts ...Option) *Outbox {
 	if db == nil {
 		panic("bunx.New: db must not be nil")
 	}
-	o := &Outbox{db: db, reg: &registry{maxPayload: model.DefaultMaxPayloadSize, logger: slog.Default(), handlers: make(map[reflect.Type]*handlerSet)}}
+	o := &Outbox{db: db, reg: &registry{maxPayload: wire.DefaultMaxPayloadSize, logger: slog.Default(), handlers: make(map[reflect.Type]*handlerSet)}}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(o)

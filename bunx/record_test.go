@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bunbox/bunbox/bunx"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -106,13 +107,13 @@ func TestBadInput(t *testing.T) {
 		}, `Payload contains \u0000`, model.ErrInvalidEvent},
 		{"TooManyMetadataKeys", func(*testing.T) ([]*model.Event, error) {
 			md := map[string]string{}
-			for i := range model.MaxMetadataCount + 1 {
+			for i := range wire.MaxMetadataCount + 1 {
 				md[strings.Repeat("k", i+1)] = "v"
 			}
 			return []*model.Event{{EventID: uuid.New(), Name: "md", Payload: []byte("{}"), Metadata: md}}, nil
 		}, "over the limit of 32 (MaxMetadataCount)", model.ErrInvalidEvent},
 		{"MetadataValueTooLong", func(*testing.T) ([]*model.Event, error) {
-			md := map[string]string{"k": strings.Repeat("v", model.MaxMetadataValueLength+1)}
+			md := map[string]string{"k": strings.Repeat("v", wire.MaxMetadataValueLength+1)}
 			return []*model.Event{{EventID: uuid.New(), Name: "md", Payload: []byte("{}"), Metadata: md}}, nil
 		}, "(MaxMetadataValueLength)", model.ErrInvalidEvent},
 		{"InvalidRawJSON", func(*testing.T) ([]*model.Event, error) {
@@ -263,7 +264,7 @@ func TestRecordCarriesTraceContext(t *testing.T) {
 	ev, err := model.NewEvent("traced", nil)
 	require.NoError(t, err)
 	require.NoError(t, b.ob.Record(ctx, b.db, ev))
-	require.Equal(t, "00-0102030405060708090a0b0c0d0e0f10-0102030405060708-01", b.events(t)[0].Metadata[model.HeaderTraceParent])
+	require.Equal(t, "00-0102030405060708090a0b0c0d0e0f10-0102030405060708-01", b.events(t)[0].Metadata[wire.HeaderTraceParent])
 }
 
 func TestTransactorWithoutDB(t *testing.T) {

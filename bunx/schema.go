@@ -9,7 +9,7 @@ import (
 
 // WithSchema makes the Outbox write into the outbox of schema: "schema".outbox_events, qualified and
 // quoted in every statement, so neither search_path nor a pooler's session matters. Give the same schema to
-// migrate.WithSchema (which creates the tables there), relay.Config.Schema and the rest; several Outboxes
+// migrate.WithSchema (which creates the tables there), relay.Config.Location and the rest; several Outboxes
 // on one db, each with its schema, write each to its own table (see docs/tenants.md). With
 // WithPreparedStatements, each schema has its own prepared INSERTs.
 //
@@ -24,7 +24,7 @@ func WithSchema(schema string) Option {
 // WithTablePrefix makes the Outbox write into the outbox whose table names start with prefix:
 // orders_outbox_events for "orders_" (in the schema of WithSchema, if any), so that several outboxes live
 // in one schema. Give the same prefix to migrate.WithTablePrefix (which creates the tables, their indexes
-// and sequence under the prefixed names), relay.Config.TablePrefix and the rest (see docs/tenants.md).
+// and sequence under the prefixed names), relay.Config.Location and the rest (see docs/tenants.md).
 //
 // prefix is 1 to 24 lowercase ASCII letters, digits and underscores, not starting with a digit or pg_,
 // and with WithSchema's schema it must leave the NOTIFY channel (bunbox_outbox:<schema>:<prefix>) within

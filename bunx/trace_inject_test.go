@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/baggage"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -28,5 +29,5 @@ func TestRecordInjectsWithTheGlobalPropagator(t *testing.T) {
 	require.NoError(t, b.ob.Record(ctx, b.db, ev))
 	md := b.events(t)[0].Metadata
 	require.Equal(t, "tenant=acme", md["baggage"])
-	require.Contains(t, md[model.HeaderTraceParent], span.SpanContext().TraceID().String())
+	require.Contains(t, md[wire.HeaderTraceParent], span.SpanContext().TraceID().String())
 }

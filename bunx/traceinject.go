@@ -10,12 +10,13 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
 // The trace context fields kept longest when an event's metadata has no room for all the propagator gives:
 // the W3C traceparent (the trace itself), then its tracestate. Baggage and any other field go first.
-var keptTraceFields = []string{model.HeaderTraceParent, model.HeaderTraceState}
+var keptTraceFields = []string{wire.HeaderTraceParent, wire.HeaderTraceState}
 
 // injectTrace adds the trace context of ctx to each event's metadata with the application's propagator
 // (otel.GetTextMapPropagator, a no-op until the application sets one). An event whose metadata already has

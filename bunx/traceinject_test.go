@@ -19,6 +19,7 @@ import (
 
 	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
 )
@@ -104,7 +105,7 @@ func TestTraceContextThatDoesNotFitIsLeftOut(t *testing.T) {
 	record(ctx, huge)
 	md := metadataOf(huge)
 	require.NotContains(t, md, "baggage")
-	require.Contains(t, md[model.HeaderTraceParent], span.SpanContext().TraceID().String())
+	require.Contains(t, md[wire.HeaderTraceParent], span.SpanContext().TraceID().String())
 
 	// 31 keys of the application's own, traceparent and a small baggage: 33 keys, one too many; the
 	// baggage goes, the traceparent stays.
@@ -113,17 +114,17 @@ func TestTraceContextThatDoesNotFitIsLeftOut(t *testing.T) {
 	require.NoError(t, err)
 	record(ctx, crowded)
 	md = metadataOf(crowded)
-	require.Len(t, md, model.MaxMetadataCount)
+	require.Len(t, md, wire.MaxMetadataCount)
 	require.NotContains(t, md, "baggage")
-	require.Contains(t, md[model.HeaderTraceParent], span.SpanContext().TraceID().String())
+	require.Contains(t, md[wire.HeaderTraceParent], span.SpanContext().TraceID().String())
 
 	// 32 keys of the application's own: no room for any trace context.
 	full, err := model.NewEvent("trace.full", nil, append(userMetadata(32), model.WithQueue(queue))...)
 	require.NoError(t, err)
 	record(ctx, full)
 	md = metadataOf(full)
-	require.Len(t, md, model.MaxMetadataCount)
-	require.NotContains(t, md, model.HeaderTraceParent)
+	require.Len(t, md, wire.MaxMetadataCount)
+	require.NotContains(t, md, wire.HeaderTraceParent)
 
 	out := logs.String()
 	require.Contains(t, out, "level=WARN")
@@ -162,7 +163,7 @@ func TestMetadataOfTheApplicationTooLargeFailsTheTransaction(t *testing.T) {
 	ctx, _ := tracedContext(t, 1, 10)
 	ev, err := model.NewEvent("too.large", nil)
 	require.NoError(t, err)
-	ev.Metadata = map[string]string{"note": strings.Repeat("x", model.MaxMetadataValueLength+1)}
+	ev.Metadata = map[string]string{"note": strings.Repeat("x", wire.MaxMetadataValueLength+1)}
 	err = b.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		if _, err := tx.NewInsert().Model(&Order{Ref: "x"}).Exec(ctx); err != nil {
 			return err

@@ -20,7 +20,7 @@ import (
 //	routes.Handle(mux, "order.placed", "reserve-stock", inbox.Handler("reserve-stock", reserveStock))
 //
 // For an event name with listeners the relay enqueues, instead of one task, one task per listener: task
-// type ListenerTaskType(event, listener), TaskID "<event id>:<listener>", the header model.HeaderListener, and
+// type ListenerTaskType(event, listener), TaskID "<event id>:<listener>", the header bunbox-listener, and
 // otherwise the same payload, headers, queue and delivery options (an event's group becomes
 // "<group>:<listener>", so that each listener's tasks are aggregated apart). Each listener's task retries on its own, so a failing
 // listener never makes another run twice. The row is marked published once every listener's task is in

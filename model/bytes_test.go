@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -28,17 +29,17 @@ func TestNewBytesEvent(t *testing.T) {
 	require.Equal(t, data, []byte(ev.Payload))
 	data[0] = 'X'
 	require.NotEqual(t, data[0], ev.Payload[0], "the bytes are copied")
-	require.Equal(t, map[string]string{"tenant": "t1", model.HeaderPayloadFormat: model.PayloadFormatBytes}, ev.Metadata)
-	require.True(t, model.IsBytes(ev.Metadata))
+	require.Equal(t, map[string]string{"tenant": "t1", wire.HeaderPayloadFormat: wire.PayloadFormatBytes}, ev.Metadata)
+	require.True(t, wire.IsBytes(ev.Metadata))
 	require.Equal(t, "blobs", ev.Queue)
 	require.Equal(t, "k", ev.OrderingKey)
 	require.NoError(t, ev.Validate(0), "Validate takes bytes that are not JSON when the metadata marks them")
-	require.Equal(t, "bytes (not JSON), 920 bytes", model.DescribeEncoded(ev))
+	require.Equal(t, "bytes (not JSON), 920 bytes", wire.DescribeEncoded(ev.Metadata, ev.PayloadEncoded, ev.Payload))
 
 	// A payload that happens to be JSON text is still bytes.
 	ev, err = model.NewBytesEvent("blob.saved", []byte(`{"a":1}`))
 	require.NoError(t, err)
-	require.True(t, model.IsBytes(ev.Metadata))
+	require.True(t, wire.IsBytes(ev.Metadata))
 
 	for _, tt := range []struct {
 		name string
@@ -51,10 +52,10 @@ func TestNewBytesEvent(t *testing.T) {
 			return model.NewBytesEvent("blob.saved", []byte{1}, model.WithMaxRetry(-1))
 		}, "MaxRetry"},
 		{"OverTheCeiling", func() (*model.Event, error) {
-			return model.NewBytesEvent("blob.saved", make([]byte, model.MaxPayloadSizeCeiling+1))
+			return model.NewBytesEvent("blob.saved", make([]byte, wire.MaxPayloadSizeCeiling+1))
 		}, "over the limit"},
 		{"NewEventWithTheMarker", func() (*model.Event, error) {
-			return model.NewEvent("blob.saved", 1, model.WithMetadata(model.HeaderPayloadFormat, model.PayloadFormatBytes))
+			return model.NewEvent("blob.saved", 1, model.WithMetadata(wire.HeaderPayloadFormat, wire.PayloadFormatBytes))
 		}, "set by model.NewBytesEvent"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -71,12 +72,12 @@ func TestNewBytesEvent(t *testing.T) {
 	require.ErrorContains(t, err, "not valid JSON")
 	ev, err = model.NewEvent("doc.saved", []byte(`{"a":1}`))
 	require.NoError(t, err)
-	require.False(t, model.IsBytes(ev.Metadata))
-	require.Empty(t, model.DescribeEncoded(ev))
+	require.False(t, wire.IsBytes(ev.Metadata))
+	require.Empty(t, wire.DescribeEncoded(ev.Metadata, ev.PayloadEncoded, ev.Payload))
 
 	// An event built by hand: an unknown format is refused, and bytes without the marker must be JSON.
 	bad := &model.Event{EventID: ev.EventID, Name: "x", Queue: "default", Payload: json.RawMessage{0xff},
-		Metadata: map[string]string{model.HeaderPayloadFormat: "text"}}
+		Metadata: map[string]string{wire.HeaderPayloadFormat: "text"}}
 	require.ErrorContains(t, bad.Validate(0), `Metadata key bunbox-payload-format is "text"`)
 	bad.Metadata = nil
 	require.ErrorContains(t, bad.Validate(0), "not valid JSON (opaque bytes: model.NewBytesEvent)")
@@ -98,18 +99,18 @@ func TestCodecBytesEvent(t *testing.T) {
 
 	stored := *ev // as the relay reads the row back
 	stored.Payload, stored.PayloadEncoded = json.RawMessage("null"), enc
-	stored.Metadata = map[string]string{model.HeaderPayloadFormat: model.PayloadFormatBytes,
-		model.HeaderPayloadEncoding: encoding, model.HeaderPayloadKeyID: keyID}
-	desc := model.DescribeEncoded(&stored)
+	stored.Metadata = map[string]string{wire.HeaderPayloadFormat: wire.PayloadFormatBytes,
+		wire.HeaderPayloadEncoding: encoding, wire.HeaderPayloadKeyID: keyID}
+	desc := wire.DescribeEncoded(stored.Metadata, stored.PayloadEncoded, stored.Payload)
 	require.Regexp(t, `^bytes \(not JSON\), encrypted \(key id k1\), gzip-compressed, \d+ bytes$`, desc)
 	require.NoError(t, c.DecodeEvent(&stored))
 	require.Equal(t, data, []byte(stored.Payload))
-	require.Equal(t, map[string]string{model.HeaderPayloadFormat: model.PayloadFormatBytes}, stored.Metadata,
+	require.Equal(t, map[string]string{wire.HeaderPayloadFormat: wire.PayloadFormatBytes}, stored.Metadata,
 		"the format is kept: the handler must know the payload is bytes")
 
 	plain := *ev // written without a codec
 	plain.Payload, plain.PayloadEncoded = json.RawMessage("null"), data
-	require.Equal(t, "bytes (not JSON), 920 bytes", model.DescribeEncoded(&plain))
+	require.Equal(t, "bytes (not JSON), 920 bytes", wire.DescribeEncoded(plain.Metadata, plain.PayloadEncoded, plain.Payload))
 	var nilCodec *model.Codec
 	require.NoError(t, nilCodec.DecodeEvent(&plain))
 	require.Equal(t, data, []byte(plain.Payload))

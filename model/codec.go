@@ -15,24 +15,8 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
-)
 
-// Metadata keys (and so task headers) of an encoded payload (see Codec). Both are set by the Outbox that
-// encoded it and read by whoever decodes it: the relay (relay.Config.Codec) or the consumer
-// (worker.WithInboxCodec, worker.DecodeTask).
-const (
-	// HeaderPayloadEncoding names how the payload was encoded, the steps in the order they were applied,
-	// joined by "+": "gzip", "aes-gcm" or "gzip+aes-gcm". Absent for a plain JSON payload.
-	HeaderPayloadEncoding = "bunbox-payload-encoding"
-	// HeaderPayloadKeyID names the key of the Keyring that encrypted the payload; absent when it is not
-	// encrypted. It is an id, never the key.
-	HeaderPayloadKeyID = "bunbox-payload-key-id"
-)
-
-// The steps of an encoding (HeaderPayloadEncoding).
-const (
-	EncodingGzip   = "gzip"
-	EncodingAESGCM = "aes-gcm"
+	"github.com/bunbox/bunbox/internal/wire"
 )
 
 // Errors of decoding a payload; the error that wraps them names the event and the key id, never a key.
@@ -112,7 +96,7 @@ func (k *Keyring) String() string {
 func (k *Keyring) GoString() string { return k.String() }
 
 // Codec encodes the payloads an Outbox writes (bunx.WithCodec) and decodes them where they are read: in the
-// relay before it enqueues (relay.Config.Codec), or in the consumer (worker.WithInboxCodec). It compresses
+// relay before it enqueues (relay.Config.Location.Codec), or in the consumer (worker.WithInboxCodec). It compresses
 // a payload above a size with gzip (CompressAbove), encrypts it with AES-GCM under the current key of a
 // Keyring (EncryptWith), or both, compression first. The encoded bytes are bound to the event id: they do
 // not decode as another event's payload.
@@ -162,14 +146,14 @@ func EncryptWith(k *Keyring) CodecOption {
 // transaction with an error that names the event and this limit; Decode stops reading a payload that
 // decodes to more (a compression bomb: 64 MiB of JSON gzips to about 64 KiB) and fails it with
 // ErrCorruptPayload, naming the limit. It bounds the memory a reader spends on one payload: the relay
-// (relay.Config.Codec) marks such a row dead, kept, with a last_error that names the limit, and counts
+// (relay.Config.Location.Codec) marks such a row dead, kept, with a last_error that names the limit, and counts
 // the payloads it decodes against relay.Config.BatchBytes. Give the readers' Codecs (the relay's, the
-// consumer's: worker.WithInboxCodec) a limit at least the writer's. n is 1 to MaxPayloadSizeCeiling.
-// Defaults to DefaultMaxPayloadSize (1 MiB), the Outbox's default limit on a plain JSON payload.
+// consumer's: worker.WithInboxCodec) a limit at least the writer's. n is 1 to 64 MiB.
+// Defaults to 1 MiB, the Outbox's default limit on a plain JSON payload.
 func MaxDecodedSize(n int) CodecOption {
 	return func(c *Codec) error {
-		if n < 1 || n > MaxPayloadSizeCeiling {
-			return fmt.Errorf("MaxDecodedSize must be between 1 and %d (MaxPayloadSizeCeiling), got %d", MaxPayloadSizeCeiling, n)
+		if n < 1 || n > wire.MaxPayloadSizeCeiling {
+			return fmt.Errorf("MaxDecodedSize must be between 1 and %d (MaxPayloadSizeCeiling), got %d", wire.MaxPayloadSizeCeiling, n)
 		}
 		c.maxDecoded = n
 		return nil
@@ -178,7 +162,7 @@ func MaxDecodedSize(n int) CodecOption {
 
 // NewCodec returns a Codec with opts; an invalid option is an error that names it.
 func NewCodec(opts ...CodecOption) (*Codec, error) {
-	c := &Codec{compressAbove: -1, maxDecoded: DefaultMaxPayloadSize}
+	c := &Codec{compressAbove: -1, maxDecoded: wire.DefaultMaxPayloadSize}
 	for _, opt := range opts {
 		if opt == nil {
 			continue
@@ -202,7 +186,7 @@ func (c *Codec) String() string {
 	if c.keys != nil {
 		parts = append(parts, "aes-gcm with "+c.keys.String())
 	}
-	if limit := c.DecodedLimit(); limit != DefaultMaxPayloadSize {
+	if limit := c.DecodedLimit(); limit != wire.DefaultMaxPayloadSize {
 		parts = append(parts, fmt.Sprintf("payloads up to %d bytes", limit))
 	}
 	if len(parts) == 0 {
@@ -215,10 +199,10 @@ func (c *Codec) String() string {
 func (c *Codec) GoString() string { return c.String() }
 
 // DecodedLimit is the largest payload the Codec encodes or decodes, in bytes before encoding (see
-// MaxDecodedSize); DefaultMaxPayloadSize for a nil Codec, which decodes gzip only.
+// MaxDecodedSize); 1 MiB for a nil Codec, which decodes gzip only.
 func (c *Codec) DecodedLimit() int {
 	if c == nil || c.maxDecoded <= 0 {
-		return DefaultMaxPayloadSize
+		return wire.DefaultMaxPayloadSize
 	}
 	return c.maxDecoded
 }
@@ -230,8 +214,8 @@ func (c *Codec) Encodes(size int) bool {
 }
 
 // Encode returns payload as the Codec encodes it for the event eventID, the encoding (the value of
-// HeaderPayloadEncoding, "" when the Codec leaves the payload as it is: the result is then payload itself)
-// and the key id (HeaderPayloadKeyID's value, "" when not encrypted). A payload it would encode that is
+// bunbox-payload-encoding, "" when the Codec leaves the payload as it is: the result is then payload itself)
+// and the key id (bunbox-payload-key-id's value, "" when not encrypted). A payload it would encode that is
 // larger than its limit (MaxDecodedSize) is an error that names the limit.
 func (c *Codec) Encode(eventID uuid.UUID, payload []byte) (data []byte, encoding, keyID string, err error) {
 	if !c.Encodes(len(payload)) {
@@ -254,12 +238,12 @@ func (c *Codec) Encode(eventID uuid.UUID, payload []byte) (data []byte, encoding
 			return nil, "", "", fmt.Errorf("model: gzip payload: %w", err)
 		}
 		if b.Len() < len(payload) {
-			data, steps = b.Bytes(), append(steps, EncodingGzip)
+			data, steps = b.Bytes(), append(steps, wire.EncodingGzip)
 		}
 	}
 	if c.keys != nil {
 		keyID = c.keys.current
-		steps = append(steps, EncodingAESGCM)
+		steps = append(steps, wire.EncodingAESGCM)
 		encoding = strings.Join(steps, "+")
 		aead := c.keys.aeads[keyID]
 		out := make([]byte, aead.NonceSize(), aead.NonceSize()+len(data)+aead.Overhead())
@@ -301,13 +285,13 @@ func (c *Codec) Decode(eventID uuid.UUID, encoding, keyID string, data []byte) (
 	switch {
 	case encoding == "":
 		return nil, fail(ErrCorruptPayload, "no encoding named")
-	case len(steps) > 2, len(steps) == 2 && (steps[0] != EncodingGzip || steps[1] != EncodingAESGCM),
-		len(steps) == 1 && steps[0] != EncodingGzip && steps[0] != EncodingAESGCM:
+	case len(steps) > 2, len(steps) == 2 && (steps[0] != wire.EncodingGzip || steps[1] != wire.EncodingAESGCM),
+		len(steps) == 1 && steps[0] != wire.EncodingGzip && steps[0] != wire.EncodingAESGCM:
 		return nil, fail(ErrCorruptPayload, "unknown encoding (this version knows gzip, aes-gcm and gzip+aes-gcm)")
-	case (steps[len(steps)-1] == EncodingAESGCM) != (keyID != ""):
+	case (steps[len(steps)-1] == wire.EncodingAESGCM) != (keyID != ""):
 		return nil, fail(ErrCorruptPayload, "an encrypted payload names a key id, and only an encrypted one")
 	}
-	if steps[len(steps)-1] == EncodingAESGCM {
+	if steps[len(steps)-1] == wire.EncodingAESGCM {
 		var aead cipher.AEAD
 		if c != nil && c.keys != nil {
 			aead = c.keys.aeads[keyID]
@@ -368,74 +352,24 @@ func gunzip(data []byte, limit int) ([]byte, error) {
 }
 
 // DecodeEvent decodes ev's payload in place when it is encoded (ev.PayloadEncoded is set): Payload becomes
-// the decoded payload, PayloadEncoded nil, and Metadata a copy without HeaderPayloadEncoding and
-// HeaderPayloadKeyID. An event whose payload is not encoded is left as it is; the bytes of a bytes event
+// the decoded payload, PayloadEncoded nil, and Metadata a copy without bunbox-payload-encoding and
+// bunbox-payload-key-id. An event whose payload is not encoded is left as it is; the bytes of a bytes event
 // (NewBytesEvent) stored without encoding become its Payload. Errors are Decode's.
 func (c *Codec) DecodeEvent(ev *Event) error {
 	if ev.PayloadEncoded == nil {
 		return nil
 	}
-	if _, named := ev.Metadata[HeaderPayloadEncoding]; !named && IsBytes(ev.Metadata) {
+	if _, named := ev.Metadata[wire.HeaderPayloadEncoding]; !named && wire.IsBytes(ev.Metadata) {
 		ev.Payload, ev.PayloadEncoded = ev.PayloadEncoded, nil
 		return nil
 	}
-	plain, err := c.Decode(ev.EventID, ev.Metadata[HeaderPayloadEncoding], ev.Metadata[HeaderPayloadKeyID], ev.PayloadEncoded)
+	plain, err := c.Decode(ev.EventID, ev.Metadata[wire.HeaderPayloadEncoding], ev.Metadata[wire.HeaderPayloadKeyID], ev.PayloadEncoded)
 	if err != nil {
 		return err
 	}
 	ev.Payload, ev.PayloadEncoded = plain, nil
-	ev.Metadata = WithoutEncodingHeaders(ev.Metadata)
+	ev.Metadata = wire.WithoutEncodingHeaders(ev.Metadata)
 	return nil
-}
-
-// WithoutEncodingHeaders returns a copy of md without HeaderPayloadEncoding and HeaderPayloadKeyID (nil
-// when nothing else is left).
-func WithoutEncodingHeaders(md map[string]string) map[string]string {
-	out := make(map[string]string, len(md))
-	for k, v := range md {
-		if k != HeaderPayloadEncoding && k != HeaderPayloadKeyID {
-			out[k] = v
-		}
-	}
-	if len(out) == 0 {
-		return nil
-	}
-	return out
-}
-
-// DescribeEncoded describes an encoded payload, or one of bytes (NewBytesEvent), for people, without its
-// bytes: "encrypted (key id k1), gzip-compressed, 310 bytes", "bytes (not JSON), 1024 bytes", "bytes (not
-// JSON), encrypted (key id k1), 1052 bytes"; the size is the stored one. It returns "" for a JSON payload
-// that is not encoded.
-func DescribeEncoded(ev *Event) string {
-	if ev == nil {
-		return ""
-	}
-	enc := ev.Metadata[HeaderPayloadEncoding]
-	if IsBytes(ev.Metadata) && enc == "" {
-		n := len(ev.PayloadEncoded)
-		if ev.PayloadEncoded == nil {
-			n = len(ev.Payload) // an event as NewBytesEvent made it, not yet written
-		}
-		return fmt.Sprintf("bytes (not JSON), %d bytes", n)
-	}
-	if ev.PayloadEncoded == nil && enc == "" {
-		return ""
-	}
-	var parts []string
-	if IsBytes(ev.Metadata) {
-		parts = append(parts, "bytes (not JSON)")
-	}
-	if strings.HasSuffix(enc, EncodingAESGCM) {
-		parts = append(parts, fmt.Sprintf("encrypted (key id %s)", ev.Metadata[HeaderPayloadKeyID]))
-	}
-	if strings.HasPrefix(enc, EncodingGzip) {
-		parts = append(parts, "gzip-compressed")
-	}
-	if len(parts) == 0 || (len(parts) == 1 && IsBytes(ev.Metadata)) {
-		parts = append(parts, fmt.Sprintf("encoded as %q", enc))
-	}
-	return fmt.Sprintf("%s, %d bytes", strings.Join(parts, ", "), len(ev.PayloadEncoded))
 }
 
 // Keyring returns the Codec's Keyring, nil when it does not encrypt.

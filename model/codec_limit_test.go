@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -33,16 +34,16 @@ func TestCodecMaxDecodedSize(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			def := testCodec(t, tt.opts...)
-			require.Equal(t, model.DefaultMaxPayloadSize, def.DecodedLimit())
+			require.Equal(t, wire.DefaultMaxPayloadSize, def.DecodedLimit())
 
-			atLimit := bombJSON(model.DefaultMaxPayloadSize)
+			atLimit := bombJSON(wire.DefaultMaxPayloadSize)
 			data, enc, key, err := def.Encode(id, atLimit)
 			require.NoError(t, err, "at the limit")
 			plain, err := def.Decode(id, enc, key, data)
 			require.NoError(t, err)
 			require.Equal(t, atLimit, plain)
 
-			over := bombJSON(model.DefaultMaxPayloadSize + 1)
+			over := bombJSON(wire.DefaultMaxPayloadSize + 1)
 			_, _, _, err = def.Encode(id, over)
 			require.EqualError(t, err, "model: payload is 1048577 bytes, over the codec's limit of 1048576 (model.MaxDecodedSize)")
 
@@ -52,7 +53,7 @@ func TestCodecMaxDecodedSize(t *testing.T) {
 			bomb := bombJSON(8 << 20)
 			data, enc, key, err = wide.Encode(id, bomb)
 			require.NoError(t, err)
-			if strings.HasPrefix(enc, model.EncodingGzip) {
+			if strings.HasPrefix(enc, wire.EncodingGzip) {
 				require.Less(t, len(data), 64<<10, "a bomb: small as stored")
 			}
 			_, err = def.Decode(id, enc, key, data)
@@ -71,18 +72,18 @@ func TestCodecMaxDecodedSize(t *testing.T) {
 		data, enc, _, err := wide.Encode(id, bombJSON(2<<20))
 		require.NoError(t, err)
 		var none *model.Codec
-		require.Equal(t, model.DefaultMaxPayloadSize, none.DecodedLimit())
+		require.Equal(t, wire.DefaultMaxPayloadSize, none.DecodedLimit())
 		_, err = none.Decode(id, enc, "", data)
 		require.ErrorIs(t, err, model.ErrCorruptPayload)
 		require.ErrorContains(t, err, "model.MaxDecodedSize")
 	})
 	t.Run("Option", func(t *testing.T) {
 		t.Parallel()
-		for _, n := range []int{0, -1, model.MaxPayloadSizeCeiling + 1} {
+		for _, n := range []int{0, -1, wire.MaxPayloadSizeCeiling + 1} {
 			_, err := model.NewCodec(model.MaxDecodedSize(n))
 			require.ErrorContains(t, err, "MaxDecodedSize must be between 1 and 67108864 (MaxPayloadSizeCeiling)")
 		}
-		c := testCodec(t, model.MaxDecodedSize(model.MaxPayloadSizeCeiling))
+		c := testCodec(t, model.MaxDecodedSize(wire.MaxPayloadSizeCeiling))
 		require.Equal(t, "Codec(payloads up to 67108864 bytes)", c.String())
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -86,11 +87,11 @@ func TestCodecRoundTrip(t *testing.T) {
 			require.Equal(t, tt.payload, plain)
 
 			ev := &model.Event{EventID: id, PayloadEncoded: data, Payload: []byte("null"),
-				Metadata: map[string]string{model.HeaderPayloadEncoding: encoding, model.HeaderPayloadKeyID: keyID, "tenant": "t1"}}
+				Metadata: map[string]string{wire.HeaderPayloadEncoding: encoding, wire.HeaderPayloadKeyID: keyID, "tenant": "t1"}}
 			if keyID == "" {
-				delete(ev.Metadata, model.HeaderPayloadKeyID)
+				delete(ev.Metadata, wire.HeaderPayloadKeyID)
 			}
-			desc := model.DescribeEncoded(ev)
+			desc := wire.DescribeEncoded(ev.Metadata, ev.PayloadEncoded, ev.Payload)
 			if keyID != "" {
 				require.Contains(t, desc, "encrypted (key id k1)")
 			} else {

@@ -27,10 +27,10 @@ type Event struct {
 	// Queue is the asynq queue the task is enqueued into. Defaults to DefaultQueue.
 	Queue string `bun:"queue,notnull"`
 	// Payload is the JSON document the handler receives as the task payload; for an event of
-	// NewBytesEvent (metadata HeaderPayloadFormat "bytes"), the opaque bytes, which are not JSON.
+	// NewBytesEvent (metadata bunbox-payload-format "bytes"), the opaque bytes, which are not JSON.
 	Payload json.RawMessage `bun:"payload,type:jsonb,notnull"`
 	// PayloadEncoded is the payload as an Outbox's Codec encoded it (bunx.WithCodec): compressed, encrypted
-	// or both, as the metadata's HeaderPayloadEncoding says; or the bytes of a bytes event (NewBytesEvent)
+	// or both, as the metadata's bunbox-payload-encoding says; or the bytes of a bytes event (NewBytesEvent)
 	// as they are when no codec encoded them. Payload is then JSON null. Nil for a plain JSON payload.
 	PayloadEncoded []byte `bun:"payload_encoded,type:bytea"`
 	// Metadata travels with the event in the asynq task headers (trace context, tenant, ...).

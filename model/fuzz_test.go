@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -30,7 +31,7 @@ func FuzzNewEvent(f *testing.F) {
 			requireInvalid(t, err)
 			return
 		}
-		if err := ev.Validate(model.MaxPayloadSizeCeiling); err != nil {
+		if err := ev.Validate(wire.MaxPayloadSizeCeiling); err != nil {
 			t.Fatalf("NewEvent gave an event that Validate refuses: %v", err)
 		}
 		if !bytes.Equal(ev.Payload, bytes.TrimSpace(raw)) {
@@ -69,9 +70,9 @@ func FuzzValidate(f *testing.F) {
 		}
 		limit := maxPayload
 		if limit <= 0 {
-			limit = model.DefaultMaxPayloadSize
+			limit = wire.DefaultMaxPayloadSize
 		}
-		if len(payload) == 0 || len(payload) > min(limit, model.MaxPayloadSizeCeiling) || !json.Valid(payload) || !utf8.Valid(payload) {
+		if len(payload) == 0 || len(payload) > min(limit, wire.MaxPayloadSizeCeiling) || !json.Valid(payload) || !utf8.Valid(payload) {
 			t.Fatalf("Validate accepted payload %q (limit %d)", payload, limit)
 		}
 		var v any
@@ -86,12 +87,12 @@ func FuzzValidate(f *testing.F) {
 		total := 0
 		for k, v := range ev.Metadata {
 			total += len(k) + len(v)
-			if k == "" || len(k) > model.MaxMetadataKeyLength || len(v) > model.MaxMetadataValueLength ||
+			if k == "" || len(k) > wire.MaxMetadataKeyLength || len(v) > wire.MaxMetadataValueLength ||
 				!utf8.ValidString(k) || !utf8.ValidString(v) || strings.ContainsRune(k+v, 0) {
 				t.Fatalf("Validate accepted metadata %q=%q", k, v)
 			}
 		}
-		if len(ev.Metadata) > model.MaxMetadataCount || total > model.MaxMetadataSize {
+		if len(ev.Metadata) > wire.MaxMetadataCount || total > wire.MaxMetadataSize {
 			t.Fatalf("Validate accepted %d metadata keys of %d bytes", len(ev.Metadata), total)
 		}
 	})

@@ -5,44 +5,28 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
-)
 
-// Limits on Metadata, which travels in the asynq task headers: Validate refuses an event over any of them
-// with an error wrapping ErrInvalidEvent that names the limit, and the relay marks a row over them (one
-// written around bunx) dead at once.
-const (
-	// MaxMetadataKeyLength is the longest metadata key, in bytes.
-	MaxMetadataKeyLength = 128
-	// MaxMetadataValueLength is the longest metadata value, in bytes (a W3C tracestate is at most 512).
-	MaxMetadataValueLength = 4096
-	// MaxMetadataCount is the most metadata keys one event carries.
-	MaxMetadataCount = 32
-	// MaxMetadataSize is the most bytes of metadata keys and values together, for one event.
-	MaxMetadataSize = 16 << 10
+	"github.com/bunbox/bunbox/internal/wire"
 )
-
-// MaxPayloadSizeCeiling is the largest payload any setting allows, in bytes of JSON: a larger
-// bunx.WithMaxPayloadSize counts as this, and the relay marks a row with a larger payload dead at once.
-const MaxPayloadSizeCeiling = 64 << 20
 
 // checkMetadata checks md against the metadata limits. Keys and values must be valid UTF-8 without NUL:
 // PostgreSQL's jsonb refuses NUL, and the task headers are protobuf strings, which must be UTF-8.
 func checkMetadata(event string, md map[string]string) error {
-	if len(md) > MaxMetadataCount {
+	if len(md) > wire.MaxMetadataCount {
 		return fmt.Errorf("%w %q: Metadata has %d keys, over the limit of %d (MaxMetadataCount)",
-			ErrInvalidEvent, event, len(md), MaxMetadataCount)
+			ErrInvalidEvent, event, len(md), wire.MaxMetadataCount)
 	}
 	total := 0
 	for k, v := range md {
 		switch {
 		case k == "":
 			return fmt.Errorf("%w %q: Metadata keys must not be empty", ErrInvalidEvent, event)
-		case len(k) > MaxMetadataKeyLength:
+		case len(k) > wire.MaxMetadataKeyLength:
 			return fmt.Errorf("%w %q: Metadata key %.40q... is %d bytes, over the limit of %d (MaxMetadataKeyLength)",
-				ErrInvalidEvent, event, k, len(k), MaxMetadataKeyLength)
-		case len(v) > MaxMetadataValueLength:
+				ErrInvalidEvent, event, k, len(k), wire.MaxMetadataKeyLength)
+		case len(v) > wire.MaxMetadataValueLength:
 			return fmt.Errorf("%w %q: Metadata value of %.40q is %d bytes, over the limit of %d (MaxMetadataValueLength)",
-				ErrInvalidEvent, event, k, len(v), MaxMetadataValueLength)
+				ErrInvalidEvent, event, k, len(v), wire.MaxMetadataValueLength)
 		case !utf8.ValidString(k) || !utf8.ValidString(v):
 			return fmt.Errorf("%w %q: Metadata %.40q: keys and values must be valid UTF-8", ErrInvalidEvent, event, k)
 		case strings.IndexByte(k, 0) >= 0 || strings.IndexByte(v, 0) >= 0:
@@ -50,9 +34,9 @@ func checkMetadata(event string, md map[string]string) error {
 		}
 		total += len(k) + len(v)
 	}
-	if total > MaxMetadataSize {
+	if total > wire.MaxMetadataSize {
 		return fmt.Errorf("%w %q: Metadata is %d bytes, over the limit of %d (MaxMetadataSize)",
-			ErrInvalidEvent, event, total, MaxMetadataSize)
+			ErrInvalidEvent, event, total, wire.MaxMetadataSize)
 	}
 	return nil
 }
@@ -113,9 +97,9 @@ func errLoneSurrogate(event string) error {
 	return fmt.Errorf("%w %q: Payload has a \\u escape of half a surrogate pair, which PostgreSQL's jsonb refuses", ErrInvalidEvent, event)
 }
 
-// ValidateMetadata checks the event's Metadata against the metadata limits (MaxMetadataCount and the
-// others above) alone, with the error Validate would return for it. bunx checks with it what the trace
-// context adds to an event that Validate has already accepted.
+// ValidateMetadata checks the event's Metadata against the limits of WithMetadata alone, with the error
+// Validate would return for it. bunx checks with it what the trace context adds to an event that Validate
+// has already accepted.
 func (e *Event) ValidateMetadata() error {
 	if e == nil {
 		return fmt.Errorf("%w: the event is nil", ErrInvalidEvent)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -26,10 +27,10 @@ func TestValidateMetadata(t *testing.T) {
 		want string
 	}{
 		"None":          {md: nil},
-		"AtTheCount":    {md: keys(model.MaxMetadataCount)},
-		"OverTheCount":  {md: keys(model.MaxMetadataCount + 1), want: "MaxMetadataCount"},
+		"AtTheCount":    {md: keys(wire.MaxMetadataCount)},
+		"OverTheCount":  {md: keys(wire.MaxMetadataCount + 1), want: "MaxMetadataCount"},
 		"LongValue":     {md: map[string]string{"baggage": strings.Repeat("b", 7012)}, want: `Metadata value of "baggage" is 7012 bytes`},
-		"ValueAtLimit":  {md: map[string]string{"k": strings.Repeat("b", model.MaxMetadataValueLength)}},
+		"ValueAtLimit":  {md: map[string]string{"k": strings.Repeat("b", wire.MaxMetadataValueLength)}},
 		"TooManyBytes":  {md: map[string]string{"a": strings.Repeat("a", 4000), "b": strings.Repeat("b", 4000), "c": strings.Repeat("c", 4000), "d": strings.Repeat("d", 4000), "e": strings.Repeat("e", 1000)}, want: "MaxMetadataSize"},
 		"NULInAValue":   {md: map[string]string{"k": "a\x00b"}, want: "NUL"},
 		"EmptyKeyFails": {md: map[string]string{"": "v"}, want: "must not be empty"},

@@ -10,16 +10,13 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/bunbox/bunbox/internal/wire"
 )
 
 const (
 	// maxNameLength is the longest event name, in bytes.
 	maxNameLength = 255
-	// MaxQueueLength is the longest queue name, in bytes.
-	MaxQueueLength = 255
-	// DefaultMaxPayloadSize is the largest payload, in bytes of JSON, that an Outbox writes unless
-	// bunx.WithMaxPayloadSize sets another limit: the one payload limit, checked where events are written.
-	DefaultMaxPayloadSize = 1 << 20
 )
 
 // ErrInvalidEvent is wrapped by every error that rejects an event: test for it with errors.Is.
@@ -47,9 +44,9 @@ func NewEvent(name string, payload any, opts ...Option) (*Event, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w %q: Payload: %w", ErrInvalidEvent, name, err)
 	}
-	if _, ok := o.metadata[HeaderPayloadFormat]; ok {
+	if _, ok := o.metadata[wire.HeaderPayloadFormat]; ok {
 		return nil, fmt.Errorf("%w %q: Metadata key %s is set by model.NewBytesEvent, not by WithMetadata",
-			ErrInvalidEvent, name, HeaderPayloadFormat)
+			ErrInvalidEvent, name, wire.HeaderPayloadFormat)
 	}
 	return newEvent(name, data, &o)
 }
@@ -81,7 +78,7 @@ func newEvent(name string, data []byte, o *options) (*Event, error) {
 	// The payload limit is the writer's (bunx.WithMaxPayloadSize), checked when the event is recorded; here
 	// only the ceiling that no setting exceeds. The payload is JSON already (json.Marshal wrote it, or
 	// validJSON checked it), or bytes that need no check.
-	if err := ev.validate(MaxPayloadSizeCeiling, true); err != nil {
+	if err := ev.validate(wire.MaxPayloadSizeCeiling, true); err != nil {
 		return nil, err
 	}
 	return ev, nil
@@ -89,8 +86,8 @@ func newEvent(name string, data []byte, o *options) (*Event, error) {
 
 // Validate reports whether the event can be written and delivered, with an error wrapping ErrInvalidEvent
 // that names the field or the limit. maxPayload is the largest payload in bytes: 0 means
-// DefaultMaxPayloadSize, and more than MaxPayloadSizeCeiling counts as MaxPayloadSizeCeiling. Metadata
-// is checked against MaxMetadataKeyLength, MaxMetadataValueLength, MaxMetadataCount and MaxMetadataSize.
+// 1 MiB, and more than 64 MiB counts as 64 MiB. Metadata
+// is checked against the limits of WithMetadata.
 // The bunx package calls it for every event it records, so events built without NewEvent are checked too.
 func (e *Event) Validate(maxPayload int) error { return e.validate(maxPayload, false) }
 
@@ -100,13 +97,13 @@ func (e *Event) validate(maxPayload int, isJSON bool) error {
 		return fmt.Errorf("%w: the event is nil", ErrInvalidEvent)
 	}
 	if maxPayload <= 0 {
-		maxPayload = DefaultMaxPayloadSize
+		maxPayload = wire.DefaultMaxPayloadSize
 	}
-	maxPayload = min(maxPayload, MaxPayloadSizeCeiling)
+	maxPayload = min(maxPayload, wire.MaxPayloadSizeCeiling)
 	if err := checkName("Name", e.Name, maxNameLength); err != nil {
 		return err
 	}
-	if err := checkName("Queue", e.Queue, MaxQueueLength); err != nil {
+	if err := checkName("Queue", e.Queue, wire.MaxQueueLength); err != nil {
 		return fmt.Errorf("%w (event %q)", err, e.Name)
 	}
 	if e.EventID == uuid.Nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -53,7 +54,7 @@ func TestNewEvent(t *testing.T) {
 		{name: "Channel", event: "x", payload: make(chan int), wantErr: "unsupported type"},
 		{name: "NaN", event: "x", payload: math.Inf(1), wantErr: "unsupported value"},
 		{name: "BadRaw", event: "x", payload: json.RawMessage(`{`), wantErr: "not valid JSON"},
-		{name: "OverTheCeiling", event: "x", payload: json.RawMessage(`"` + strings.Repeat("x", model.MaxPayloadSizeCeiling) + `"`), wantErr: "67108866 bytes, over the limit of 67108864"},
+		{name: "OverTheCeiling", event: "x", payload: json.RawMessage(`"` + strings.Repeat("x", wire.MaxPayloadSizeCeiling) + `"`), wantErr: "67108866 bytes, over the limit of 67108864"},
 		{name: "PayloadNUL", event: "x", payload: json.RawMessage(`{"a":"\u0000"}`), wantErr: `Payload contains \u0000`},
 		{name: "PayloadEscapedBackslashIsFine", event: "x", payload: json.RawMessage(`{"a":"\\u0000"}`), check: func(t *testing.T, ev *model.Event) {
 			require.Equal(t, `{"a":"\\u0000"}`, string(ev.Payload))
@@ -66,11 +67,11 @@ func TestNewEvent(t *testing.T) {
 			require.Equal(t, `["\ud83d\ude00", "\u00e9\n"]`, string(ev.Payload))
 		}},
 		{name: "PayloadInvalidUTF8", event: "x", payload: json.RawMessage("\"\xff\""), wantErr: "Payload is not valid UTF-8"},
-		{name: "MetadataKeyTooLong", event: "x", opts: []model.Option{model.WithMetadata(strings.Repeat("k", model.MaxMetadataKeyLength+1), "v")}, wantErr: "is 129 bytes, over the limit of 128 (MaxMetadataKeyLength)"},
-		{name: "MetadataValueTooLong", event: "x", opts: []model.Option{model.WithMetadata("k", strings.Repeat("v", model.MaxMetadataValueLength+1))}, wantErr: "is 4097 bytes, over the limit of 4096 (MaxMetadataValueLength)"},
-		{name: "MetadataTooMany", event: "x", opts: manyMetadata(model.MaxMetadataCount+1, 1), wantErr: "Metadata has 33 keys, over the limit of 32 (MaxMetadataCount)"},
-		{name: "MetadataTooBig", event: "x", opts: manyMetadata(5, model.MaxMetadataValueLength), wantErr: "over the limit of 16384 (MaxMetadataSize)"},
-		{name: "MetadataAtTheLimits", event: "x", opts: manyMetadata(4, model.MaxMetadataValueLength-3), check: func(t *testing.T, ev *model.Event) {
+		{name: "MetadataKeyTooLong", event: "x", opts: []model.Option{model.WithMetadata(strings.Repeat("k", wire.MaxMetadataKeyLength+1), "v")}, wantErr: "is 129 bytes, over the limit of 128 (MaxMetadataKeyLength)"},
+		{name: "MetadataValueTooLong", event: "x", opts: []model.Option{model.WithMetadata("k", strings.Repeat("v", wire.MaxMetadataValueLength+1))}, wantErr: "is 4097 bytes, over the limit of 4096 (MaxMetadataValueLength)"},
+		{name: "MetadataTooMany", event: "x", opts: manyMetadata(wire.MaxMetadataCount+1, 1), wantErr: "Metadata has 33 keys, over the limit of 32 (MaxMetadataCount)"},
+		{name: "MetadataTooBig", event: "x", opts: manyMetadata(5, wire.MaxMetadataValueLength), wantErr: "over the limit of 16384 (MaxMetadataSize)"},
+		{name: "MetadataAtTheLimits", event: "x", opts: manyMetadata(4, wire.MaxMetadataValueLength-3), check: func(t *testing.T, ev *model.Event) {
 			require.Len(t, ev.Metadata, 4)
 		}},
 		{name: "MetadataNUL", event: "x", opts: []model.Option{model.WithMetadata("k", "a\x00b")}, wantErr: "must not contain NUL"},

@@ -27,7 +27,11 @@ func WithEventID(id uuid.UUID) Option {
 	return func(o *options) { o.eventID, o.eventIDSet = id, true }
 }
 
-// WithMetadata adds one key/value pair to the metadata that travels in the task headers.
+// WithMetadata adds one key/value pair to the metadata that travels in the task headers. An event carries
+// at most 32 keys, each at most 128 bytes, each value at most 4096 bytes (a W3C tracestate is at most 512),
+// and at most 16 KiB of keys and values together; keys and values are valid UTF-8 without NUL. The task
+// headers also carry bunbox's own keys, which start with "bunbox-" (the event id, name, creation time,
+// ordering key, payload format and encoding): leave those names to bunbox.
 func WithMetadata(key, value string) Option {
 	return func(o *options) {
 		if o.metadata == nil {

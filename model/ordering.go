@@ -10,9 +10,6 @@ import (
 // maxOrderingKeyLength is the longest ordering key, in bytes.
 const maxOrderingKeyLength = 255
 
-// HeaderOrderingKey carries the event's ordering key (see WithOrderingKey); absent for an event without one.
-const HeaderOrderingKey = "bunbox-ordering-key"
-
 // WithOrderingKey puts the event in the ordered sequence of key, for example an account or order id: the
 // events of one key are handled one at a time, in the order of their outbox ids, by plain asynq handlers.
 // The relay hands event n+1 of a key to asynq only after the task of event n completed; events without a

@@ -22,6 +22,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -76,9 +77,9 @@ func BenchmarkDrainBacklog(b *testing.B) {
 					for next.Add(1) <= int64(count) {
 						id := uuid.Must(uuid.NewV7()).String()
 						task := asynq.NewTaskWithHeaders("bench.event", payload, map[string]string{
-							model.HeaderEventID:   id,
-							model.HeaderEventName: "bench.event",
-							model.HeaderCreatedAt: time.Now().UTC().Format(time.RFC3339Nano),
+							wire.HeaderEventID:   id,
+							wire.HeaderEventName: "bench.event",
+							wire.HeaderCreatedAt: time.Now().UTC().Format(time.RFC3339Nano),
 						})
 						if _, err := client.EnqueueContext(ctx, task, asynq.TaskID(id), asynq.Queue(rawQueue),
 							asynq.Retention(taskRetentionDefault)); err != nil {
@@ -244,7 +245,7 @@ func measureLatency(b *testing.B, notify bool, cfg Config, rate int, d time.Dura
 	db, redis, queue, _ := benchSetup(b)
 	ctx := context.Background()
 	if notify {
-		if err := EnableNotifyTrigger(ctx, db, Config{}); err != nil {
+		if err := EnableNotifyTrigger(ctx, db, model.Location{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -369,11 +370,11 @@ func BenchmarkNotifyCommitCost(b *testing.B) {
 	}
 	for range b.N {
 		without := measure()
-		if err := EnableNotifyTrigger(ctx, db, Config{}); err != nil {
+		if err := EnableNotifyTrigger(ctx, db, model.Location{}); err != nil {
 			b.Fatal(err)
 		}
 		with := measure()
-		if err := DisableNotifyTrigger(ctx, db, Config{}); err != nil {
+		if err := DisableNotifyTrigger(ctx, db, model.Location{}); err != nil {
 			b.Fatal(err)
 		}
 		b.ReportMetric(without, "commits/s_plain")

@@ -66,7 +66,7 @@ func claimQuery(keyed, windowed bool) string {
 // size (pg_column_size), which is close to the text's and costs no conversion: most rows are small and
 // stored as they are. pg_column_compression needs PostgreSQL 14 or later. The encoded payload counts its
 // bytes (octet_length of a bytea reads its header, not its data): the bytes of a bytes event may be
-// stored compressed. A payload the relay decodes (Config.Codec) is counted apart (decodedBudget).
+// stored compressed. A payload the relay decodes (Config.Location.Codec) is counted apart (decodedBudget).
 const rowSizeSQL = `CASE WHEN pg_column_compression(payload) IS NULL THEN pg_column_size(payload)
     ELSE octet_length(payload::text) END
   + CASE WHEN pg_column_compression(metadata) IS NULL THEN pg_column_size(metadata)

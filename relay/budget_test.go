@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -103,7 +104,7 @@ FROM outbox_events ORDER BY id`).Scan(ctx, &stored))
 func TestOverLimitRowsDeadAtOnce(t *testing.T) {
 	t.Parallel()
 	tooMany := map[string]string{}
-	for i := range model.MaxMetadataCount + 1 {
+	for i := range wire.MaxMetadataCount + 1 {
 		tooMany[fmt.Sprintf("k%d", i)] = "v"
 	}
 	tooManyJSON, err := json.Marshal(tooMany)
@@ -151,7 +152,7 @@ VALUES (gen_random_uuid(), ?, ?, '{}', ?::jsonb)`, tt.eventName, b.queue, tt.met
 func bigMetadata(t *testing.T) string {
 	md := map[string]string{}
 	for i := range 5 {
-		md[fmt.Sprintf("k%d", i)] = strings.Repeat("v", model.MaxMetadataValueLength)
+		md[fmt.Sprintf("k%d", i)] = strings.Repeat("v", wire.MaxMetadataValueLength)
 	}
 	data, err := json.Marshal(md)
 	require.NoError(t, err)

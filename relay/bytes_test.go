@@ -9,6 +9,7 @@ import (
 
 	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/fanout"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -47,7 +48,7 @@ func TestRelayBytes(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, bunx.New(b.db, opts...).Record(ctx, b.db, ev, routed))
 
-			r := b.newRelay(t, Config{Codec: tt.relay, Routes: fanout.Routes{"blob.routed": {"archive"}}})
+			r := b.newRelay(t, Config{Location: model.Location{Codec: tt.relay}, Routes: fanout.Routes{"blob.routed": {"archive"}}})
 			res := r.runOnce(ctx)
 			require.NoError(t, res.Err)
 			require.Equal(t, 2, res.Published)
@@ -55,13 +56,13 @@ func TestRelayBytes(t *testing.T) {
 			for _, id := range []string{ev.EventID.String(), listenerTaskID(routed.EventID.String(), "archive")} {
 				ti, err := b.inspector.GetTaskInfo(b.queue, id)
 				require.NoError(t, err)
-				require.Equal(t, model.PayloadFormatBytes, ti.Headers[model.HeaderPayloadFormat], id)
+				require.Equal(t, wire.PayloadFormatBytes, ti.Headers[wire.HeaderPayloadFormat], id)
 				if !tt.encoded {
 					require.Equal(t, data, ti.Payload, "%s: exactly the bytes", id)
-					require.NotContains(t, ti.Headers, model.HeaderPayloadEncoding)
+					require.NotContains(t, ti.Headers, wire.HeaderPayloadEncoding)
 					continue
 				}
-				require.Equal(t, "gzip+aes-gcm", ti.Headers[model.HeaderPayloadEncoding])
+				require.Equal(t, "gzip+aes-gcm", ti.Headers[wire.HeaderPayloadEncoding])
 				eventID := ev.EventID
 				if id != ev.EventID.String() {
 					eventID = routed.EventID

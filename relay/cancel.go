@@ -17,19 +17,19 @@ import (
 
 // The outcomes of a cancel, kept in the row's cancel_result column (bunx.Outbox.Cancel writes the first).
 const (
-	// CancelNeverPublished: the event was cancelled before the relay published it; it is never delivered.
-	CancelNeverPublished = "never published"
-	// CancelRemoved: the relay deleted the event's tasks from asynq (pending, scheduled, retry, archived or
+	// cancelNeverPublished: the event was cancelled before the relay published it; it is never delivered.
+	cancelNeverPublished = "never published"
+	// cancelRemoved: the relay deleted the event's tasks from asynq (pending, scheduled, retry, archived or
 	// aggregating) before they ran.
-	CancelRemoved = "removed from asynq"
-	// CancelGone: asynq no longer held the event's tasks: they had completed and asynq dropped them after
+	cancelRemoved = "removed from asynq"
+	// cancelGone: asynq no longer held the event's tasks: they had completed and asynq dropped them after
 	// their retention, or Redis lost them. Nothing was taken back, and the reconciler does not bring them back.
-	CancelGone = "gone from asynq"
-	// CancelRan: a task of the event had completed before the cancel reached asynq: it could not be taken back.
-	CancelRan = "ran before the cancel"
-	// CancelRunning: a task of the event was running when the relay looked; the relay looks again until it
-	// has completed (CancelRan) or waits for a retry (then it is deleted: CancelRemoved).
-	CancelRunning = "running, could not be taken back yet"
+	cancelGone = "gone from asynq"
+	// cancelRan: a task of the event had completed before the cancel reached asynq: it could not be taken back.
+	cancelRan = "ran before the cancel"
+	// cancelRunning: a task of the event was running when the relay looked; the relay looks again until it
+	// has completed (cancelRan) or waits for a retry (then it is deleted: cancelRemoved).
+	cancelRunning = "running, could not be taken back yet"
 )
 
 // cancelPageSize is how many cancelled rows one pass of the cancel loop locks at a time.
@@ -137,7 +137,7 @@ FOR UPDATE SKIP LOCKED`
 // cancelPageStreamed keeps out of a cancel page the streamed rows the stream has not passed: a stream
 // round may be enqueueing one right now, so that looking for its tasks could find none before the task
 // arrives. The stream settles the cancel of a row it finds cancelled as it passes it, in the round that
-// moves the cursor past it (CancelNeverPublished: it was never enqueued, see streamRound). A row still
+// moves the cursor past it (cancelNeverPublished: it was never enqueued, see streamRound). A row still
 // unsettled once the cursor is past it was enqueued before its cancel committed: the round that passed it
 // has committed, its tasks are in asynq, and the page takes them back as a published row's.
 var cancelPageStreamed = fmt.Sprintf(cancelPageSQL, `
@@ -204,7 +204,7 @@ func (r *Relay) cancelPage(ctx context.Context, after int64, res *cancelResult) 
 		if err != nil {
 			return 0, 0, err // the tasks deleted so far are looked up again by the next pass: then missing
 		}
-		settled[i] = results[i] != CancelRunning
+		settled[i] = results[i] != cancelRunning
 	}
 	if _, err := tx.NewRaw(r.names.SQL(`UPDATE outbox_events AS o SET cancel_result = u.result,
   cancel_settled_at = CASE WHEN u.settled THEN now() END,
@@ -226,7 +226,7 @@ WHERE o.id = u.id`), pgdialect.Array(ids), pgdialect.Array(results), pgdialect.A
 			}
 		}
 		level := slog.LevelInfo
-		if results[i] == CancelRan || results[i] == CancelRunning {
+		if results[i] == cancelRan || results[i] == cancelRunning {
 			if row.Result == results[i] {
 				continue // said already
 			}
@@ -244,7 +244,7 @@ WHERE o.id = u.id`), pgdialect.Array(ids), pgdialect.Array(results), pgdialect.A
 // one deleted, which outweighs one gone. An error that leaves a task's state unknown aborts the pass.
 func (r *Relay) takeBack(row *cancelRow) (result string, removed int, err error) {
 	if !row.Published {
-		return CancelGone, 0, nil // put back in line after the cancel, because its task was missing
+		return cancelGone, 0, nil // put back in line after the cancel, because its task was missing
 	}
 	var running, ran, gone int
 	for _, id := range taskIDs(r.cfg.Routes, row.EventID, row.Name) {
@@ -278,13 +278,13 @@ func (r *Relay) takeBack(row *cancelRow) (result string, removed int, err error)
 	}
 	switch {
 	case running > 0:
-		return CancelRunning, removed, nil
+		return cancelRunning, removed, nil
 	case ran > 0:
-		return CancelRan, removed, nil
+		return cancelRan, removed, nil
 	case removed > 0:
-		return CancelRemoved, removed, nil
+		return cancelRemoved, removed, nil
 	}
-	return CancelGone, removed, nil
+	return cancelGone, removed, nil
 }
 
 // cleanupCancelled deletes the settled cancelled rows cancelled more than PublishedRetention ago,

@@ -105,7 +105,7 @@ func TestCancelBeforePublishIsNeverDelivered(t *testing.T) {
 	})
 	require.Zero(t, b.enq.count(cancelled.EventID.String()), "the cancelled event was never enqueued")
 	require.EqualValues(t, 1, outboxtest.Count(t, b.db, "outbox_events", "event_id = ? AND published_at IS NULL", cancelled.EventID))
-	require.Equal(t, cancelOutcome{Settled: true, Result: CancelNeverPublished}, readCancelOutcome(t, b.db, cancelled.EventID))
+	require.Equal(t, cancelOutcome{Settled: true, Result: cancelNeverPublished}, readCancelOutcome(t, b.db, cancelled.EventID))
 	b.requireTaskGone(t, cancelled.EventID.String())
 }
 
@@ -141,12 +141,12 @@ func TestCancelTakesTasksBackOutOfAsynq(t *testing.T) {
 		b.waitTaskState(t, ev.EventID.String(), asynq.TaskStateScheduled)
 
 		cancelInTx(t, b.db, ob, ev.EventID)
-		require.Equal(t, CancelRemoved, waitCancelSettled(t, b.db, ev.EventID))
+		require.Equal(t, cancelRemoved, waitCancelSettled(t, b.db, ev.EventID))
 		b.requireTaskGone(t, ev.EventID.String())
 		outboxtest.WaitFor(t, 10*time.Second, "the log line", func() bool { // logged after the outcome commits
-			return len(b.logs.matching("cancelled event: "+CancelRemoved)) >= 1
+			return len(b.logs.matching("cancelled event: "+cancelRemoved)) >= 1
 		})
-		require.Len(t, b.logs.matching("cancelled event: "+CancelRemoved), 1)
+		require.Len(t, b.logs.matching("cancelled event: "+cancelRemoved), 1)
 	})
 
 	t.Run("Pending", func(t *testing.T) {
@@ -158,7 +158,7 @@ func TestCancelTakesTasksBackOutOfAsynq(t *testing.T) {
 		b.waitTaskState(t, ev.EventID.String(), asynq.TaskStatePending)
 
 		cancelInTx(t, b.db, ob, ev.EventID)
-		require.Equal(t, CancelRemoved, waitCancelSettled(t, b.db, ev.EventID))
+		require.Equal(t, cancelRemoved, waitCancelSettled(t, b.db, ev.EventID))
 		b.requireTaskGone(t, ev.EventID.String())
 	})
 
@@ -172,7 +172,7 @@ func TestCancelTakesTasksBackOutOfAsynq(t *testing.T) {
 		b.waitTaskState(t, ev.EventID.String(), asynq.TaskStateRetry)
 
 		cancelInTx(t, b.db, ob, ev.EventID)
-		require.Equal(t, CancelRemoved, waitCancelSettled(t, b.db, ev.EventID))
+		require.Equal(t, cancelRemoved, waitCancelSettled(t, b.db, ev.EventID))
 		b.requireTaskGone(t, ev.EventID.String())
 	})
 
@@ -187,7 +187,7 @@ func TestCancelTakesTasksBackOutOfAsynq(t *testing.T) {
 		require.NoError(t, b.inspector.DeleteTask(b.queue, ev.EventID.String())) // Redis lost it
 
 		cancelInTx(t, b.db, ob, ev.EventID)
-		require.Equal(t, CancelGone, waitCancelSettled(t, b.db, ev.EventID))
+		require.Equal(t, cancelGone, waitCancelSettled(t, b.db, ev.EventID))
 		require.Equal(t, 1, b.enq.count(ev.EventID.String()), "not enqueued again")
 	})
 
@@ -202,7 +202,7 @@ func TestCancelTakesTasksBackOutOfAsynq(t *testing.T) {
 		}
 
 		cancelInTx(t, b.db, ob, ev.EventID)
-		require.Equal(t, CancelRemoved, waitCancelSettled(t, b.db, ev.EventID))
+		require.Equal(t, cancelRemoved, waitCancelSettled(t, b.db, ev.EventID))
 		for _, l := range []string{"mailer", "audit"} {
 			b.requireTaskGone(t, ev.EventID.String()+":"+l)
 		}
@@ -231,23 +231,23 @@ func TestCancelCannotTakeBackWhatRan(t *testing.T) {
 	b.waitTaskState(t, running.EventID.String(), asynq.TaskStateActive)
 
 	cancelInTx(t, b.db, ob, done.EventID, running.EventID)
-	require.Equal(t, CancelRan, waitCancelSettled(t, b.db, done.EventID))
+	require.Equal(t, cancelRan, waitCancelSettled(t, b.db, done.EventID))
 	outboxtest.WaitFor(t, 30*time.Second, "the running task seen", func() bool {
-		return readCancelOutcome(t, b.db, running.EventID) == cancelOutcome{Result: CancelRunning}
+		return readCancelOutcome(t, b.db, running.EventID) == cancelOutcome{Result: cancelRunning}
 	})
 	close(release)
-	require.Equal(t, CancelRan, waitCancelSettled(t, b.db, running.EventID))
+	require.Equal(t, cancelRan, waitCancelSettled(t, b.db, running.EventID))
 
 	// The line is logged after the row's outcome commits: wait for it rather than race it.
 	outboxtest.WaitFor(t, 10*time.Second, "a log line per event", func() bool {
-		return len(b.logs.matching("cancelled event: "+CancelRan)) >= 2
+		return len(b.logs.matching("cancelled event: "+cancelRan)) >= 2
 	})
-	ran := b.logs.matching("cancelled event: " + CancelRan)
+	ran := b.logs.matching("cancelled event: " + cancelRan)
 	require.Len(t, ran, 2, "one line per event")
 	for _, r := range ran {
 		require.Equal(t, slog.LevelWarn, r.Level)
 	}
-	require.Len(t, b.logs.matching("cancelled event: "+CancelRunning), 1, "said once, however many looks")
+	require.Len(t, b.logs.matching("cancelled event: "+cancelRunning), 1, "said once, however many looks")
 }
 
 // TestCancelKeyedReleasesTheKey: a cancelled keyed event does not hold its key, whether it was cancelled
@@ -279,7 +279,7 @@ func TestCancelKeyedReleasesTheKey(t *testing.T) {
 		require.Zero(t, b.enq.count(next.EventID.String()), "held behind its head")
 
 		cancelInTx(t, b.db, ob, head.EventID)
-		require.Equal(t, CancelRemoved, waitCancelSettled(t, b.db, head.EventID))
+		require.Equal(t, cancelRemoved, waitCancelSettled(t, b.db, head.EventID))
 		b.waitTaskState(t, next.EventID.String(), asynq.TaskStatePending)
 		b.requireTaskGone(t, head.EventID.String())
 	})

@@ -10,6 +10,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/model"
 )
 
 // opsInsertRow writes one row of queue with the table's defaults (a streamed row while the stream is on),
@@ -45,7 +46,7 @@ func TestCleanupStreamedRows(t *testing.T) {
 	classic := opsInsertRow(t, b.db, b.queue, 3*time.Hour, 0)
 	_, err := b.db.ExecContext(ctx, `UPDATE outbox_events SET published_at = now() - interval '2 hours' WHERE event_id = ?`, classic)
 	require.NoError(t, err)
-	require.NoError(t, EnableStream(ctx, b.db, Config{}))
+	require.NoError(t, EnableStream(ctx, b.db, model.Location{}))
 
 	var old []uuid.UUID
 	for range 5 {

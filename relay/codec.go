@@ -4,35 +4,36 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
 // readEncoded checks the encoded payload of a claimed row (one an Outbox's codec wrote, see
-// bunx.WithCodec): the column payload_encoded and the metadata key model.HeaderPayloadEncoding go
+// bunx.WithCodec): the column payload_encoded and the metadata key bunbox-payload-encoding go
 // together, or payload_encoded holds the bytes of a bytes event (model.NewBytesEvent) as they are; and the
-// bytes are within model.MaxPayloadSizeCeiling. It does not decode them (see payload).
+// bytes are within the 64 MiB ceiling. It does not decode them (see payload).
 func readEncoded(ev *model.Event) error {
-	encoding, named := ev.Metadata[model.HeaderPayloadEncoding]
-	isBytes := model.IsBytes(ev.Metadata)
+	encoding, named := ev.Metadata[wire.HeaderPayloadEncoding]
+	isBytes := wire.IsBytes(ev.Metadata)
 	switch {
 	case ev.PayloadEncoded == nil && !named && !isBytes:
 		return nil
 	case ev.PayloadEncoded == nil && !named:
-		return fmt.Errorf("%w: metadata marks a payload of bytes (%s) and column payload_encoded is NULL", errMalformedRow, model.HeaderPayloadFormat)
+		return fmt.Errorf("%w: metadata marks a payload of bytes (%s) and column payload_encoded is NULL", errMalformedRow, wire.HeaderPayloadFormat)
 	case ev.PayloadEncoded == nil:
 		return fmt.Errorf("%w: metadata names the payload encoding %q and column payload_encoded is NULL", errMalformedRow, encoding)
 	case isBytes && !named && len(ev.PayloadEncoded) == 0:
 		return fmt.Errorf("%w: column payload_encoded of a payload of bytes is empty", errMalformedRow)
 	case (!named && !isBytes) || (named && encoding == ""):
-		return fmt.Errorf("%w: column payload_encoded is set and metadata names no %s", errMalformedRow, model.HeaderPayloadEncoding)
-	case len(ev.PayloadEncoded) > model.MaxPayloadSizeCeiling:
-		return fmt.Errorf("%w: column payload_encoded is %d bytes, over the limit of %d (model.MaxPayloadSizeCeiling)",
-			errMalformedRow, len(ev.PayloadEncoded), model.MaxPayloadSizeCeiling)
+		return fmt.Errorf("%w: column payload_encoded is set and metadata names no %s", errMalformedRow, wire.HeaderPayloadEncoding)
+	case len(ev.PayloadEncoded) > wire.MaxPayloadSizeCeiling:
+		return fmt.Errorf("%w: column payload_encoded is %d bytes, over the limit of %d (wire.MaxPayloadSizeCeiling)",
+			errMalformedRow, len(ev.PayloadEncoded), wire.MaxPayloadSizeCeiling)
 	}
 	return nil
 }
 
-// payload makes ev's payload the one its task carries: an encoded payload decoded with Config.Codec (its
+// payload makes ev's payload the one its task carries: an encoded payload decoded with Config.Location.Codec (its
 // encoding's headers dropped), or without a Codec passed through encoded, its headers kept for the
 // consumer; the bytes of a bytes event that no codec encoded, as they are. It names the key id, never a key.
 //
@@ -45,15 +46,15 @@ func (r *Relay) payload(ev *model.Event) error {
 	if ev.PayloadEncoded == nil {
 		return nil
 	}
-	if r.cfg.Codec == nil {
+	if r.cfg.Location.Codec == nil {
 		ev.Payload, ev.PayloadEncoded = ev.PayloadEncoded, nil
 		return nil
 	}
-	if err := r.cfg.Codec.DecodeEvent(ev); err != nil {
+	if err := r.cfg.Location.Codec.DecodeEvent(ev); err != nil {
 		if errors.Is(err, model.ErrUnknownKeyID) {
-			return fmt.Errorf("%w: relay.Config.Codec: %w", ErrTaskRejected, err)
+			return fmt.Errorf("%w: relay.Config.Location.Codec: %w", ErrTaskRejected, err)
 		}
-		return fmt.Errorf("%w: relay.Config.Codec: %w", errMalformedRow, err)
+		return fmt.Errorf("%w: relay.Config.Location.Codec: %w", errMalformedRow, err)
 	}
 	return nil
 }

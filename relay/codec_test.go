@@ -15,10 +15,11 @@ import (
 
 	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
-// TestRelayCodecDecodesOrPassesThrough: with Config.Codec the relay enqueues the plain payload without
+// TestRelayCodecDecodesOrPassesThrough: with Config.Location.Codec the relay enqueues the plain payload without
 // the encoding's headers; without one it enqueues the encoded bytes with them, for the consumer.
 func TestRelayCodecDecodesOrPassesThrough(t *testing.T) {
 	t.Parallel()
@@ -40,7 +41,7 @@ func TestRelayCodecDecodesOrPassesThrough(t *testing.T) {
 
 			cfg := Config{}
 			if decodes {
-				cfg.Codec = codec
+				cfg.Location.Codec = codec
 			}
 			r := b.newRelay(t, cfg)
 			res := r.runOnce(ctx)
@@ -52,13 +53,13 @@ func TestRelayCodecDecodesOrPassesThrough(t *testing.T) {
 			require.Equal(t, "t1", ti.Headers["tenant"])
 			if decodes {
 				require.JSONEq(t, string(ev.Payload), string(ti.Payload))
-				require.NotContains(t, ti.Headers, model.HeaderPayloadEncoding)
-				require.NotContains(t, ti.Headers, model.HeaderPayloadKeyID)
+				require.NotContains(t, ti.Headers, wire.HeaderPayloadEncoding)
+				require.NotContains(t, ti.Headers, wire.HeaderPayloadKeyID)
 				return
 			}
 			require.NotContains(t, string(ti.Payload), "personal data", "encrypted in Redis too")
-			require.Equal(t, "gzip+aes-gcm", ti.Headers[model.HeaderPayloadEncoding])
-			require.Equal(t, "k1", ti.Headers[model.HeaderPayloadKeyID])
+			require.Equal(t, "gzip+aes-gcm", ti.Headers[wire.HeaderPayloadEncoding])
+			require.Equal(t, "k1", ti.Headers[wire.HeaderPayloadKeyID])
 			plain, err := codec.Decode(ev.EventID, "gzip+aes-gcm", "k1", ti.Payload)
 			require.NoError(t, err)
 			require.JSONEq(t, string(ev.Payload), string(plain))
@@ -104,7 +105,7 @@ func TestRelayCodecKeepsUndecodableRows(t *testing.T) {
 			require.NoError(t, err)
 			codec, err := model.NewCodec(model.EncryptWith(ring))
 			require.NoError(t, err)
-			r := b.newRelay(t, Config{Codec: codec, MaxAttempts: 1})
+			r := b.newRelay(t, Config{Location: model.Location{Codec: codec}, MaxAttempts: 1})
 			res := r.runOnce(ctx)
 			require.NoError(t, res.Err)
 			require.Equal(t, 2, res.Published)
@@ -114,7 +115,7 @@ func TestRelayCodecKeepsUndecodableRows(t *testing.T) {
 AND published_at IS NULL AND payload_encoded IS NOT NULL`, secret.EventID).Scan(ctx, &lastError))
 			require.Contains(t, lastError, `key id "k1"`)
 			require.Contains(t, lastError, tt.msg)
-			require.Contains(t, lastError, "relay.Config.Codec")
+			require.Contains(t, lastError, "relay.Config.Location.Codec")
 			for _, k := range [][]byte{key, wrong} {
 				require.NotContains(t, lastError, hex.EncodeToString(k))
 				require.NotContains(t, lastError, string(k))
@@ -190,7 +191,7 @@ FROM outbox_events WHERE event_id = ?`, ev.EventID).Scan(ctx, &st.Attempts, &st.
 	}
 
 	// A relay with k1 only: the row is charged, not dead, and stays out of Redis.
-	old := b.newRelay(t, Config{Codec: newCodec("k1", map[string][]byte{"k1": k1}), MaxAttempts: 3,
+	old := b.newRelay(t, Config{Location: model.Location{Codec: newCodec("k1", map[string][]byte{"k1": k1})}, MaxAttempts: 3,
 		RetryBackoff: 20 * time.Millisecond, RetryBackoffMax: 20 * time.Millisecond})
 	ev := record()
 	res := old.runOnce(ctx)
@@ -205,7 +206,7 @@ FROM outbox_events WHERE event_id = ?`, ev.EventID).Scan(ctx, &st.Attempts, &st.
 	require.True(t, errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound), "not in Redis: %v", err)
 
 	// The relay given k2 delivers it on its next attempt, decoded.
-	updated := b.newRelay(t, Config{Codec: newCodec("k2", map[string][]byte{"k1": k1, "k2": k2})})
+	updated := b.newRelay(t, Config{Location: model.Location{Codec: newCodec("k2", map[string][]byte{"k1": k1, "k2": k2})}})
 	outboxtest.WaitFor(t, 10*time.Second, "the row delivered by the relay with the key", func() bool {
 		require.NoError(t, updated.runOnce(ctx).Err)
 		return state(ev).Published

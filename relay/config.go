@@ -8,14 +8,15 @@ import (
 	"os"
 	"time"
 
+	"github.com/hibiken/asynq"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/bunbox/bunbox/fanout"
 	"github.com/bunbox/bunbox/internal/configcheck"
 	"github.com/bunbox/bunbox/internal/dsncheck"
 	"github.com/bunbox/bunbox/internal/tables"
 	"github.com/bunbox/bunbox/model"
-	"github.com/hibiken/asynq"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults applied by New to the zero fields of a Config.
@@ -39,8 +40,8 @@ const (
 	keyCheckIntervalDefault   = 10 * time.Millisecond
 	// cancelCheckIntervalDefault is Config.CancelCheckInterval's default.
 	cancelCheckIntervalDefault = 100 * time.Millisecond
-	// NotifyChannel is the PostgreSQL channel the relay listens on and the trigger of EnableNotify notifies.
-	NotifyChannel = "bunbox_outbox"
+	// notifyChannel is the PostgreSQL channel the relay listens on and the trigger of EnableNotify notifies.
+	notifyChannel = "bunbox_outbox"
 )
 
 // Enqueuer is what the relay needs from asynq: *asynq.Client implements it. Pass a wrapper in
@@ -90,7 +91,7 @@ type Config struct {
 	// read in rounds of what commits in MinPollInterval rather than round after round of a few rows.
 	// Defaults to 5ms.
 	MinPollInterval time.Duration
-	// DisableNotify turns off listening on NotifyChannel (which needs the pgdriver or pgx driver and the
+	// DisableNotify turns off listening on the NOTIFY channel (which needs the pgdriver or pgx driver and the
 	// trigger of EnableNotify to be useful). Defaults to false: the relay listens when the driver is
 	// pgdriver or pgx (github.com/jackc/pgx/v5/stdlib).
 	DisableNotify bool
@@ -111,22 +112,18 @@ type Config struct {
 	// would fail (SQLSTATE 42P05 or 26000) until the relay turned them off. Defaults to false: plain
 	// statements, safe behind any pooler.
 	PreparedStatements bool
-	// Schema is the schema of the outbox this relay serves (and its reconciler, cleanup and leases):
-	// "tenant_a" relays "tenant_a".outbox_events, qualified and quoted in every statement, so that no
-	// search_path is needed (which a transaction pooler does not keep). Run one relay per schema; each
-	// claims, marks, cleans up and reconciles only its own rows, and listens on its own NOTIFY channel,
-	// NotifyChannel + ":" + Schema (see EnableNotifyTrigger). 1 to 48 ASCII letters, digits and
-	// underscores, not starting with a digit or pg_; case is kept. Migrate it with migrate.WithSchema.
-	// Defaults to "": today's unqualified names (outbox_events through search_path) and NotifyChannel.
-	Schema string
-	// TablePrefix is the prefix of the outbox's table names (as migrate.WithTablePrefix): "orders_" relays
-	// orders_outbox_events (in Schema, if set), with its own leases table (orders_bunbox_leases), id
-	// sequence (the wake-up watches it), advisory locks and NOTIFY channel, NotifyChannel + ":" + Schema
-	// + ":" + TablePrefix. Several outboxes thus live in one schema, a relay each; each claims, marks,
-	// cleans up and reconciles only its own rows. 1 to 24 lowercase ASCII letters, digits and underscores,
-	// not starting with a digit or pg_; with Schema, the channel must fit 63 bytes. Defaults to "": today's
-	// table names.
-	TablePrefix string
+	// Location is the outbox this relay serves: its schema and table prefix (the relay claims, marks, cleans
+	// up and reconciles only that outbox's rows, and listens on its NOTIFY channel; run one relay per
+	// outbox) and its codec, which decodes the payloads the Outbox encoded before they are enqueued: the
+	// task then carries the plain payload, without the encoding's headers. With a codec, a row whose key id
+	// is not in the Keyring is charged an attempt and retried with backoff (a relay given the key delivers
+	// it), dead after MaxAttempts; one whose bytes do not decode under a key it holds is marked dead at
+	// once, kept, with a last_error naming the key id; a payload that decodes to more than the codec's limit
+	// (model.MaxDecodedSize: 1 MiB unless set; give it at least the writers') is marked dead at once too,
+	// the decoding stopped one byte past it. Without one, encoded payloads are enqueued as they are, with
+	// their encoding headers, for the consumer to decode (worker.WithLocation), and an encrypted payload
+	// stays encrypted in Redis. Defaults to the zero Location: the default outbox, no codec.
+	Location model.Location
 	// TaskRetention is how long asynq keeps a completed task, which is how long its TaskID dedupes a
 	// repeated enqueue of the same event. Defaults to 24h.
 	TaskRetention time.Duration
@@ -236,18 +233,6 @@ type Config struct {
 	// tasks are still to be taken out of asynq; the look is one index probe when there are none.
 	// Defaults to 100ms.
 	CancelCheckInterval time.Duration
-	// Codec decodes the payloads that an Outbox's codec encoded (bunx.WithCodec) before they are enqueued:
-	// the task then carries the plain payload, without the encoding's headers. A row whose key id is not in
-	// the Keyring is charged an attempt and retried with backoff (a relay given the key delivers it), dead
-	// after MaxAttempts; one whose bytes do not decode under a key it holds is marked dead at once, kept,
-	// with a last_error naming the key id. A payload that decodes to more than the Codec's limit
-	// (model.MaxDecodedSize: 1 MiB unless set; give it at least the writers') is marked dead at once too,
-	// kept, with a last_error naming the limit; the decoding stops one byte past it. Defaults to nil:
-	// encoded payloads are enqueued as they are, with their model.HeaderPayloadEncoding and
-	// model.HeaderPayloadKeyID headers, for the consumer to decode (worker.WithInboxCodec), and an encrypted
-	// payload stays encrypted in Redis. `bunbox relay -codec-keys-file` (OUTBOX_CODEC_KEYS_FILE) sets it
-	// from a keyring file.
-	Codec *model.Codec
 
 	now    func() time.Time
 	tracer trace.Tracer
@@ -322,7 +307,7 @@ func (c Config) validate() error {
 	p.Add(validateBound("StatementTimeout", c.StatementTimeout, time.Second))
 	p.Add(validateBound("LockTimeout", c.LockTimeout, time.Millisecond))
 	check(c.CancelCheckInterval > 0, "CancelCheckInterval must be positive, got %s", c.CancelCheckInterval)
-	p.Add(validateTables(c.Schema, c.TablePrefix))
+	p.Add(validateTables(c.Location))
 	p.Add(validateQueues(c.Queues))
 	return p.Err(ErrInvalidConfig)
 }
@@ -333,4 +318,4 @@ func defaultLogger() *slog.Logger {
 }
 
 // tables are the outbox's table names, for open.
-func (c Config) tables() tables.Names { return mustNames(c.Schema, c.TablePrefix) }
+func (c Config) tables() tables.Names { return mustNames(c.Location) }

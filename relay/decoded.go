@@ -5,10 +5,11 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
-// decodedBudget bounds the payloads the relay holds decoded (Config.Codec) over all its workers. A round
+// decodedBudget bounds the payloads the relay holds decoded (Config.Location.Codec) over all its workers. A round
 // keeps its rows as stored (BatchBytes counts them so), and each encoded payload is decoded only for its
 // enqueue and let go after it (publishDecoded): a compression bomb of 64 KiB stored that decodes to 1 MiB
 // takes its 1 MiB only while its task is built and sent.
@@ -25,10 +26,10 @@ type decodedBudget struct {
 
 // newDecodedBudget is the budget of a relay with cfg (withDefaults applied).
 func newDecodedBudget(cfg Config) decodedBudget {
-	if cfg.Codec == nil {
+	if cfg.Location.Codec == nil {
 		return decodedBudget{}
 	}
-	reserve := 2 * int64(cfg.Codec.DecodedLimit())
+	reserve := 2 * int64(cfg.Location.Codec.DecodedLimit())
 	return decodedBudget{sem: semaphore.NewWeighted(cfg.BatchBytes + reserve), reserve: reserve}
 }
 
@@ -39,7 +40,7 @@ func (b *decodedBudget) decodes(ev *model.Event) bool {
 	if b.sem == nil || ev.PayloadEncoded == nil {
 		return false
 	}
-	_, named := ev.Metadata[model.HeaderPayloadEncoding]
+	_, named := ev.Metadata[wire.HeaderPayloadEncoding]
 	return named
 }
 

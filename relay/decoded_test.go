@@ -18,6 +18,7 @@ import (
 
 	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -37,7 +38,7 @@ const (
 // while a collection marks, 10 MiB and more here, and a loaded machine makes the marks longer; the rows'
 // stored bytes are a few KiB. Before the relay decoded per enqueue, a round held all its rows decoded
 // until it ended: with these rows the heap grew by 99 to 108 MiB, on either path.
-const decodedHeapBound = 3 * (batchBytesDefault + 2*model.DefaultMaxPayloadSize)
+const decodedHeapBound = 3 * (batchBytesDefault + 2*wire.DefaultMaxPayloadSize)
 
 // TestRelayHeapUnderCompressionBombs: rows whose stored size is small and decoded size large do not take
 // the relay's memory past its bound (decodedHeapBound) on the per-row path nor on the stream, at a zero
@@ -57,16 +58,16 @@ func TestRelayHeapUnderCompressionBombs(t *testing.T) {
 			b := setup(t)
 			bomber := bunx.New(b.db, bunx.WithCodec(wide))
 			if streamed {
-				require.NoError(t, EnableStream(ctx, b.db, Config{}))
+				require.NoError(t, EnableStream(ctx, b.db, model.Location{}))
 			}
 
 			// The legit rows share one gzipped payload (gzip alone is not bound to the event id), inserted as
 			// bunx writes them; each bomb comes through an Outbox whose Codec allows it, ahead of a run of them.
 			gz, err := model.NewCodec(model.CompressAbove(256))
 			require.NoError(t, err)
-			legit, encoding, _, err := gz.Encode(uuid.Nil, bombPayload(model.DefaultMaxPayloadSize))
+			legit, encoding, _, err := gz.Encode(uuid.Nil, bombPayload(wire.DefaultMaxPayloadSize))
 			require.NoError(t, err)
-			require.Equal(t, model.EncodingGzip, encoding)
+			require.Equal(t, wire.EncodingGzip, encoding)
 			var bombIDs []string
 			for range bombRows {
 				ev, err := model.NewEvent("doc.bomb", bombPayload(bombSize), model.WithQueue(b.queue))
@@ -80,9 +81,9 @@ SELECT gen_random_uuid(), 'doc.saved', ?, 'null', ?, '{"bunbox-payload-encoding"
 			}
 			var stored int64
 			require.NoError(t, b.db.NewRaw(`SELECT sum(octet_length(payload_encoded)) FROM outbox_events`).Scan(ctx, &stored))
-			t.Logf("%d rows, %d KiB stored, %d MiB decoded", bombLegitRows+bombRows, stored>>10, (bombLegitRows*model.DefaultMaxPayloadSize+bombRows*bombSize)>>20)
+			t.Logf("%d rows, %d KiB stored, %d MiB decoded", bombLegitRows+bombRows, stored>>10, (bombLegitRows*wire.DefaultMaxPayloadSize+bombRows*bombSize)>>20)
 
-			r, err := New(b.db, b.redis, Config{Codec: codec})
+			r, err := New(b.db, b.redis, Config{Location: model.Location{Codec: codec}})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = r.Close() })
 			base, peak, stopSampling := sampleLiveHeap()
@@ -103,7 +104,7 @@ SELECT gen_random_uuid(), 'doc.saved', ?, 'null', ?, '{"bunbox-payload-encoding"
 AND event_id::text IN (?) ORDER BY id`, bun.List(bombIDs)).Scan(ctx, &lastErrors))
 			require.Len(t, lastErrors, bombRows)
 			for _, msg := range lastErrors {
-				require.Contains(t, msg, "relay.Config.Codec")
+				require.Contains(t, msg, "relay.Config.Location.Codec")
 				require.Contains(t, msg, "decompresses to more than 1048576 bytes, the codec's limit (model.MaxDecodedSize)")
 			}
 		})

@@ -41,7 +41,7 @@
 // [Config.MinPollInterval] (5ms) for a second, then doubles its wait up to [Config.PollInterval] (500ms),
 // so under traffic the commit-to-enqueued latency is a few milliseconds, and after a long quiet spell it is
 // at most PollInterval. [EnableNotifyTrigger] adds a statement-level trigger that sends a NOTIFY on
-// [NotifyChannel] for every insert into the outbox: a relay then wakes within a millisecond or two of
+// the channel bunbox_outbox for every insert into the outbox: a relay then wakes within a millisecond or two of
 // the commit however long it was idle. The relay listens with pgdriver's Listener or, when the *bun.DB
 // runs on pgx (github.com/jackc/pgx/v5/stdlib), on a pgx connection of its own dialed with the
 // configuration of one of the pool's connections; under another driver it only polls. It listens only on a

@@ -30,7 +30,7 @@ func Example() {
 		panic(err)
 	}
 	// Optional: wake idle relays at commit instead of at the next poll.
-	if err := relay.EnableNotifyTrigger(ctx, db, relay.Config{}); err != nil {
+	if err := relay.EnableNotifyTrigger(ctx, db, model.Location{}); err != nil {
 		panic(err)
 	}
 	redisOpt, err := connect.Redis(os.Getenv("REDIS_URL")) // e.g. redis://:password@127.0.0.1:6379/0

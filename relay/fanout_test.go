@@ -13,6 +13,7 @@ import (
 
 	"github.com/bunbox/bunbox/fanout"
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -88,8 +89,8 @@ func TestFanOut(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, "order.placed:"+l, ti.Type)
 			require.JSONEq(t, string(ev.Payload), string(ti.Payload))
-			require.Equal(t, l, ti.Headers[model.HeaderListener])
-			require.Equal(t, ev.EventID.String(), ti.Headers[model.HeaderEventID])
+			require.Equal(t, l, ti.Headers[wire.HeaderListener])
+			require.Equal(t, ev.EventID.String(), ti.Headers[wire.HeaderEventID])
 			require.Equal(t, "t1", ti.Headers["tenant"])
 		}
 	}

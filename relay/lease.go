@@ -31,7 +31,7 @@ type lease struct {
 	holder string
 	ttl    time.Duration
 	now    func() time.Time
-	names  tables.Names // the schema of the leases table (Config.Schema)
+	names  tables.Names // the schema of the leases table (Config.Location)
 }
 
 func newLease(db bun.IDB, name string, ttl time.Duration) *lease {

@@ -13,21 +13,22 @@ import (
 	"github.com/uptrace/bun/driver/pgdriver"
 
 	"github.com/bunbox/bunbox/internal/tables"
+	"github.com/bunbox/bunbox/model"
 )
 
-// EnableNotifyTrigger installs, on the outbox table that a relay of cfg serves (only cfg.Schema and
-// cfg.TablePrefix are read; the zero Config is the default outbox), a statement-level trigger that sends a
-// NOTIFY after every INSERT, on the channel of that outbox (NotifyChannel, with ":" + the schema and the
+// EnableNotifyTrigger installs, on the outbox table that the outbox at loc serves (the zero
+// Location is the default outbox), a statement-level trigger that sends a
+// NOTIFY after every INSERT, on the channel of that outbox (notifyChannel, with ":" + the schema and the
 // prefix when they are set), on which only its relays listen, so an idle relay wakes within milliseconds of
 // a commit. It is idempotent. PostgreSQL delivers the notification at commit, and only for a commit. Its
 // cost: a NOTIFY takes a database-wide lock at commit, which serializes committing writers that notify;
 // see docs/performance.md before enabling it on a hot write path. An invalid schema or prefix gives an
 // error wrapping ErrInvalidConfig that names the field.
-func EnableNotifyTrigger(ctx context.Context, db bun.IDB, cfg Config) error {
-	if err := validateTables(cfg.Schema, cfg.TablePrefix); err != nil {
+func EnableNotifyTrigger(ctx context.Context, db bun.IDB, loc model.Location) error {
+	if err := validateTables(loc); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return enableNotifyTrigger(ctx, db, mustNames(cfg.Schema, cfg.TablePrefix))
+	return enableNotifyTrigger(ctx, db, mustNames(loc))
 }
 
 func enableNotifyTrigger(ctx context.Context, db bun.IDB, names tables.Names) error {
@@ -35,7 +36,7 @@ func enableNotifyTrigger(ctx context.Context, db bun.IDB, names tables.Names) er
 	return db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		for _, q := range []string{
 			`CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN PERFORM pg_notify('` + names.Channel(NotifyChannel) + `', ''); RETURN NULL; END $$`,
+BEGIN PERFORM pg_notify('` + names.Channel(notifyChannel) + `', ''); RETURN NULL; END $$`,
 			names.SQL(`DROP TRIGGER IF EXISTS bunbox_outbox_notify ON outbox_events`),
 			names.SQL(`CREATE TRIGGER bunbox_outbox_notify AFTER INSERT ON outbox_events
 FOR EACH STATEMENT EXECUTE FUNCTION `) + fn + `()`,
@@ -48,13 +49,12 @@ FOR EACH STATEMENT EXECUTE FUNCTION `) + fn + `()`,
 	})
 }
 
-// DisableNotifyTrigger removes the trigger of EnableNotifyTrigger from the outbox of cfg (cfg.Schema,
-// cfg.TablePrefix); its relays fall back to polling.
-func DisableNotifyTrigger(ctx context.Context, db bun.IDB, cfg Config) error {
-	if err := validateTables(cfg.Schema, cfg.TablePrefix); err != nil {
+// DisableNotifyTrigger removes the trigger of EnableNotifyTrigger from the outbox at loc; its relays fall back to polling.
+func DisableNotifyTrigger(ctx context.Context, db bun.IDB, loc model.Location) error {
+	if err := validateTables(loc); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	names := mustNames(cfg.Schema, cfg.TablePrefix)
+	names := mustNames(loc)
 	_, err := db.ExecContext(ctx, names.SQL(`DROP TRIGGER IF EXISTS bunbox_outbox_notify ON outbox_events`))
 	return err
 }
@@ -62,7 +62,7 @@ func DisableNotifyTrigger(ctx context.Context, db bun.IDB, cfg Config) error {
 // listenCheckInterval is how often an unconfirmed listener notifies itself again.
 const listenCheckInterval = 100 * time.Millisecond
 
-// listen forwards notifications on NotifyChannel to wake as hints, until ctx ends. A notification sent
+// listen forwards notifications on notifyChannel to wake as hints, until ctx ends. A notification sent
 // while the listener reconnects is lost: the poll interval covers that, and a reconnect wakes the loop.
 // It listens only through a direct connection (listenDB: Config.ListenURL, or the relay's database when
 // its connections are direct), never through a pooler.
@@ -94,12 +94,12 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 	for ctx.Err() == nil {
 		var err error
 		if !listening {
-			if err = ln.Listen(ctx, r.names.Channel(NotifyChannel)); err == nil {
+			if err = ln.Listen(ctx, r.names.Channel(notifyChannel)); err == nil {
 				listening, confirmed = true, false
 				// What was committed before LISTEN took effect sent no notification we can see: look
 				// now. Then notify ourselves: receiving it proves the LISTEN is active.
 				signal()
-				if err = pgdriver.Notify(ctx, db, r.names.Channel(NotifyChannel), "listen-check"); err == nil {
+				if err = pgdriver.Notify(ctx, db, r.names.Channel(notifyChannel), "listen-check"); err == nil {
 					failures = 0
 					continue
 				}
@@ -114,7 +114,7 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 				if !confirmed {
 					confirmed = true
 					r.log.LogAttrs(ctx, slog.LevelDebug, "bunbox relay: listening for notifications",
-						slog.String("channel", r.names.Channel(NotifyChannel)))
+						slog.String("channel", r.names.Channel(notifyChannel)))
 				}
 				signal()
 				continue
@@ -124,7 +124,7 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 					continue
 				}
 				// The check may have raced the LISTEN (pgdriver does not wait for its reply): again.
-				if err = pgdriver.Notify(ctx, db, r.names.Channel(NotifyChannel), "listen-check"); err == nil {
+				if err = pgdriver.Notify(ctx, db, r.names.Channel(notifyChannel), "listen-check"); err == nil {
 					continue
 				}
 			}

@@ -60,12 +60,12 @@ func (r *Relay) listenPgxOnce(ctx context.Context, db *bun.DB, signal, listening
 		_ = conn.Close(cctx)
 	}()
 	// Exec waits for the server's reply: once it returns, the LISTEN is in effect.
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{r.names.Channel(NotifyChannel)}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{r.names.Channel(notifyChannel)}.Sanitize()); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	listening()
 	r.log.LogAttrs(ctx, slog.LevelDebug, "bunbox relay: listening for notifications",
-		slog.String("channel", r.names.Channel(NotifyChannel)))
+		slog.String("channel", r.names.Channel(notifyChannel)))
 	// What was committed before the LISTEN took effect sent no notification we can see: look now.
 	signal()
 	for {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	bunboxmigrate "github.com/bunbox/bunbox/migrate"
+	"github.com/bunbox/bunbox/model"
 )
 
 // TestListenerReconnects kills the listener's server connection: the relay listens again (on either
@@ -23,7 +24,7 @@ func TestListenerReconnects(t *testing.T) {
 	db := outboxtest.Open(t, map[string]any{"search_path": outboxtest.NewSchema(t), "application_name": app})
 	require.NoError(t, bunboxmigrate.Up(ctx, db))
 	b := setupWith(t, db, asynq.RedisClientOpt{Addr: outboxtest.RedisAddr()})
-	require.NoError(t, EnableNotifyTrigger(ctx, b.db, Config{}))
+	require.NoError(t, EnableNotifyTrigger(ctx, b.db, model.Location{}))
 	r := b.newRelay(t, Config{PollInterval: time.Hour, MinPollInterval: time.Hour})
 	run(t, r)
 	listening := func(n int) func() bool {

@@ -17,6 +17,7 @@ import (
 	"github.com/bunbox/bunbox/admin"
 	"github.com/bunbox/bunbox/fanout"
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -159,14 +160,14 @@ func recordingHandler(rec *sequenceRecorder, fail func(p keyedPayload, retried i
 			return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 		}
 		seq := p.Key
-		if l := task.Headers()[model.HeaderListener]; l != "" {
+		if l := task.Headers()[wire.HeaderListener]; l != "" {
 			seq += "/" + l
 		}
 		if seq == "" {
 			return nil // unkeyed
 		}
-		if got := task.Headers()[model.HeaderOrderingKey]; got != p.Key {
-			return fmt.Errorf("%w: header %s = %q, want %q", asynq.SkipRetry, model.HeaderOrderingKey, got, p.Key)
+		if got := task.Headers()[wire.HeaderOrderingKey]; got != p.Key {
+			return fmt.Errorf("%w: header %s = %q, want %q", asynq.SkipRetry, wire.HeaderOrderingKey, got, p.Key)
 		}
 		retried, _ := asynq.GetRetryCount(ctx)
 		rec.start(seq, p.Seq)
@@ -432,11 +433,11 @@ func TestTaskCarriesOrderingKey(t *testing.T) {
 	ev, err := model.NewEvent("account.changed", nil, model.WithOrderingKey("account:42"))
 	require.NoError(t, err)
 	task, _ := newTask(ev, ev.EventID.String(), time.Hour)
-	require.Equal(t, "account:42", task.Headers()[model.HeaderOrderingKey])
+	require.Equal(t, "account:42", task.Headers()[wire.HeaderOrderingKey])
 	ev, err = model.NewEvent("account.changed", nil)
 	require.NoError(t, err)
 	task, _ = newTask(ev, ev.EventID.String(), time.Hour)
-	require.NotContains(t, task.Headers(), model.HeaderOrderingKey)
+	require.NotContains(t, task.Headers(), wire.HeaderOrderingKey)
 }
 
 func TestKeyCheckIntervalConfig(t *testing.T) {

@@ -82,8 +82,8 @@ func TestListenOnlyWhenDirect(t *testing.T) {
 	t.Run("ListenURL", func(t *testing.T) {
 		// Rows committed before this subtest's relay started are published by then: count from here.
 		before := published(t, pd.direct)
-		require.NoError(t, EnableNotifyTrigger(ctx, pd.direct, Config{}))
-		t.Cleanup(func() { _ = DisableNotifyTrigger(ctx, pd.direct, Config{}) })
+		require.NoError(t, EnableNotifyTrigger(ctx, pd.direct, model.Location{}))
+		t.Cleanup(func() { _ = DisableNotifyTrigger(ctx, pd.direct, model.Location{}) })
 		b := setupWith(t, pooled, asynq.RedisClientOpt{Addr: outboxtest.RedisAddr()})
 		r := b.newRelay(t, Config{ListenURL: pd.directURL, PollInterval: time.Hour, MinPollInterval: time.Hour})
 		run(t, r)
@@ -114,7 +114,7 @@ func TestTwoRelaysThroughPooler(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pd := newPooledDatabase(t)
-	require.NoError(t, EnableNotifyTrigger(ctx, pd.direct, Config{}))
+	require.NoError(t, EnableNotifyTrigger(ctx, pd.direct, model.Location{}))
 	writerDB := outboxtest.OpenPooled(t, pd.name, nil)
 	b := setupWith(t, writerDB, asynq.RedisClientOpt{Addr: outboxtest.RedisAddr()})
 

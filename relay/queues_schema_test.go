@@ -11,7 +11,7 @@ import (
 	"github.com/bunbox/bunbox/model"
 )
 
-// The fair-queue lane of a relay of a schema (Config.Schema) looks for and claims rows in that schema's
+// The fair-queue lane of a relay of a schema (Config.Location) looks for and claims rows in that schema's
 // outbox only: a critical row pending in the outbox that search_path finds belongs to another outbox and
 // stays unclaimed, while the lane serves the schema's own critical rows behind its bulk backlog.
 func TestQueuesLaneStaysInItsSchema(t *testing.T) {
@@ -36,7 +36,7 @@ func TestQueuesLaneStaysInItsSchema(t *testing.T) {
 		}
 	}
 	insertIn(bulk, 3000)
-	r := b.newRelay(t, Config{Schema: s, Queues: map[string]int{crit: 6, bulk: 1}, BatchSize: 100,
+	r := b.newRelay(t, Config{Location: model.Location{Schema: s}, Queues: map[string]int{crit: 6, bulk: 1}, BatchSize: 100,
 		Workers: 1, DisableReconciler: true})
 	run(t, r)
 	insertIn(crit, 5)

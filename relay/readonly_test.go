@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/model"
 )
 
 // TestNewRefusesAReadOnlyDatabase: a database whose transactions are read-only (here a role with
@@ -54,8 +55,8 @@ func TestNewRefusesAReadOnlyDatabase(t *testing.T) {
 			_, err := New(bySetting, redisOpt, Config{})
 			return err
 		},
-		"role, readiness":       func() error { return CheckSchema(ctx, byRole, Config{}) },
-		"connection, readiness": func() error { return CheckSchema(ctx, bySetting, Config{}) },
+		"role, readiness":       func() error { return CheckSchema(ctx, byRole, model.Location{}) },
+		"connection, readiness": func() error { return CheckSchema(ctx, bySetting, model.Location{}) },
 	} {
 		err := check()
 		require.ErrorIs(t, err, ErrReadOnly, name)
@@ -64,7 +65,7 @@ func TestNewRefusesAReadOnlyDatabase(t *testing.T) {
 	}
 
 	// The same schema through a writable connection is fine.
-	require.NoError(t, CheckSchema(ctx, db, Config{}))
+	require.NoError(t, CheckSchema(ctx, db, model.Location{}))
 	r, err := New(db, redisOpt, Config{})
 	require.NoError(t, err)
 	require.NoError(t, r.Close())

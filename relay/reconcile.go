@@ -17,6 +17,7 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/bunbox/bunbox/internal/tables"
+	"github.com/bunbox/bunbox/model"
 )
 
 // ReconcileResult describes one pass of a Reconciler.
@@ -35,7 +36,7 @@ type ReconcileResult struct {
 	// LostQueues are the queues whose marker the pass found gone or changed: Redis lost data there since
 	// the previous pass (a restart without persistence, a failover to a replica that lagged).
 	LostQueues []string
-	// MissingTasks names the first MaxReportedMissing of the Missing events, in the order the pass met
+	// MissingTasks names the first maxReportedMissing of the Missing events, in the order the pass met
 	// them; Missing counts them all.
 	MissingTasks []MissingTask
 	// Duration is how long the pass took.
@@ -52,9 +53,9 @@ type MissingTask struct {
 	Queue   string
 }
 
-// MaxReportedMissing bounds ReconcileResult.MissingTasks, so that a pass after a large loss does not hold
+// maxReportedMissing bounds ReconcileResult.MissingTasks, so that a pass after a large loss does not hold
 // every missing event in memory.
-const MaxReportedMissing = 1000
+const maxReportedMissing = 1000
 
 // Reconciler re-delivers events whose asynq task Redis lost. asynq acknowledges an enqueue once Redis
 // has it in memory; a failover to a replica that lagged, or a restart without persistence, loses such
@@ -111,7 +112,7 @@ type Reconciler struct {
 	rdb     redis.UniversalClient // otherwise: the client NewReconciler made, closed by Close
 	running atomic.Bool
 
-	names tables.Names // ReconcilerConfig.Schema
+	names tables.Names // ReconcilerConfig.Location
 
 	passMu sync.Mutex // one pass at a time
 	cursor reconcileCursor
@@ -151,7 +152,7 @@ func NewReconcilerContext(ctx context.Context, db *bun.DB, redisOpt asynq.RedisC
 // newReconciler makes a Reconciler of a valid cfg, with a Redis client of its own made from redisOpt
 // unless cfg.Inspector is set; it checks nothing.
 func newReconciler(db *bun.DB, redisOpt asynq.RedisConnOpt, cfg ReconcilerConfig) (*Reconciler, error) {
-	r := &Reconciler{db: db, cfg: cfg, log: cfg.Logger, ins: cfg.Inspector, cursor: newReconcileCursor(), names: mustNames(cfg.Schema, cfg.TablePrefix)}
+	r := &Reconciler{db: db, cfg: cfg, log: cfg.Logger, ins: cfg.Inspector, cursor: newReconcileCursor(), names: mustNames(cfg.Location)}
 	if r.ins != nil {
 		return r, nil
 	}
@@ -430,7 +431,7 @@ func (r *Reconciler) checkPage(ctx context.Context, res *ReconcileResult, rows [
 		n, rerr := requeueBounded(context.WithoutCancel(ctx), r.db, r.names, missing)
 		res.Requeued += n
 		for _, row := range missing {
-			if len(res.MissingTasks) < MaxReportedMissing {
+			if len(res.MissingTasks) < maxReportedMissing {
 				res.MissingTasks = append(res.MissingTasks, MissingTask{EventID: row.EventID, Queue: row.Queue})
 			}
 			r.log.LogAttrs(ctx, slog.LevelDebug, "bunbox reconciler: task missing, requeued",
@@ -445,8 +446,8 @@ func (r *Reconciler) checkPage(ctx context.Context, res *ReconcileResult, rows [
 }
 
 // mustNames returns the Names of schema and prefix, which the config's validate has checked.
-func mustNames(schema, prefix string) tables.Names {
-	names, err := tables.New(schema, prefix)
+func mustNames(loc model.Location) tables.Names {
+	names, err := tables.New(loc.Schema, loc.TablePrefix)
 	if err != nil {
 		panic("relay: unchecked schema: " + err.Error())
 	}
@@ -454,14 +455,14 @@ func mustNames(schema, prefix string) tables.Names {
 }
 
 // validateTables returns the error of a schema or table prefix bunbox refuses, naming the field
-// (Schema or TablePrefix), or nil.
-func validateTables(schema, prefix string) error {
-	_, err := tables.New(schema, prefix)
+// (Location.Schema or Location.TablePrefix), or nil.
+func validateTables(loc model.Location) error {
+	_, err := tables.New(loc.Schema, loc.TablePrefix)
 	switch {
 	case errors.Is(err, tables.ErrInvalidSchema):
-		return fmt.Errorf("Schema: %w", err)
+		return fmt.Errorf("Location.Schema: %w", err)
 	case err != nil:
-		return fmt.Errorf("TablePrefix: %w", err)
+		return fmt.Errorf("Location.TablePrefix: %w", err)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/bunbox/bunbox/fanout"
 	"github.com/bunbox/bunbox/internal/configcheck"
 	"github.com/bunbox/bunbox/internal/tables"
+	"github.com/bunbox/bunbox/model"
 )
 
 // Defaults applied by NewReconciler to the zero fields of a ReconcilerConfig.
@@ -76,12 +77,9 @@ type ReconcilerConfig struct {
 	// what the pass returned, on Run's goroutine: e.g. relaymetrics.Metrics.ObserveReconcile. Defaults to
 	// nil.
 	OnPass func(res ReconcileResult, err error)
-	// Schema is the schema of the outbox to reconcile, as Config.Schema (the relay's own reconciler takes
-	// the relay's). Defaults to "": today's unqualified outbox_events.
-	Schema string
-	// TablePrefix is the prefix of the outbox's table names, as Config.TablePrefix (the relay's own
-	// reconciler takes the relay's); its lease is in the prefixed leases table. Defaults to "".
-	TablePrefix string
+	// Location is the outbox to reconcile (its Schema and TablePrefix; its lease is in that outbox's leases
+	// table), as Config.Location; the relay's own reconciler takes the relay's. Defaults to the default outbox.
+	Location model.Location
 
 	now func() time.Time
 }
@@ -104,7 +102,7 @@ func (c ReconcilerConfig) validate() error {
 	var p configcheck.Problems
 	p.Prefixed("", c.problems())
 	p.Add(c.Routes.Validate())
-	p.Add(validateTables(c.Schema, c.TablePrefix))
+	p.Add(validateTables(c.Location))
 	return p.Err(ErrInvalidConfig)
 }
 
@@ -126,4 +124,4 @@ func (c ReconcilerConfig) problems() []error {
 }
 
 // tables are the outbox's table names, for open.
-func (c ReconcilerConfig) tables() tables.Names { return mustNames(c.Schema, c.TablePrefix) }
+func (c ReconcilerConfig) tables() tables.Names { return mustNames(c.Location) }

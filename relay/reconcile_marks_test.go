@@ -12,6 +12,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/model"
 )
 
 // marksBundle is an outbox with the stream on and a Redis, for the reconciler's time marks.
@@ -24,7 +25,7 @@ func setupMarks(t *testing.T) marksBundle {
 	t.Helper()
 	db, _ := outboxtest.Schema(t)
 	rd := outboxtest.StartRedis(t, &outboxtest.RedisOptions{NoPersistence: true})
-	require.NoError(t, EnableStream(context.Background(), db, Config{}))
+	require.NoError(t, EnableStream(context.Background(), db, model.Location{}))
 	return marksBundle{db: db, opt: asynq.RedisClientOpt{Addr: rd.Addr()}}
 }
 

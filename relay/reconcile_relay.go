@@ -15,8 +15,7 @@ func (c Config) reconcilerDefaults() ReconcilerConfig {
 	rc := c.Reconciler
 	rc.TaskRetention = c.TaskRetention
 	rc.Routes = c.Routes
-	rc.Schema = c.Schema
-	rc.TablePrefix = c.TablePrefix
+	rc.Location = c.Location
 	if rc.Window == 0 {
 		rc.Window = min(reconcileWindowDefault, c.TaskRetention/2)
 	}

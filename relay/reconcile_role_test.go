@@ -122,7 +122,7 @@ func TestReconcilerWithoutMarksPrivilege(t *testing.T) {
 	ctx := context.Background()
 	db, schema := outboxtest.Schema(t)
 	rd := outboxtest.StartRedis(t, &outboxtest.RedisOptions{NoPersistence: true})
-	require.NoError(t, relay.EnableStream(ctx, db, relay.Config{}))
+	require.NoError(t, relay.EnableStream(ctx, db, model.Location{}))
 	blind := restrictedRole(t, db, schema)
 	var logs bytes.Buffer // the passes run on this goroutine
 	rc, err := relay.NewReconciler(blind, asynq.RedisClientOpt{Addr: rd.Addr()},

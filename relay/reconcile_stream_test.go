@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
 )
 
@@ -43,7 +44,7 @@ func TestReconcilerChecksDeliveredStreamedRows(t *testing.T) {
 	t.Parallel()
 	b := setupReconcile(t)
 	ctx := context.Background()
-	require.NoError(t, relay.EnableStream(ctx, b.db, relay.Config{}))
+	require.NoError(t, relay.EnableStream(ctx, b.db, model.Location{}))
 
 	lost := b.insertRow(t, 0)
 	kept := b.insertRow(t, 0)
@@ -92,7 +93,7 @@ func TestReconcilerRequeuedStreamedRowIsDelivered(t *testing.T) {
 	t.Parallel()
 	b := setupReconcile(t)
 	ctx := context.Background()
-	require.NoError(t, relay.EnableStream(ctx, b.db, relay.Config{}))
+	require.NoError(t, relay.EnableStream(ctx, b.db, model.Location{}))
 	id := b.insertRow(t, 0)
 	outboxtest.DeliverStream(t, b.db)
 	rc := newReconciler(t, b, relay.ReconcilerConfig{})
@@ -111,7 +112,7 @@ func TestReconcilerSweepsScheduledStreamedRows(t *testing.T) {
 	t.Parallel()
 	b := setupReconcile(t)
 	ctx := context.Background()
-	require.NoError(t, relay.EnableStream(ctx, b.db, relay.Config{}))
+	require.NoError(t, relay.EnableStream(ctx, b.db, model.Location{}))
 	id := b.insertRow(t, 2*time.Hour)
 	_, err := b.db.ExecContext(ctx, "UPDATE outbox_events SET process_at = now() + interval '1 hour' WHERE event_id = ?", id)
 	require.NoError(t, err)
@@ -131,7 +132,7 @@ func TestReconcilerSweepFromAMark(t *testing.T) {
 	t.Parallel()
 	b := setupReconcile(t)
 	ctx := context.Background()
-	require.NoError(t, relay.EnableStream(ctx, b.db, relay.Config{}))
+	require.NoError(t, relay.EnableStream(ctx, b.db, model.Location{}))
 	const window = 2 * time.Second
 	// Written before the mark (its xid is below the mark's), delivered after it.
 	scheduled := b.insertRow(t, time.Hour)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/bunbox/bunbox/internal/schemaversion"
 	"github.com/bunbox/bunbox/internal/tables"
+	"github.com/bunbox/bunbox/model"
 )
 
 var (
@@ -38,7 +39,7 @@ type Relay struct {
 	sem     chan struct{} // bounds the enqueues in flight, over all workers
 	keys    *keyTracker   // hands out keyed events in order (ordering.go); nil without an inspector
 	sizer   claimSizer    // how many rows the next claim asks for, under Config.BatchBytes
-	decoded decodedBudget // bounds the payloads decoded at once with Config.Codec (decoded.go)
+	decoded decodedBudget // bounds the payloads decoded at once with Config.Location.Codec (decoded.go)
 
 	stmts *statements // the hottest statements, prepared (prepared.go)
 
@@ -49,7 +50,7 @@ type Relay struct {
 	counters counters
 	rounds   roundHealth // since when the rounds fail, for Ready (health.go)
 
-	names tables.Names // Config.Schema: the outbox's tables, qualified (internal/tables)
+	names tables.Names // Config.Location: the outbox's tables, qualified (internal/tables)
 
 	stream streamState // the snapshot cursor (stream.go)
 }
@@ -77,7 +78,7 @@ func NewContext(ctx context.Context, db *bun.DB, redis asynq.RedisConnOpt, cfg C
 	r := &Relay{db: db, cfg: cfg, log: cfg.Logger, enq: cfg.Enqueuer, sem: make(chan struct{}, cfg.Concurrency),
 		decoded: newDecodedBudget(cfg)}
 	r.redisOpt = redis
-	r.names = mustNames(cfg.Schema, cfg.TablePrefix) // validated by open
+	r.names = mustNames(cfg.Location) // validated by open
 	r.queues = newFairQueues(cfg)
 	if r.enq == nil {
 		if redis == nil {
@@ -133,11 +134,8 @@ func checkSchema(ctx context.Context, db bun.IDB, names tables.Names) error {
 	return schemaversion.Check(ctx, db, names, "relay")
 }
 
-// Schema returns the schema of the outbox the relay serves (Config.Schema); "" for the default names.
-func (r *Relay) Schema() string { return r.names.Schema() }
-
-// TablePrefix returns the prefix of the outbox's table names (Config.TablePrefix); "" for the default.
-func (r *Relay) TablePrefix() string { return r.names.Prefix() }
+// Location returns the outbox the relay serves (Config.Location).
+func (r *Relay) Location() model.Location { return r.cfg.Location }
 
 // Close releases the Redis connections of the client that New made (none when Config.Enqueuer was
 // given). Call it after Run has returned.

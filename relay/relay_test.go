@@ -16,6 +16,7 @@ import (
 
 	"github.com/bunbox/bunbox/admin"
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -101,10 +102,10 @@ func TestTaskCarriesEvent(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "test.event", ti.Type)
 	require.JSONEq(t, string(ev.Payload), string(ti.Payload))
-	require.Equal(t, ev.EventID.String(), ti.Headers[model.HeaderEventID])
-	require.Equal(t, "test.event", ti.Headers[model.HeaderEventName])
+	require.Equal(t, ev.EventID.String(), ti.Headers[wire.HeaderEventID])
+	require.Equal(t, "test.event", ti.Headers[wire.HeaderEventName])
 	require.Equal(t, "v", ti.Headers["k"])
-	created, err := time.Parse(time.RFC3339Nano, ti.Headers[model.HeaderCreatedAt])
+	created, err := time.Parse(time.RFC3339Nano, ti.Headers[wire.HeaderCreatedAt])
 	require.NoError(t, err)
 	require.WithinDuration(t, time.Now(), created, time.Minute)
 	require.Equal(t, time.Hour, ti.Retention)
@@ -297,7 +298,7 @@ func TestIdleRelayWakesOnNotify(t *testing.T) {
 	t.Parallel()
 	outboxtest.SkipPooled(t, "the relay does not LISTEN through a transaction pooler (TestListenOnlyWhenDirect covers it)")
 	b := setup(t)
-	require.NoError(t, EnableNotifyTrigger(context.Background(), b.db, Config{}))
+	require.NoError(t, EnableNotifyTrigger(context.Background(), b.db, model.Location{}))
 	// A poll interval far beyond the wait below: only the notification can explain a quick delivery.
 	r := b.newRelay(t, Config{PollInterval: time.Hour, MinPollInterval: time.Hour})
 	run(t, r)
@@ -310,7 +311,7 @@ func TestIdleRelayWakesOnNotify(t *testing.T) {
 			return published(t, b.db) == int64(i+1)
 		})
 	}
-	require.NoError(t, DisableNotifyTrigger(context.Background(), b.db, Config{}))
+	require.NoError(t, DisableNotifyTrigger(context.Background(), b.db, model.Location{}))
 }
 
 func TestCleanupDeletesExpiredPublishedRows(t *testing.T) {

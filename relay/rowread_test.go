@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -53,8 +54,8 @@ func TestReadRow(t *testing.T) {
 
 	t.Run("PayloadOverTheCeiling", func(t *testing.T) {
 		t.Parallel()
-		ev := model.Event{EventID: rowReadID, Name: "e", Queue: "q", Payload: make(json.RawMessage, model.MaxPayloadSizeCeiling+1)}
-		require.ErrorContains(t, readRow(&ev, []byte(`{}`)), "over the limit of 67108864 (model.MaxPayloadSizeCeiling)")
+		ev := model.Event{EventID: rowReadID, Name: "e", Queue: "q", Payload: make(json.RawMessage, wire.MaxPayloadSizeCeiling+1)}
+		require.ErrorContains(t, readRow(&ev, []byte(`{}`)), "over the limit of 67108864 (wire.MaxPayloadSizeCeiling)")
 	})
 }
 
@@ -80,7 +81,7 @@ func FuzzReadRow(f *testing.F) {
 			}
 			return
 		}
-		if len(ev.Metadata) > model.MaxMetadataCount {
+		if len(ev.Metadata) > wire.MaxMetadataCount {
 			t.Fatalf("%d metadata keys passed", len(ev.Metadata))
 		}
 		checked := ev
@@ -93,7 +94,7 @@ func FuzzReadRow(f *testing.F) {
 			t.Fatalf("task type %q, want %q", task.Type(), name)
 		}
 		for k, v := range ev.Metadata {
-			if k == model.HeaderEventID || k == model.HeaderEventName || k == model.HeaderCreatedAt {
+			if k == wire.HeaderEventID || k == wire.HeaderEventName || k == wire.HeaderCreatedAt {
 				continue // the relay's own headers win
 			}
 			if task.Headers()[k] != v {

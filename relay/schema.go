@@ -8,6 +8,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/internal/tables"
+	"github.com/bunbox/bunbox/model"
 )
 
 // ErrReadOnly means the database the relay was given cannot be written: a standby in recovery, or
@@ -15,18 +16,17 @@ import (
 // every round: give it the primary, writable.
 var ErrReadOnly = errors.New("relay: the database is read-only")
 
-// CheckSchema reports whether db has the outbox table that a relay of cfg serves (only cfg.Schema and
-// cfg.TablePrefix are read; the zero Config is the default outbox) at the schema version this relay
-// knows, with every column the relay's claim reads: it runs the claim's query for no row, so it locks
+// CheckSchema reports whether db has the table of the outbox at loc (the zero Location is the default
+// outbox) at the schema version this relay knows, with every column the relay's claim reads: it runs the claim's query for no row, so it locks
 // nothing and fails, naming what is missing, on a database that bunbox's migrations have not (fully)
 // reached. A missing table gives an error wrapping ErrNoSchema, a database the relay cannot write (see
 // checkWritable) one wrapping ErrReadOnly, an invalid schema or prefix one wrapping ErrInvalidConfig. It is
 // what a readiness probe asks (the standalone relay's /readyz does).
-func CheckSchema(ctx context.Context, db bun.IDB, cfg Config) error {
-	if err := validateTables(cfg.Schema, cfg.TablePrefix); err != nil {
+func CheckSchema(ctx context.Context, db bun.IDB, loc model.Location) error {
+	if err := validateTables(loc); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return checkSchemaOf(ctx, db, mustNames(cfg.Schema, cfg.TablePrefix))
+	return checkSchemaOf(ctx, db, mustNames(loc))
 }
 
 func checkSchemaOf(ctx context.Context, db bun.IDB, names tables.Names) error {

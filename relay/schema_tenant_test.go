@@ -106,7 +106,7 @@ func TestRelaysOfSchemas(t *testing.T) {
 	tenants[2].record(t, db, own, n)
 
 	for i, tn := range tenants {
-		cfg := relay.Config{Schema: tn.schema, Enqueuer: tn.enq, PollInterval: 50 * time.Millisecond,
+		cfg := relay.Config{Location: model.Location{Schema: tn.schema}, Enqueuer: tn.enq, PollInterval: 50 * time.Millisecond,
 			RoundBackoff: 10 * time.Millisecond, Logger: outboxtest.Logger(t),
 			PreparedStatements: !outboxtest.Pooled()} // the three prepare theirs on the same connections
 		if i == 0 { // the cleanup of the first deletes its rows as soon as it runs
@@ -184,7 +184,7 @@ func TestReconcilersOfSchemas(t *testing.T) {
 	for _, tn := range []*tenant{a, b} {
 		tn.table = `"` + tn.schema + `".outbox_events`
 		tn.record(t, db, queue, n)
-		r, err := relay.New(db, redis, relay.Config{Schema: tn.schema, PollInterval: 20 * time.Millisecond,
+		r, err := relay.New(db, redis, relay.Config{Location: model.Location{Schema: tn.schema}, PollInterval: 20 * time.Millisecond,
 			DisableNotify: true, DisableReconciler: true, Logger: outboxtest.Logger(t)})
 		require.NoError(t, err)
 		rctx, cancel := context.WithCancel(ctx)
@@ -204,7 +204,7 @@ func TestReconcilersOfSchemas(t *testing.T) {
 		tn      *tenant
 		missing int
 	}{{b, 0}, {a, 3}} {
-		rc, err := relay.NewReconciler(db, redis, relay.ReconcilerConfig{Schema: tc.tn.schema, Logger: outboxtest.Logger(t)})
+		rc, err := relay.NewReconciler(db, redis, relay.ReconcilerConfig{Location: model.Location{Schema: tc.tn.schema}, Logger: outboxtest.Logger(t)})
 		require.NoError(t, err)
 		res, err := rc.ReconcileOnce(ctx)
 		require.NoError(t, err)
@@ -221,18 +221,18 @@ func TestReconcilersOfSchemas(t *testing.T) {
 func TestSchemaConfigRefusesBadNames(t *testing.T) { // not parallel: it sets OUTBOX_SCHEMA
 	db := outboxtest.Unconnected(t)
 	for _, bad := range []string{`a"b`, "a'b", "9a", "pg_x", "a.b", "a b"} {
-		_, err := relay.New(db, nil, relay.Config{Schema: bad, Enqueuer: &tenantEnqueuer{}})
+		_, err := relay.New(db, nil, relay.Config{Location: model.Location{Schema: bad}, Enqueuer: &tenantEnqueuer{}})
 		require.ErrorIs(t, err, relay.ErrInvalidConfig, bad)
 		require.ErrorContains(t, err, "Schema: invalid schema name", bad)
-		_, err = relay.NewReconciler(db, nil, relay.ReconcilerConfig{Schema: bad, Inspector: nil})
+		_, err = relay.NewReconciler(db, nil, relay.ReconcilerConfig{Location: model.Location{Schema: bad}, Inspector: nil})
 		require.ErrorIs(t, err, relay.ErrInvalidConfig, bad)
-		require.ErrorIs(t, relay.EnableNotifyTrigger(context.Background(), db, relay.Config{Schema: bad}), relay.ErrInvalidConfig)
-		require.ErrorIs(t, relay.CheckSchema(context.Background(), db, relay.Config{Schema: bad}), relay.ErrInvalidConfig)
+		require.ErrorIs(t, relay.EnableNotifyTrigger(context.Background(), db, model.Location{Schema: bad}), relay.ErrInvalidConfig)
+		require.ErrorIs(t, relay.CheckSchema(context.Background(), db, model.Location{Schema: bad}), relay.ErrInvalidConfig)
 	}
 	t.Setenv("OUTBOX_SCHEMA", "tenant_env")
 	cfg, err := relayenv.Config()
 	require.NoError(t, err)
-	require.Equal(t, "tenant_env", cfg.Schema)
+	require.Equal(t, "tenant_env", cfg.Location.Schema)
 }
 
 // TestNotifyTrigger installs the NOTIFY trigger of a schema's outbox: its function lives in that schema
@@ -242,14 +242,14 @@ func TestNotifyTrigger(t *testing.T) {
 	ctx := context.Background()
 	db := outboxtest.Open(t, nil)
 	s := outboxtest.TenantSchema(t, db, "tenant_n_")
-	require.NoError(t, relay.EnableNotifyTrigger(ctx, db, relay.Config{Schema: s}))
-	require.NoError(t, relay.EnableNotifyTrigger(ctx, db, relay.Config{Schema: s}), "idempotent")
+	require.NoError(t, relay.EnableNotifyTrigger(ctx, db, model.Location{Schema: s}))
+	require.NoError(t, relay.EnableNotifyTrigger(ctx, db, model.Location{Schema: s}), "idempotent")
 	var src string
 	require.NoError(t, db.NewRaw(`SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 		JOIN pg_trigger tg ON tg.tgfoid = p.oid JOIN pg_class c ON c.oid = tg.tgrelid
 		WHERE n.nspname = ? AND c.relname = 'outbox_events' AND c.relnamespace = n.oid AND tg.tgname = 'bunbox_outbox_notify'`, s).Scan(ctx, &src))
-	require.Contains(t, src, "pg_notify('"+relay.NotifyChannel+":"+s+"'")
-	require.NoError(t, relay.DisableNotifyTrigger(ctx, db, relay.Config{Schema: s}))
+	require.Contains(t, src, "pg_notify('"+"bunbox_outbox"+":"+s+"'")
+	require.NoError(t, relay.DisableNotifyTrigger(ctx, db, model.Location{Schema: s}))
 	var triggers int
 	require.NoError(t, db.NewRaw(`SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass(?)`, `"`+s+`".outbox_events`).Scan(ctx, &triggers))
 	require.Zero(t, triggers)

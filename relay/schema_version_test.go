@@ -10,6 +10,7 @@ import (
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/internal/schemaversion"
+	"github.com/bunbox/bunbox/model"
 )
 
 // A relay refuses, naming both versions, an outbox at a bunbox schema version newer than it knows (a
@@ -40,7 +41,7 @@ func TestRelayRefusesAnotherSchemaVersion(t *testing.T) {
 		for _, w := range tc.want {
 			require.Contains(t, err.Error(), w)
 		}
-		require.ErrorContains(t, CheckSchema(ctx, db, Config{}), tc.want[0], "the readiness check says the same")
+		require.ErrorContains(t, CheckSchema(ctx, db, model.Location{}), tc.want[0], "the readiness check says the same")
 	}
 	_, err := db.ExecContext(ctx, fmt.Sprintf("COMMENT ON TABLE outbox_events IS 'bunbox schema %d'", schemaversion.Current))
 	require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/model"
 )
 
 // TestStartLogSaysWhatTheRelayUses: the start log names the database (user, server, name: no password),
@@ -42,7 +43,7 @@ func TestStartLogSaysWhatTheRelayUses(t *testing.T) {
 	require.Equal(t, "per-row", got["delivery"])
 	require.False(t, strings.Contains(got["database"], "password"))
 
-	require.NoError(t, EnableStream(context.Background(), b.db, Config{}))
+	require.NoError(t, EnableStream(context.Background(), b.db, model.Location{}))
 	require.Equal(t, "stream", started()["delivery"])
 
 	require.Equal(t, "Config.Enqueuer's", redisName(asynq.RedisClientOpt{Addr: "x"}, true))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/model"
 )
 
 // BenchmarkStreamReadAhead drains backlogs of streamed rows with stream rounds of one batch (the round
@@ -22,7 +23,7 @@ func BenchmarkStreamReadAhead(b *testing.B) {
 	db, redis, queue, _ := benchSetup(b)
 	ctx := context.Background()
 	ob := bunx.New(db)
-	if err := EnableStream(ctx, db, Config{}); err != nil {
+	if err := EnableStream(ctx, db, model.Location{}); err != nil {
 		b.Fatal(err)
 	}
 	for range b.N {

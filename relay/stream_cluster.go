@@ -131,7 +131,7 @@ type resetCounts struct {
 
 // handOverWaitingSet is the SET of an UPDATE of outbox_events e that hands streamed rows to the per-row
 // path: pending rows from then on. A row cancelled while it waited was never enqueued: its cancel is
-// settled as bunx settles a pending row's (its result is the UPDATE's one argument, CancelNeverPublished).
+// settled as bunx settles a pending row's (its result is the UPDATE's one argument, cancelNeverPublished).
 const handOverWaitingSet = `SET published_at = NULL,
   cancel_settled_at = CASE WHEN e.cancelled_at IS NOT NULL AND e.cancel_settled_at IS NULL THEN now() ELSE e.cancel_settled_at END,
   cancel_result = CASE WHEN e.cancelled_at IS NOT NULL AND e.cancel_settled_at IS NULL THEN ? ELSE e.cancel_result END,
@@ -167,7 +167,7 @@ func resetCursor(ctx context.Context, tx bun.Tx, names tables.Names) (n resetCou
 	for i, query := range resetSQL {
 		var args []any
 		if i == 1 {
-			args = []any{CancelNeverPublished}
+			args = []any{cancelNeverPublished}
 		}
 		res, err := tx.ExecContext(ctx, names.SQL(query), args...)
 		if err != nil {

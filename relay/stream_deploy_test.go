@@ -38,9 +38,9 @@ func TestStreamRollingDeploy(t *testing.T) {
 	outboxtest.SkipShort(t)
 	ctx := context.Background()
 	b := setupStream(t)
-	require.NoError(t, DisableStream(ctx, b.db, Config{}))
+	require.NoError(t, DisableStream(ctx, b.db, model.Location{}))
 	classic := b.record(t, b.db, 50) // written while the stream is off: the per-row path's
-	require.NoError(t, EnableStream(ctx, b.db, Config{}))
+	require.NoError(t, EnableStream(ctx, b.db, model.Location{}))
 	streamed := b.record(t, b.db, 100)
 
 	old := b.newLegacyRelay(t, Config{DisableReconciler: true})
@@ -133,7 +133,7 @@ func TestStreamUpgradeDeliversOldAndNewRows(t *testing.T) {
 	b.ob = bunx.New(db)
 	pending := b.record(t, db, 70)
 	require.NoError(t, bunboxmigrate.Up(ctx, db))
-	require.NoError(t, EnableStream(ctx, db, Config{}))
+	require.NoError(t, EnableStream(ctx, db, model.Location{}))
 	streamed := b.record(t, db, 90)
 	require.EqualValues(t, len(pending), outboxtest.Count(t, db, "outbox_events", "published_at IS NULL"))
 	require.EqualValues(t, len(streamed), countStream(t, db).Waiting)
@@ -162,7 +162,7 @@ func TestStreamDisableWhileRowsWait(t *testing.T) {
 	stop()
 	waiting := b.record(t, b.db, 60)
 	require.EqualValues(t, len(waiting), countStream(t, b.db).Waiting)
-	require.NoError(t, DisableStream(ctx, b.db, Config{}))
+	require.NoError(t, DisableStream(ctx, b.db, model.Location{}))
 	require.EqualValues(t, len(waiting), outboxtest.Count(t, b.db, "outbox_events", "published_at IS NULL"))
 	after := b.record(t, b.db, 10)
 	run(t, b.newRelay(t, Config{BatchSize: 30}))
@@ -195,7 +195,7 @@ func TestStreamCancelOfWaitingRow(t *testing.T) {
 	run(t, r)
 	b.waitQueued(t, len(events)-10)
 	outboxtest.WaitFor(t, streamWait, "the cancels settled", func() bool {
-		return outboxtest.Count(t, b.db, "outbox_events", "cancel_settled_at IS NOT NULL AND cancel_result = ?", CancelNeverPublished) == 10
+		return outboxtest.Count(t, b.db, "outbox_events", "cancel_settled_at IS NOT NULL AND cancel_result = ?", cancelNeverPublished) == 10
 	})
 	outboxtest.WaitFor(t, streamWait, "the cursor past every row", func() bool {
 		return countStream(t, b.db).Waiting == 0
@@ -209,7 +209,7 @@ func TestStreamCancelOfWaitingRow(t *testing.T) {
 	late := events[10:12]
 	require.NoError(t, b.ob.Cancel(ctx, b.db, late[0].EventID, late[1].EventID))
 	outboxtest.WaitFor(t, streamWait, "the delivered rows' cancels settled", func() bool {
-		return outboxtest.Count(t, b.db, "outbox_events", "cancel_settled_at IS NOT NULL AND cancel_result = ?", CancelRemoved) == 2
+		return outboxtest.Count(t, b.db, "outbox_events", "cancel_settled_at IS NOT NULL AND cancel_result = ?", cancelRemoved) == 2
 	})
 	info, err := b.inspector.GetQueueInfo(b.queue)
 	require.NoError(t, err)
@@ -225,12 +225,12 @@ func TestStreamSchemaAndTablePrefix(t *testing.T) {
 	db := base.db
 	schema := outboxtest.TenantSchema(t, db, "tenant_st_")
 	outboxtest.TenantTables(t, db, schema, "orders_")
-	cfg := Config{Schema: schema, TablePrefix: "orders_"}
-	require.NoError(t, EnableStream(ctx, db, cfg))
-	on, err := StreamEnabled(ctx, db, cfg)
+	cfg := Config{Location: model.Location{Schema: schema, TablePrefix: "orders_"}}
+	require.NoError(t, EnableStream(ctx, db, cfg.Location))
+	on, err := StreamEnabled(ctx, db, cfg.Location)
 	require.NoError(t, err)
 	require.True(t, on)
-	off, err := StreamEnabled(ctx, db, Config{Schema: schema})
+	off, err := StreamEnabled(ctx, db, model.Location{Schema: schema})
 	require.NoError(t, err)
 	require.False(t, off, "the schema's unprefixed outbox is another outbox")
 	b := &streamBundle{testBundle: base, ob: bunx.New(db, bunx.WithSchema(schema), bunx.WithTablePrefix("orders_"))}
@@ -238,7 +238,7 @@ func TestStreamSchemaAndTablePrefix(t *testing.T) {
 	cfg.BatchSize = 50
 	run(t, b.newRelay(t, cfg))
 	b.waitQueued(t, len(events))
-	names := mustNames(schema, "orders_")
+	names := mustNames(model.Location{Schema: schema, TablePrefix: "orders_"})
 	outboxtest.WaitFor(t, streamWait, "the cursor past every row", func() bool {
 		var n int64
 		require.NoError(t, db.NewRaw(names.SQL(`SELECT count(*) FROM outbox_events e `+streamsql.Cursor+

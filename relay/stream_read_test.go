@@ -12,6 +12,7 @@ import (
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/internal/streamsql"
+	"github.com/bunbox/bunbox/model"
 )
 
 // TestStreamReadIsBoundedByThePair: with many delivered streamed rows kept (the retention's), the first
@@ -57,7 +58,7 @@ func TestStreamReadIsBoundedByThePair(t *testing.T) {
 func streamWithKeptRows(t *testing.T, kept int) *bun.DB {
 	t.Helper()
 	db, _ := outboxtest.Schema(t)
-	require.NoError(t, EnableStream(context.Background(), db, Config{}))
+	require.NoError(t, EnableStream(context.Background(), db, model.Location{}))
 	insertStreamed(t, db, "kept", kept)
 	outboxtest.DeliverStream(t, db)
 	return db

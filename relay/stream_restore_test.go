@@ -35,7 +35,7 @@ func TestStreamRestoreIntoAnotherCluster(t *testing.T) {
 			src := outboxtest.StartPostgres(t)
 			src.SetNextXid(t, sourceXid)
 			srcDB := src.Schema(t)
-			require.NoError(t, EnableStream(ctx, srcDB, Config{}))
+			require.NoError(t, EnableStream(ctx, srcDB, model.Location{}))
 			b := setupWith(t, srcDB, asynq.RedisClientOpt{Addr: outboxtest.RedisAddr()})
 
 			delivered := recordEvents(t, bunx.New(srcDB), srcDB, b.queue, 100)
@@ -109,10 +109,10 @@ func TestStreamCursorOfAnotherSystemInATenant(t *testing.T) {
 	db := base.db
 	schema := outboxtest.TenantSchema(t, db, "tenant_sys_")
 	outboxtest.TenantTables(t, db, schema, "orders_")
-	cfg := Config{Schema: schema, TablePrefix: "orders_", BatchSize: 40, DisableReconciler: true}
-	require.NoError(t, EnableStream(ctx, db, cfg))
+	cfg := Config{Location: model.Location{Schema: schema, TablePrefix: "orders_"}, BatchSize: 40, DisableReconciler: true}
+	require.NoError(t, EnableStream(ctx, db, cfg.Location))
 	b := &streamBundle{testBundle: base, ob: bunx.New(db, bunx.WithSchema(schema), bunx.WithTablePrefix("orders_"))}
-	names := mustNames(schema, "orders_")
+	names := mustNames(model.Location{Schema: schema, TablePrefix: "orders_"})
 	delivered := b.record(t, db, 60)
 	stop := run(t, b.newRelay(t, cfg))
 	b.waitQueued(t, len(delivered))

@@ -34,7 +34,7 @@ var errHandOver = errors.New("relay: handed to the per-row path")
 //  5. hand to the per-row path (published_at NULL) the keyed rows and the rows whose enqueue failed, the
 //     latter charged an attempt as a per-row round charges them (markFailed) when the failure is the
 //     task's own, and not charged when it is an outage; settle the cancels of the rows it read cancelled,
-//     which it never enqueues (CancelNeverPublished);
+//     which it never enqueues (cancelNeverPublished);
 //  6. move the cursor past the rows read (a pair read to its end is finished: from := to) and commit.
 //
 // A round that dies before its commit (a crash, a partition ended by the session bounds, a terminated
@@ -165,7 +165,7 @@ func (r *Relay) streamRound(ctx context.Context) (res BatchEvent) {
 		for i := range part.events {
 			if part.cancelled[i] {
 				ev := &part.events[i]
-				r.log.LogAttrs(bg, slog.LevelInfo, "bunbox relay: cancelled event: "+CancelNeverPublished,
+				r.log.LogAttrs(bg, slog.LevelInfo, "bunbox relay: cancelled event: "+cancelNeverPublished,
 					slog.Int64("outbox_id", ev.ID), slog.String("event_id", ev.EventID.String()),
 					slog.String("task_type", ev.Name), slog.String("queue", ev.Queue), slog.Int("tasks_removed", 0))
 			}
@@ -247,7 +247,7 @@ func settleCancels(ctx context.Context, tx bun.Tx, q func(string) string, ids []
 	if len(ids) == 0 {
 		return nil
 	}
-	_, err := tx.NewRaw(q(settleCancelsSQL), CancelNeverPublished, pgdialect.Array(ids)).Exec(ctx)
+	_, err := tx.NewRaw(q(settleCancelsSQL), cancelNeverPublished, pgdialect.Array(ids)).Exec(ctx)
 	return err
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/bunbox/bunbox/internal/streamsql"
 	"github.com/bunbox/bunbox/internal/tables"
+	"github.com/bunbox/bunbox/model"
 )
 
 // streamLockTimeout bounds how long EnableStream and DisableStream wait for the outbox table's lock: an
@@ -16,8 +17,7 @@ import (
 // it fail rather than stall the application.
 const streamLockTimeout = "5s"
 
-// EnableStream turns the snapshot cursor on for the outbox of cfg (only cfg.Schema and cfg.TablePrefix
-// are read). From its commit on, every new row carries the id of the transaction that wrote it and is in
+// EnableStream turns the snapshot cursor on for the outbox at loc. From its commit on, every new row carries the id of the transaction that wrote it and is in
 // the stream: relays deliver such rows by reading what committed between two snapshots and moving one
 // cursor row past them, with no per-row UPDATE; the rows the stream cannot deliver (an enqueue that
 // failed, a row with an ordering key) go to the per-row path. Rows written before stay on the per-row
@@ -27,8 +27,8 @@ const streamLockTimeout = "5s"
 // table (the migrations' role) and the table's lock for a moment; it fails after waiting 5 s for the lock,
 // naming it. Every relay that serves the outbox must be of a release that knows the stream: an older one
 // leaves streamed rows alone (they wait for a relay that streams; none is delivered twice).
-func EnableStream(ctx context.Context, db bun.IDB, cfg Config) error {
-	names, err := streamNames(cfg)
+func EnableStream(ctx context.Context, db bun.IDB, loc model.Location) error {
+	names, err := streamNames(loc)
 	if err != nil {
 		return err
 	}
@@ -50,13 +50,12 @@ VALUES ('outbox', pg_current_snapshot(), (SELECT system_identifier FROM pg_contr
 	})
 }
 
-// DisableStream turns the snapshot cursor off for the outbox of cfg (only cfg.Schema and cfg.TablePrefix
-// are read): new rows are pending rows of the per-row path again, and so are the streamed rows that no
+// DisableStream turns the snapshot cursor off for the outbox at loc: new rows are pending rows of the per-row path again, and so are the streamed rows that no
 // relay has delivered yet (published_at NULL). The streamed rows already delivered stay as they are; the
 // cursor row keeps telling them delivered (bunbox status, cleanup and the reconciler read it). It waits
 // for a relay's stream round that is under way, and needs what EnableStream needs. It is idempotent.
-func DisableStream(ctx context.Context, db bun.IDB, cfg Config) error {
-	names, err := streamNames(cfg)
+func DisableStream(ctx context.Context, db bun.IDB, loc model.Location) error {
+	names, err := streamNames(loc)
 	if err != nil {
 		return err
 	}
@@ -71,7 +70,7 @@ func DisableStream(ctx context.Context, db bun.IDB, cfg Config) error {
 		// A waiting row cancelled meanwhile was never enqueued (the stream settles the cancel as it
 		// passes it): its cancel is settled here as bunx settles a pending row's (handOverWaitingSet).
 		_, err := tx.ExecContext(ctx, names.SQL(`UPDATE outbox_events e `+handOverWaitingSet+`
-FROM bunbox_stream s WHERE s.name = 'outbox' AND `+streamsql.Waiting), CancelNeverPublished)
+FROM bunbox_stream s WHERE s.name = 'outbox' AND `+streamsql.Waiting), cancelNeverPublished)
 		if err != nil {
 			return err
 		}
@@ -82,10 +81,9 @@ WHERE published_at = 'infinity' AND NOT EXISTS (SELECT 1 FROM bunbox_stream WHER
 	})
 }
 
-// StreamEnabled reports whether the snapshot cursor is on for the outbox of cfg (only cfg.Schema and
-// cfg.TablePrefix are read). It reads only the catalog.
-func StreamEnabled(ctx context.Context, db bun.IDB, cfg Config) (bool, error) {
-	names, err := streamNames(cfg)
+// StreamEnabled reports whether the snapshot cursor is on for the outbox at loc. It reads only the catalog.
+func StreamEnabled(ctx context.Context, db bun.IDB, loc model.Location) (bool, error) {
+	names, err := streamNames(loc)
 	if err != nil {
 		return false, err
 	}
@@ -94,11 +92,11 @@ func StreamEnabled(ctx context.Context, db bun.IDB, cfg Config) (bool, error) {
 	return on, err
 }
 
-func streamNames(cfg Config) (tables.Names, error) {
-	if err := validateTables(cfg.Schema, cfg.TablePrefix); err != nil {
+func streamNames(loc model.Location) (tables.Names, error) {
+	if err := validateTables(loc); err != nil {
 		return tables.Names{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return mustNames(cfg.Schema, cfg.TablePrefix), nil
+	return mustNames(loc), nil
 }
 
 // alterOutbox runs alter (an ALTER TABLE of the outbox, in default names) in a transaction that waits at

@@ -28,7 +28,7 @@ func setupStream(t *testing.T) *streamBundle {
 	t.Helper()
 	b := &streamBundle{testBundle: setup(t)}
 	b.ob = bunx.New(b.db) // before any relay runs: New adds the outbox's hooks to the db
-	require.NoError(t, EnableStream(context.Background(), b.db, Config{}))
+	require.NoError(t, EnableStream(context.Background(), b.db, model.Location{}))
 	return b
 }
 

@@ -94,14 +94,14 @@ func TestRelaysOfTablePrefixes(t *testing.T) {
 	require.ErrorIs(t, err, bunx.ErrDuplicateEvent, "the prefixed unique constraint")
 
 	for i, p := range outboxes {
-		cfg := relay.Config{Schema: p.schema, TablePrefix: p.prefix, Enqueuer: p.enq, PollInterval: 50 * time.Millisecond,
+		cfg := relay.Config{Location: model.Location{Schema: p.schema, TablePrefix: p.prefix}, Enqueuer: p.enq, PollInterval: 50 * time.Millisecond,
 			RoundBackoff: 10 * time.Millisecond, Logger: outboxtest.Logger(t), PreparedStatements: !outboxtest.Pooled()}
 		if i == 1 { // the cleanup of orders_ deletes its rows as soon as it runs
 			cfg.PublishedRetention, cfg.CleanupInterval = time.Nanosecond, 50*time.Millisecond
 		}
 		r, err := relay.New(db, redis, cfg)
 		require.NoError(t, err, "relay of %q", p.prefix)
-		require.Equal(t, p.prefix, r.TablePrefix())
+		require.Equal(t, p.prefix, r.Location().TablePrefix)
 		rctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- r.Run(rctx) }()
@@ -164,7 +164,7 @@ func TestReconcilersOfTablePrefixes(t *testing.T) {
 	const n = 10
 	for _, p := range outboxes {
 		p.record(t, db, queue, n)
-		r, err := relay.New(db, redis, relay.Config{Schema: p.schema, TablePrefix: p.prefix, PollInterval: 20 * time.Millisecond,
+		r, err := relay.New(db, redis, relay.Config{Location: model.Location{Schema: p.schema, TablePrefix: p.prefix}, PollInterval: 20 * time.Millisecond,
 			DisableNotify: true, DisableReconciler: true, Logger: outboxtest.Logger(t)})
 		require.NoError(t, err)
 		rctx, cancel := context.WithCancel(ctx)
@@ -184,7 +184,7 @@ func TestReconcilersOfTablePrefixes(t *testing.T) {
 		p       *prefixed
 		missing int
 	}{{outboxes[0], 0}, {outboxes[1], 0}, {outboxes[2], 3}} {
-		rc, err := relay.NewReconciler(db, redis, relay.ReconcilerConfig{Schema: tc.p.schema, TablePrefix: tc.p.prefix, Logger: outboxtest.Logger(t)})
+		rc, err := relay.NewReconciler(db, redis, relay.ReconcilerConfig{Location: model.Location{Schema: tc.p.schema, TablePrefix: tc.p.prefix}, Logger: outboxtest.Logger(t)})
 		require.NoError(t, err)
 		res, err := rc.ReconcileOnce(ctx)
 		require.NoError(t, err)
@@ -205,16 +205,16 @@ func TestNotifyTriggerOfTablePrefixes(t *testing.T) {
 	db := outboxtest.Open(t, nil)
 	outboxes := threeOutboxes(t, db, nil)
 	for _, p := range outboxes[1:] {
-		cfg := relay.Config{Schema: p.schema, TablePrefix: p.prefix}
-		require.NoError(t, relay.EnableNotifyTrigger(ctx, db, cfg))
-		require.NoError(t, relay.EnableNotifyTrigger(ctx, db, cfg), "idempotent")
-		require.NoError(t, relay.CheckSchema(ctx, db, cfg))
+		cfg := relay.Config{Location: model.Location{Schema: p.schema, TablePrefix: p.prefix}}
+		require.NoError(t, relay.EnableNotifyTrigger(ctx, db, cfg.Location))
+		require.NoError(t, relay.EnableNotifyTrigger(ctx, db, cfg.Location), "idempotent")
+		require.NoError(t, relay.CheckSchema(ctx, db, cfg.Location))
 		var src string
 		require.NoError(t, db.NewRaw(`SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 			JOIN pg_trigger tg ON tg.tgfoid = p.oid JOIN pg_class c ON c.oid = tg.tgrelid
 			WHERE n.nspname = ? AND c.relname = ? AND c.relnamespace = n.oid AND tg.tgname = 'bunbox_outbox_notify'
 			AND p.proname = ?`, p.schema, p.prefix+"outbox_events", p.prefix+"bunbox_outbox_notify").Scan(ctx, &src))
-		require.Contains(t, src, "pg_notify('"+relay.NotifyChannel+":"+p.schema+":"+p.prefix+"'")
+		require.Contains(t, src, "pg_notify('"+"bunbox_outbox"+":"+p.schema+":"+p.prefix+"'")
 	}
 	{ // a LISTEN of its own, direct whatever the pass
 		ldb := bun.NewDB(sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(outboxtest.DatabaseURL()))), pgdialect.New())
@@ -222,8 +222,8 @@ func TestNotifyTriggerOfTablePrefixes(t *testing.T) {
 		ln := pgdriver.NewListener(ldb)
 		t.Cleanup(func() { _ = ln.Close() })
 		orders, billing := outboxes[1], outboxes[2]
-		require.NoError(t, ln.Listen(ctx, relay.NotifyChannel+":"+orders.schema+":"+orders.prefix))
-		channel := relay.NotifyChannel + ":" + orders.schema + ":orders_"
+		require.NoError(t, ln.Listen(ctx, "bunbox_outbox"+":"+orders.schema+":"+orders.prefix))
+		channel := "bunbox_outbox" + ":" + orders.schema + ":orders_"
 		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		billing.record(t, db, "default", 1) // notifies billing_'s channel, not this one
@@ -236,7 +236,7 @@ func TestNotifyTriggerOfTablePrefixes(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []string{channel, ""}, []string{got, payload}, "orders_'s insert notified its channel")
 	}
-	require.NoError(t, relay.DisableNotifyTrigger(ctx, db, relay.Config{Schema: outboxes[1].schema, TablePrefix: "orders_"}))
+	require.NoError(t, relay.DisableNotifyTrigger(ctx, db, model.Location{Schema: outboxes[1].schema, TablePrefix: "orders_"}))
 	var triggers int
 	require.NoError(t, db.NewRaw(`SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass(?)`, outboxes[1].table("outbox_events")).Scan(ctx, &triggers))
 	require.Zero(t, triggers)
@@ -260,21 +260,21 @@ func TestTablePrefixConfigRefusesBadNames(t *testing.T) { // not parallel: it se
 		{"", "abcdefghijklmnopqrstuvwxy", "longer than 24 bytes"},
 		{long, "orders_", "over PostgreSQL's 63"},
 	} {
-		_, err := relay.New(db, nil, relay.Config{Schema: tc.schema, TablePrefix: tc.prefix, Enqueuer: &tenantEnqueuer{}})
+		_, err := relay.New(db, nil, relay.Config{Location: model.Location{Schema: tc.schema, TablePrefix: tc.prefix}, Enqueuer: &tenantEnqueuer{}})
 		require.ErrorIs(t, err, relay.ErrInvalidConfig, tc.prefix)
 		require.ErrorContains(t, err, tc.want, tc.prefix)
 		require.ErrorContains(t, err, "TablePrefix: ", tc.prefix)
-		_, err = relay.NewReconciler(db, nil, relay.ReconcilerConfig{Schema: tc.schema, TablePrefix: tc.prefix})
+		_, err = relay.NewReconciler(db, nil, relay.ReconcilerConfig{Location: model.Location{Schema: tc.schema, TablePrefix: tc.prefix}})
 		require.ErrorIs(t, err, relay.ErrInvalidConfig, tc.prefix)
 		require.ErrorContains(t, err, tc.want, tc.prefix)
-		cfg := relay.Config{Schema: tc.schema, TablePrefix: tc.prefix}
-		require.ErrorIs(t, relay.EnableNotifyTrigger(context.Background(), db, cfg), relay.ErrInvalidConfig)
-		require.ErrorIs(t, relay.CheckSchema(context.Background(), db, cfg), relay.ErrInvalidConfig)
+		cfg := relay.Config{Location: model.Location{Schema: tc.schema, TablePrefix: tc.prefix}}
+		require.ErrorIs(t, relay.EnableNotifyTrigger(context.Background(), db, cfg.Location), relay.ErrInvalidConfig)
+		require.ErrorIs(t, relay.CheckSchema(context.Background(), db, cfg.Location), relay.ErrInvalidConfig)
 	}
 	t.Setenv("OUTBOX_TABLE_PREFIX", " orders_ ")
 	cfg, err := relayenv.Config()
 	require.NoError(t, err)
-	require.Equal(t, "orders_", cfg.TablePrefix)
+	require.Equal(t, "orders_", cfg.Location.TablePrefix)
 }
 
 // TestTablePrefixNeverMigrated: a valid prefix whose tables do not exist gives ErrNoSchema naming the
@@ -283,7 +283,7 @@ func TestTablePrefixNeverMigrated(t *testing.T) {
 	t.Parallel()
 	db, _ := outboxtest.Schema(t)
 	s := outboxtest.TenantSchema(t, db, "tenant_pn_")
-	_, err := relay.New(db, asynq.RedisClientOpt{Addr: outboxtest.RedisAddr()}, relay.Config{Schema: s, TablePrefix: "never_", Logger: outboxtest.Logger(t)})
+	_, err := relay.New(db, asynq.RedisClientOpt{Addr: outboxtest.RedisAddr()}, relay.Config{Location: model.Location{Schema: s, TablePrefix: "never_"}, Logger: outboxtest.Logger(t)})
 	require.ErrorIs(t, err, relay.ErrNoSchema)
 	require.ErrorContains(t, err, `"`+s+`".never_outbox_events`)
 	require.ErrorContains(t, err, "WithTablePrefix")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bunbox/bunbox/fanout"
 	"github.com/bunbox/bunbox/internal/taskmap"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -43,7 +44,7 @@ func (b *taskBuilder) task(ev *model.Event, id string, taskRetention time.Durati
 // when the event has one.
 func listenerTask(ev *model.Event, task *asynq.Task, opts []asynq.Option, l string) (*asynq.Task, []asynq.Option) {
 	headers := maps.Clone(task.Headers())
-	headers[model.HeaderListener] = l
+	headers[wire.HeaderListener] = l
 	lopts := append(slices.Clip(opts), asynq.TaskID(listenerTaskID(ev.EventID.String(), l)))
 	if ev.Group != "" {
 		lopts = append(lopts, asynq.Group(listenerGroup(ev.Group, l)))

@@ -8,6 +8,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -40,7 +41,7 @@ func TestTaskBuilderKeepsEachTaskItsOwn(t *testing.T) {
 
 	require.Equal(t, want1, task1.Headers(), "the first task's headers after the builder made two more")
 	require.Equal(t, "v", task1.Headers()["k"])
-	require.Equal(t, "o-1", task1.Headers()[model.HeaderOrderingKey])
+	require.Equal(t, "o-1", task1.Headers()[wire.HeaderOrderingKey])
 	require.Equal(t, map[asynq.OptionType]any{
 		asynq.TaskIDOpt: first.EventID.String(), asynq.QueueOpt: "q1", asynq.RetentionOpt: 3 * time.Hour,
 	}, optionValues(opts1))
@@ -51,9 +52,9 @@ func TestTaskBuilderKeepsEachTaskItsOwn(t *testing.T) {
 		opts []asynq.Option
 	}{{second, task2, opts2}, {third, task3, opts3}} {
 		require.Equal(t, map[string]string{
-			model.HeaderEventID:   c.ev.EventID.String(),
-			model.HeaderEventName: c.ev.Name,
-			model.HeaderCreatedAt: c.ev.CreatedAt.UTC().Format(time.RFC3339Nano),
+			wire.HeaderEventID:   c.ev.EventID.String(),
+			wire.HeaderEventName: c.ev.Name,
+			wire.HeaderCreatedAt: c.ev.CreatedAt.UTC().Format(time.RFC3339Nano),
 		}, c.task.Headers(), "no header of an earlier event")
 		require.Equal(t, map[asynq.OptionType]any{
 			asynq.TaskIDOpt: c.ev.EventID.String(), asynq.QueueOpt: "q2", asynq.RetentionOpt: time.Hour,

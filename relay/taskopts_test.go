@@ -12,6 +12,7 @@ import (
 	"github.com/bunbox/bunbox/admin"
 	"github.com/bunbox/bunbox/fanout"
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -162,7 +163,7 @@ func TestScheduledAndGroupedEventsReachTheWorker(t *testing.T) {
 			digestItems++
 			return nil
 		}
-		id := task.Headers()[model.HeaderEventID]
+		id := task.Headers()[wire.HeaderEventID]
 		handledAt[id] = time.Now()
 		ctxDeadline[id], _ = ctx.Deadline()
 		return nil

@@ -19,7 +19,7 @@ func TestWakeUpWatchesItsTablePrefix(t *testing.T) {
 	for _, prefix := range []string{"orders_", "billing_"} {
 		outboxtest.TenantTables(t, b.db, s, prefix)
 		cfg := quietConfig()
-		cfg.Schema, cfg.TablePrefix = s, prefix
+		cfg.Location.Schema, cfg.Location.TablePrefix = s, prefix
 		r := b.newRelay(t, cfg)
 		seq, ok := r.wakeSequence(context.Background())
 		require.True(t, ok)

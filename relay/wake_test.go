@@ -131,14 +131,14 @@ func TestWakeIntervalDefault(t *testing.T) {
 	require.Equal(t, wakeIntervalDefault, Config{}.withDefaults().WakeInterval)
 }
 
-// A relay of a schema (Config.Schema) watches the sequence of that schema's outbox, not the one
+// A relay of a schema (Config.Location) watches the sequence of that schema's outbox, not the one
 // search_path finds.
 func TestWakeUpWatchesItsSchema(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	s := outboxtest.TenantSchema(t, b.db, "tenant_w_")
 	cfg := quietConfig()
-	cfg.Schema = s
+	cfg.Location.Schema = s
 	r := b.newRelay(t, cfg)
 	seq, ok := r.wakeSequence(context.Background())
 	require.True(t, ok)

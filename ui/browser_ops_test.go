@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
 	"github.com/bunbox/bunbox/ui"
 )
@@ -34,7 +35,7 @@ SELECT gen_random_uuid(), 'order.placed', 'default', '{}', now() - ? * interval 
 FROM generate_series(1, ?) i`, ago, ago, ago/5)
 		require.NoError(t, err)
 	}
-	require.NoError(t, relay.EnableStream(t.Context(), f.db, relay.Config{}))
+	require.NoError(t, relay.EnableStream(t.Context(), f.db, model.Location{}))
 	f.insertStreamRow(t, "stream.delivered", "NULL")
 	outboxtest.DeliverStream(t, f.db)
 	f.insertStreamRow(t, "stream.waiting", "NULL")

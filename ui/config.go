@@ -57,12 +57,12 @@ type Config struct {
 	// ListLimit is how many rows each list shows, 1 to 1000. Defaults to 50.
 	ListLimit int
 	// Schema is the schema of the outbox the page shows and changes ("tenant_a" for
-	// "tenant_a".outbox_events and its leases, as relay.Config.Schema): one Handler per outbox. 1 to 48
+	// "tenant_a".outbox_events and its leases, as relay.Config.Location): one Handler per outbox. 1 to 48
 	// ASCII letters, digits and underscores, not starting with a digit or pg_; case is kept. Defaults to
 	// "": today's unqualified tables.
 	Schema string
 	// TablePrefix is the prefix of the outbox's table names ("orders_" for orders_outbox_events and its
-	// leases table, as relay.Config.TablePrefix), for an outbox of several in one schema. 1 to 24
+	// leases table, as relay.Config.Location), for an outbox of several in one schema. 1 to 24
 	// lowercase ASCII letters, digits and underscores, not starting with a digit or pg_. Defaults to "":
 	// today's table names.
 	TablePrefix string

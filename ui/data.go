@@ -19,6 +19,7 @@ import (
 	"github.com/bunbox/bunbox/internal/asynqtasks"
 	"github.com/bunbox/bunbox/internal/badrow"
 	"github.com/bunbox/bunbox/internal/streamsql"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -252,7 +253,7 @@ func (h *Handler) readEvent(ctx context.Context, id uuid.UUID) (*eventDetail, er
 	case streamed:
 		d.Stream = "delivered"
 	}
-	if desc := model.DescribeEncoded(&ev); desc != "" { // encrypted or compressed (bunx.WithCodec): never the bytes
+	if desc := wire.DescribeEncoded(ev.Metadata, ev.PayloadEncoded, ev.Payload); desc != "" { // encrypted or compressed (bunx.WithCodec): never the bytes
 		d.Payload = desc
 	}
 	switch {

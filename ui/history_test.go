@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
 	"github.com/bunbox/bunbox/ui"
 )
@@ -25,7 +26,7 @@ func TestHistory(t *testing.T) {
 VALUES (gen_random_uuid(), 'order.placed', 'default', '{}', now() - interval '`+at+`' - interval '5 seconds', now() - interval '`+at+`')`)
 		require.NoError(t, err)
 	}
-	require.NoError(t, relay.EnableStream(t.Context(), f.db, relay.Config{}))
+	require.NoError(t, relay.EnableStream(t.Context(), f.db, model.Location{}))
 	f.insertStreamRow(t, "stream.delivered", "NULL")
 	outboxtest.DeliverStream(t, f.db)
 	f.insertStreamRow(t, "stream.waiting", "NULL")

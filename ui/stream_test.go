@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
 	"github.com/bunbox/bunbox/ui"
 )
@@ -33,7 +34,7 @@ func TestStreamedRowsOnThePage(t *testing.T) {
 	_, body := c.get("/")
 	require.Contains(t, body, `<td id="stream-on">off (never turned on)</td>`)
 	require.Contains(t, body, "<td>outbox_events</td>", "the one lane, named by its table")
-	require.NoError(t, relay.EnableStream(t.Context(), f.db, relay.Config{}))
+	require.NoError(t, relay.EnableStream(t.Context(), f.db, model.Location{}))
 	delivered := f.insertStreamRow(t, "stream.delivered", "NULL")
 	scheduled := f.insertStreamRow(t, "stream.scheduled", "now() + interval '1 hour'")
 	outboxtest.DeliverStream(t, f.db)

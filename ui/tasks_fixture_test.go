@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
-	"github.com/bunbox/bunbox/model"
+	"github.com/bunbox/bunbox/internal/wire"
 )
 
 // testRedis is the Redis database of the page's tests; each test uses queues of its own.
@@ -31,9 +31,9 @@ func failTasks(t *testing.T, queue string, maxRetry int, suffix string, ids ...u
 	defer ins.Close()
 	var taskIDs []string
 	for _, id := range ids {
-		headers := map[string]string{model.HeaderEventID: id.String(), model.HeaderEventName: "order.placed"}
+		headers := map[string]string{wire.HeaderEventID: id.String(), wire.HeaderEventName: "order.placed"}
 		if suffix != "" {
-			headers[model.HeaderListener] = suffix
+			headers[wire.HeaderListener] = suffix
 		}
 		taskID := id.String()
 		if suffix != "" {

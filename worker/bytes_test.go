@@ -15,6 +15,7 @@ import (
 
 	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
 	"github.com/bunbox/bunbox/worker"
@@ -65,7 +66,7 @@ func startBytesPipeline(t *testing.T, db *bun.DB, queue string, relayCodec, inbo
 	require.NoError(t, srv.Start(mux))
 	t.Cleanup(srv.Shutdown)
 
-	r, err := relay.New(db, redisOpt, relay.Config{Codec: relayCodec, Logger: logger, PollInterval: 20 * time.Millisecond})
+	r, err := relay.New(db, redisOpt, relay.Config{Location: model.Location{Codec: relayCodec}, Logger: logger, PollInterval: 20 * time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.Close() })
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -123,16 +124,16 @@ func TestBytesFromProducerToHandler(t *testing.T) {
 				t.Fatalf("not handled within 60s; logs:\n%s", logs.String())
 			}
 			require.Equal(t, data, got.payload, "the handler gets exactly the bytes")
-			require.Equal(t, model.PayloadFormatBytes, got.headers[model.HeaderPayloadFormat])
+			require.Equal(t, wire.PayloadFormatBytes, got.headers[wire.HeaderPayloadFormat])
 			require.Equal(t, "t1", got.headers["tenant"])
-			require.NotContains(t, got.headers, model.HeaderPayloadEncoding)
-			require.NotContains(t, got.headers, model.HeaderPayloadKeyID)
+			require.NotContains(t, got.headers, wire.HeaderPayloadEncoding)
+			require.NotContains(t, got.headers, wire.HeaderPayloadKeyID)
 
 			ti, err := ins.GetTaskInfo(queue, ev.EventID.String())
 			require.NoError(t, err)
 			if tt.encodedInRedis {
 				require.NotEqual(t, data, ti.Payload)
-				require.Equal(t, "gzip+aes-gcm", ti.Headers[model.HeaderPayloadEncoding])
+				require.Equal(t, "gzip+aes-gcm", ti.Headers[wire.HeaderPayloadEncoding])
 			} else {
 				require.Equal(t, data, ti.Payload, "Redis holds exactly the bytes")
 			}
@@ -168,7 +169,7 @@ func TestDecodeTaskBytes(t *testing.T) {
 	data := binaryBlob(t)
 	ev, err := model.NewBytesEvent("blob.saved", data)
 	require.NoError(t, err)
-	headers := map[string]string{model.HeaderEventID: ev.EventID.String(), model.HeaderPayloadFormat: model.PayloadFormatBytes}
+	headers := map[string]string{wire.HeaderEventID: ev.EventID.String(), wire.HeaderPayloadFormat: wire.PayloadFormatBytes}
 	plain := asynq.NewTaskWithHeaders("blob.saved", data, headers)
 	same, err := worker.DecodeTask(nil, plain)
 	require.NoError(t, err)
@@ -177,7 +178,7 @@ func TestDecodeTaskBytes(t *testing.T) {
 	c := codecOf(t, model.CompressAbove(0), model.EncryptWith(ringOf(t, "k1", map[string][]byte{"k1": codecKey1})))
 	enc, encoding, keyID, err := c.Encode(ev.EventID, data)
 	require.NoError(t, err)
-	encHeaders := map[string]string{model.HeaderPayloadEncoding: encoding, model.HeaderPayloadKeyID: keyID}
+	encHeaders := map[string]string{wire.HeaderPayloadEncoding: encoding, wire.HeaderPayloadKeyID: keyID}
 	for k, v := range headers {
 		encHeaders[k] = v
 	}

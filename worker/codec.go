@@ -6,11 +6,12 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
 // WithInboxCodec makes the Inbox decode the payloads that an Outbox's codec encoded (bunx.WithCodec) and
-// the relay passed through encoded (relay.Config.Codec nil): its handlers, and HandleJSON, get the plain
+// the relay passed through encoded (relay.Config.Location.Codec nil): its handlers, and HandleJSON, get the plain
 // payload (see DecodeTask). Give it a Codec with the Keyring of every key the tasks it handles may name.
 // A nil c keeps the default. Defaults to none: a gzip-compressed payload is still decoded, and an
 // encrypted one fails its task with ErrNoCodec (asynq retries it).
@@ -23,8 +24,8 @@ func WithInboxCodec(c *model.Codec) Option {
 }
 
 // DecodeTask returns t with its payload decoded by c when the relay enqueued it encoded (the task has the
-// model.HeaderPayloadEncoding header): a new task of the same type with the plain payload and t's headers
-// without model.HeaderPayloadEncoding and model.HeaderPayloadKeyID (model.HeaderPayloadFormat, the marker
+// bunbox-payload-encoding header): a new task of the same type with the plain payload and t's headers
+// without bunbox-payload-encoding and bunbox-payload-key-id (bunbox-payload-format, the marker
 // of an event of bytes, is kept). A task that is not encoded is returned as it is. The new task has no ResultWriter: a handler that writes results reads the payload with
 // DecodeTask and keeps t. A nil c decodes gzip only.
 //
@@ -35,7 +36,7 @@ func WithInboxCodec(c *model.Codec) Option {
 // and asynq archives the task.
 func DecodeTask(c *model.Codec, t *asynq.Task) (*asynq.Task, error) {
 	headers := t.Headers()
-	encoding, ok := headers[model.HeaderPayloadEncoding]
+	encoding, ok := headers[wire.HeaderPayloadEncoding]
 	if !ok {
 		return t, nil
 	}
@@ -43,11 +44,11 @@ func DecodeTask(c *model.Codec, t *asynq.Task) (*asynq.Task, error) {
 	if err != nil {
 		return nil, err
 	}
-	keyID := headers[model.HeaderPayloadKeyID]
+	keyID := headers[wire.HeaderPayloadKeyID]
 	plain, err := c.Decode(id, encoding, keyID, t.Payload())
 	switch {
 	case err == nil:
-		return asynq.NewTaskWithHeaders(t.Type(), plain, model.WithoutEncodingHeaders(headers)), nil
+		return asynq.NewTaskWithHeaders(t.Type(), plain, wire.WithoutEncodingHeaders(headers)), nil
 	case errors.Is(err, model.ErrUnknownKeyID) && (c == nil || c.Keyring() == nil):
 		return nil, fmt.Errorf("%s: %w (worker.WithInboxCodec): %w", t.Type(), model.ErrNoCodec, err)
 	case errors.Is(err, model.ErrUnknownKeyID):

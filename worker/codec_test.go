@@ -18,6 +18,7 @@ import (
 
 	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
 	"github.com/bunbox/bunbox/worker"
@@ -101,7 +102,7 @@ func startCodecPipeline(t *testing.T, db *bun.DB, queue string, relayCodec, inbo
 	require.NoError(t, srv.Start(mux))
 	t.Cleanup(srv.Shutdown)
 
-	r, err := relay.New(db, redisOpt, relay.Config{Codec: relayCodec, Logger: logger, PollInterval: 20 * time.Millisecond})
+	r, err := relay.New(db, redisOpt, relay.Config{Location: model.Location{Codec: relayCodec}, Logger: logger, PollInterval: 20 * time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.Close() })
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -113,7 +114,7 @@ func startCodecPipeline(t *testing.T, db *bun.DB, queue string, relayCodec, inbo
 
 // TestCodecFromProducerToHandler follows plain, compressed, encrypted and compressed-and-encrypted events,
 // one encrypted under a key that was current before a rotation, through a real relay, Redis and asynq
-// server into HandleJSON: the relay decodes them (relay.Config.Codec), or passes them through and the
+// server into HandleJSON: the relay decodes them (relay.Config.Location.Codec), or passes them through and the
 // Inbox decodes them (worker.WithInboxCodec). Each handler gets the payload the producer gave; what Redis
 // holds is plain in the first case and encrypted in the second; no key appears in any log.
 func TestCodecFromProducerToHandler(t *testing.T) {
@@ -187,11 +188,11 @@ func TestCodecFromProducerToHandler(t *testing.T) {
 				encoded := d.ID != "plain" && d.ID != "small+gz"
 				if relayDecodes || !encoded {
 					require.JSONEq(t, string(ev.Payload), string(ti.Payload), "%s: plain in Redis", d.ID)
-					require.NotContains(t, ti.Headers, model.HeaderPayloadEncoding)
+					require.NotContains(t, ti.Headers, wire.HeaderPayloadEncoding)
 					continue
 				}
 				require.NotContains(t, string(ti.Payload), "personal data", "%s: encoded in Redis", d.ID)
-				require.NotEmpty(t, ti.Headers[model.HeaderPayloadEncoding], d.ID)
+				require.NotEmpty(t, ti.Headers[wire.HeaderPayloadEncoding], d.ID)
 			}
 			requireNoKeyIn(t, p.logs.String())
 		})
@@ -260,18 +261,18 @@ func TestDecodeTask(t *testing.T) {
 	payload := []byte(`{"id":"x","text":"` + strings.Repeat("t", 200) + `"}`)
 	data, encoding, keyID, err := c.Encode(id, payload)
 	require.NoError(t, err)
-	task := asynq.NewTaskWithHeaders("doc.saved", data, map[string]string{model.HeaderEventID: id.String(),
-		model.HeaderPayloadEncoding: encoding, model.HeaderPayloadKeyID: keyID, "tenant": "t1"})
+	task := asynq.NewTaskWithHeaders("doc.saved", data, map[string]string{wire.HeaderEventID: id.String(),
+		wire.HeaderPayloadEncoding: encoding, wire.HeaderPayloadKeyID: keyID, "tenant": "t1"})
 	plain, err := worker.DecodeTask(c, task)
 	require.NoError(t, err)
 	require.Equal(t, payload, plain.Payload())
-	require.Equal(t, map[string]string{model.HeaderEventID: id.String(), "tenant": "t1"}, plain.Headers())
+	require.Equal(t, map[string]string{wire.HeaderEventID: id.String(), "tenant": "t1"}, plain.Headers())
 
 	same, err := worker.DecodeTask(nil, plain)
 	require.NoError(t, err)
 	require.Same(t, plain, same, "a task that is not encoded is returned as it is")
 
-	noID := asynq.NewTaskWithHeaders("doc.saved", data, map[string]string{model.HeaderPayloadEncoding: encoding})
+	noID := asynq.NewTaskWithHeaders("doc.saved", data, map[string]string{wire.HeaderPayloadEncoding: encoding})
 	_, err = worker.DecodeTask(c, noID)
 	require.ErrorIs(t, err, worker.ErrMalformedTask)
 	require.ErrorIs(t, err, asynq.SkipRetry)

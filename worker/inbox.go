@@ -16,6 +16,7 @@ import (
 	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/internal/pgerr"
 	"github.com/bunbox/bunbox/internal/tables"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -180,9 +181,9 @@ func HandleJSON[T any](in *Inbox, name string, fn func(ctx context.Context, tx b
 // error wrapping ErrMalformedTask and asynq.SkipRetry.
 func decodePayload[T any](t *asynq.Task) (*T, error) {
 	p := new(T)
-	if model.IsBytes(t.Headers()) {
+	if wire.IsBytes(t.Headers()) {
 		return nil, fmt.Errorf("%w: %s: event %s: %w: HandleJSON does not decode it into %T (read it with Inbox.Handler): %w",
-			ErrMalformedTask, t.Type(), t.Headers()[model.HeaderEventID], model.ErrNotJSON, p, asynq.SkipRetry)
+			ErrMalformedTask, t.Type(), t.Headers()[wire.HeaderEventID], model.ErrNotJSON, p, asynq.SkipRetry)
 	}
 	if err := json.Unmarshal(t.Payload(), p); err != nil {
 		return nil, fmt.Errorf("%w: %s: payload does not decode into %T: %w: %w", ErrMalformedTask, t.Type(), p, err, asynq.SkipRetry)
@@ -193,13 +194,13 @@ func decodePayload[T any](t *asynq.Task) (*T, error) {
 // TaskEventID reads the event id the relay put in the task's headers. A task without a valid one (not
 // enqueued by the relay, or tampered with) gets an error wrapping ErrMalformedTask and asynq.SkipRetry.
 func TaskEventID(t *asynq.Task) (uuid.UUID, error) {
-	raw, ok := t.Headers()[model.HeaderEventID]
+	raw, ok := t.Headers()[wire.HeaderEventID]
 	if !ok {
-		return uuid.Nil, fmt.Errorf("%w: %s: no %s header: %w", ErrMalformedTask, t.Type(), model.HeaderEventID, asynq.SkipRetry)
+		return uuid.Nil, fmt.Errorf("%w: %s: no %s header: %w", ErrMalformedTask, t.Type(), wire.HeaderEventID, asynq.SkipRetry)
 	}
 	id, err := uuid.Parse(raw)
 	if err != nil || id == uuid.Nil {
-		return uuid.Nil, fmt.Errorf("%w: %s: header %s=%q is not an event id: %w", ErrMalformedTask, t.Type(), model.HeaderEventID, raw, asynq.SkipRetry)
+		return uuid.Nil, fmt.Errorf("%w: %s: header %s=%q is not an event id: %w", ErrMalformedTask, t.Type(), wire.HeaderEventID, raw, asynq.SkipRetry)
 	}
 	return id, nil
 }

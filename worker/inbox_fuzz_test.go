@@ -7,7 +7,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 
-	"github.com/bunbox/bunbox/model"
+	"github.com/bunbox/bunbox/internal/wire"
 )
 
 // FuzzInboxTask feeds any event-id header (or none) and any payload to what the inbox reads of a task:
@@ -25,7 +25,7 @@ func FuzzInboxTask(f *testing.F) {
 	f.Fuzz(func(t *testing.T, hasHeader bool, header string, payload []byte) {
 		headers := map[string]string{}
 		if hasHeader {
-			headers[model.HeaderEventID] = header
+			headers[wire.HeaderEventID] = header
 		}
 		task := asynq.NewTaskWithHeaders("order.placed", payload, headers)
 		id, err := TaskEventID(task)

@@ -10,7 +10,7 @@ import (
 // WithInboxSchema makes the Inbox (and its InboxCleaner) record handled events in the inbox of schema:
 // "schema".inbox_events, qualified and quoted in every statement, so neither search_path nor a pooler's
 // session matters. Give it the schema of the outbox whose events the handlers take (migrate.WithSchema,
-// bunx.WithSchema, relay.Config.Schema); see docs/tenants.md.
+// bunx.WithSchema, relay.Config.Location); see docs/tenants.md.
 //
 // schema is 1 to 48 ASCII letters, digits and underscores, not starting with a digit or pg_; case is kept.
 // Another name makes every task of the Inbox fail (logged at Error, naming it) and NewInboxCleaner refuse
@@ -22,7 +22,7 @@ func WithInboxSchema(schema string) Option {
 // WithInboxTablePrefix makes the Inbox (and its InboxCleaner) record handled events in the inbox whose
 // name starts with prefix: orders_inbox_events for "orders_" (in WithInboxSchema's schema, if any), so
 // that the outboxes of one schema have an inbox each. Give it the prefix of the outbox whose events the
-// handlers take (migrate.WithTablePrefix, bunx.WithTablePrefix, relay.Config.TablePrefix).
+// handlers take (migrate.WithTablePrefix, bunx.WithTablePrefix, relay.Config.Location).
 //
 // prefix is 1 to 24 lowercase ASCII letters, digits and underscores, not starting with a digit or pg_
 // (and with the schema, the outbox's NOTIFY channel must fit 63 bytes). Another prefix makes every task

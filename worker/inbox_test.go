@@ -13,7 +13,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
-	"github.com/bunbox/bunbox/model"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/worker"
 )
 
@@ -25,7 +25,7 @@ type shipment struct {
 
 func inboxTask(t *testing.T, id uuid.UUID, payload string) *asynq.Task {
 	t.Helper()
-	return asynq.NewTaskWithHeaders("order.placed", []byte(payload), map[string]string{model.HeaderEventID: id.String()})
+	return asynq.NewTaskWithHeaders("order.placed", []byte(payload), map[string]string{wire.HeaderEventID: id.String()})
 }
 
 func TestInboxRunsTheWorkOncePerEvent(t *testing.T) {
@@ -92,7 +92,7 @@ func TestInboxRejectsMalformedTasks(t *testing.T) {
 
 	for name, task := range map[string]*asynq.Task{
 		"NoHeader":   asynq.NewTask("order.placed", []byte(`{}`)),
-		"BadHeader":  asynq.NewTaskWithHeaders("order.placed", []byte(`{}`), map[string]string{model.HeaderEventID: "nope"}),
+		"BadHeader":  asynq.NewTaskWithHeaders("order.placed", []byte(`{}`), map[string]string{wire.HeaderEventID: "nope"}),
 		"NilID":      inboxTask(t, uuid.Nil, `{}`),
 		"BadPayload": inboxTask(t, uuid.New(), `{"order_id":"seven"}`),
 	} {

@@ -9,7 +9,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
-	"github.com/bunbox/bunbox/model"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/worker"
 )
 
@@ -21,7 +21,7 @@ func TestNilOptions(t *testing.T) {
 	t.Run("ArchiveUnroutedNilLogger", func(t *testing.T) {
 		t.Parallel()
 		h := worker.ArchiveUnrouted(asynq.NewServeMux(), nil)
-		err := h.ProcessTask(ctx, asynq.NewTaskWithHeaders("nobody.listens", nil, map[string]string{model.HeaderEventID: "x"}))
+		err := h.ProcessTask(ctx, asynq.NewTaskWithHeaders("nobody.listens", nil, map[string]string{wire.HeaderEventID: "x"}))
 		require.ErrorIs(t, err, asynq.SkipRetry, "archived, not retried")
 		require.ErrorIs(t, err, asynq.ErrHandlerNotFound)
 	})

@@ -7,7 +7,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/bunbox/bunbox/model"
+	"github.com/bunbox/bunbox/internal/wire"
 )
 
 // ArchiveUnrouted serves mux, except that a task whose type has no handler in mux fails with
@@ -31,7 +31,7 @@ func ArchiveUnrouted(mux *asynq.ServeMux, log *slog.Logger) asynq.Handler {
 		h, pattern := mux.Handler(t)
 		if pattern == "" {
 			log.LogAttrs(ctx, slog.LevelError, "bunbox worker: no handler for the task type; archiving it",
-				slog.String("task_type", t.Type()), slog.String("event_id", t.Headers()[model.HeaderEventID]))
+				slog.String("task_type", t.Type()), slog.String("event_id", t.Headers()[wire.HeaderEventID]))
 			return fmt.Errorf("%w %q: %w", asynq.ErrHandlerNotFound, t.Type(), asynq.SkipRetry)
 		}
 		return h.ProcessTask(ctx, t)

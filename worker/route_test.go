@@ -10,7 +10,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
-	"github.com/bunbox/bunbox/model"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/worker"
 )
 
@@ -32,7 +32,7 @@ func TestArchiveUnrouted(t *testing.T) {
 		require.ErrorIs(t, h.ProcessTask(ctx, asynq.NewTask("order.failing", nil)), boom)
 	})
 	t.Run("Unrouted", func(t *testing.T) {
-		task := asynq.NewTaskWithHeaders("order.unknown", []byte(`{}`), map[string]string{model.HeaderEventID: "0190c6f0-0000-7000-8000-000000000001"})
+		task := asynq.NewTaskWithHeaders("order.unknown", []byte(`{}`), map[string]string{wire.HeaderEventID: "0190c6f0-0000-7000-8000-000000000001"})
 		err := h.ProcessTask(ctx, task)
 		require.ErrorIs(t, err, asynq.SkipRetry, "archived, not retried")
 		require.ErrorIs(t, err, asynq.ErrHandlerNotFound)

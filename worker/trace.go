@@ -11,7 +11,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.39.0"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/bunbox/bunbox/model"
+	"github.com/bunbox/bunbox/internal/wire"
 )
 
 // tracerName is the instrumentation scope of bunbox's consumer spans.
@@ -70,10 +70,10 @@ func (t *tracing) run(ctx context.Context, task *asynq.Task, handler string, fn 
 		semconv.MessagingDestinationName(queue),
 		attribute.String("bunbox.event_name", eventName(task)),
 	}
-	if id := task.Headers()[model.HeaderEventID]; id != "" {
+	if id := task.Headers()[wire.HeaderEventID]; id != "" {
 		attrs = append(attrs, semconv.MessagingMessageID(id))
 	}
-	if l := task.Headers()[model.HeaderListener]; l != "" {
+	if l := task.Headers()[wire.HeaderListener]; l != "" {
 		attrs = append(attrs, attribute.String("bunbox.listener", l))
 	}
 	if handler != "" {
@@ -95,7 +95,7 @@ func (t *tracing) run(ctx context.Context, task *asynq.Task, handler string, fn 
 
 // eventName is the event's name: its header, or the task type for a task without one.
 func eventName(task *asynq.Task) string {
-	if n := task.Headers()[model.HeaderEventName]; n != "" {
+	if n := task.Headers()[wire.HeaderEventName]; n != "" {
 		return n
 	}
 	return task.Type()

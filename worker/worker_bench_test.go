@@ -12,6 +12,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
 	"github.com/bunbox/bunbox/worker"
@@ -84,7 +85,7 @@ func measureToHandler(b *testing.B, cfg asynq.Config, rate int, d, schedule time
 	mux.HandleFunc("bench.handler", func(_ context.Context, t *asynq.Task) error {
 		now := time.Now()
 		mu.Lock()
-		handled[t.Headers()[model.HeaderEventID]] = now
+		handled[t.Headers()[wire.HeaderEventID]] = now
 		mu.Unlock()
 		return nil
 	})

@@ -17,7 +17,7 @@ func codecKeysFlag(fs *flag.FlagSet) *string {
 		"payloads decoding to more than $"+relayenv.CodecMaxDecodedEnv+" bytes (default 1 MiB) are kept dead")
 }
 
-// applyCodecKeys sets cfg.Codec from the keyring file path of -codec-keys-file, when given (it wins over
+// applyCodecKeys sets cfg.Location.Codec from the keyring file path of -codec-keys-file, when given (it wins over
 // OUTBOX_CODEC_KEYS_FILE, which relayenv.Config read), and logs what the relay decodes with: key ids,
 // never a key. An error names the flag, the file and the line, never a key.
 func (c *cli) applyCodecKeys(cfg *relay.Config, path string) error {
@@ -30,10 +30,10 @@ func (c *cli) applyCodecKeys(cfg *relay.Config, path string) error {
 		if err != nil {
 			return fmt.Errorf("-codec-keys-file: %w", err)
 		}
-		cfg.Codec = codec
+		cfg.Location.Codec = codec
 	}
-	if cfg.Codec != nil {
-		cfg.Logger.Info("relay decodes encoded payloads before the enqueue", slog.String("codec", cfg.Codec.String()))
+	if cfg.Location.Codec != nil {
+		cfg.Logger.Info("relay decodes encoded payloads before the enqueue", slog.String("codec", cfg.Location.Codec.String()))
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -88,12 +89,12 @@ func TestRelayCommandDecodesWithKeyringFile(t *testing.T) {
 	ti, err := ins.GetTaskInfo(queue, doc.EventID.String())
 	require.NoError(t, err)
 	require.JSONEq(t, string(doc.Payload), string(ti.Payload), "decoded before the enqueue")
-	require.NotContains(t, ti.Headers, model.HeaderPayloadEncoding)
-	require.NotContains(t, ti.Headers, model.HeaderPayloadKeyID)
+	require.NotContains(t, ti.Headers, wire.HeaderPayloadEncoding)
+	require.NotContains(t, ti.Headers, wire.HeaderPayloadKeyID)
 	ti, err = ins.GetTaskInfo(queue, bin.EventID.String())
 	require.NoError(t, err)
 	require.Equal(t, data, ti.Payload, "exactly the bytes")
-	require.Equal(t, model.PayloadFormatBytes, ti.Headers[model.HeaderPayloadFormat])
+	require.Equal(t, wire.PayloadFormatBytes, ti.Headers[wire.HeaderPayloadFormat])
 
 	out := stdout.String() + stderr.String()
 	require.Contains(t, out, "Keyring(current 2026-12; ids 2026-11, 2026-12)", "the relay says which key ids it decodes with")

@@ -13,7 +13,7 @@ import (
 
 	"github.com/bunbox/bunbox/admin"
 	"github.com/bunbox/bunbox/internal/badrow"
-	"github.com/bunbox/bunbox/model"
+	"github.com/bunbox/bunbox/internal/wire"
 )
 
 func (c *cli) dead(ctx context.Context, args []string) error {
@@ -78,7 +78,7 @@ func (c *cli) deadList(ctx context.Context, args []string) error {
 		out := make([]deadEventJSON, len(events))
 		for i, ev := range events {
 			out[i] = deadEventJSON{EventID: ev.EventID.String(), Name: ev.Name, Queue: ev.Queue, Attempts: ev.Attempts,
-				CreatedAt: ev.CreatedAt.UTC(), LastError: ev.LastError, Payload: model.DescribeEncoded(&ev),
+				CreatedAt: ev.CreatedAt.UTC(), LastError: ev.LastError, Payload: wire.DescribeEncoded(ev.Metadata, ev.PayloadEncoded, ev.Payload),
 				BadRow: badrow.Problem(ev.Metadata)}
 			if ev.DeadAt != nil {
 				at := ev.DeadAt.UTC()

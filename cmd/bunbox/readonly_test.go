@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
 )
 
@@ -17,7 +18,7 @@ func TestReadyzOnAReadOnlyDatabase(t *testing.T) {
 	t.Parallel()
 	_, schema := outboxtest.Schema(t)
 	db := outboxtest.Open(t, map[string]any{"search_path": schema, "default_transaction_read_only": "on"})
-	err := relay.CheckSchema(context.Background(), db, relay.Config{})
+	err := relay.CheckSchema(context.Background(), db, model.Location{})
 	require.ErrorIs(t, err, relay.ErrReadOnly)
 	require.Contains(t, err.Error(), "read-only")
 	require.Contains(t, err.Error(), "default_transaction_read_only")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bunbox/bunbox/internal/relayenv"
+	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
 )
 
@@ -19,7 +20,7 @@ type reconcileReport struct {
 	Missing  int     `json:"missing"`
 	Requeued int     `json:"requeued"`
 	Duration float64 `json:"duration_seconds"`
-	// Events are the missing ones (the first relay.MaxReportedMissing): requeued for the relay, unless their
+	// Events are the missing ones (the first 1,000): requeued for the relay, unless their
 	// row changed meanwhile.
 	Events []missingEvent `json:"events"`
 }
@@ -58,7 +59,7 @@ func (c *cli) reconcile(ctx context.Context, args []string) error {
 	}
 	defer db.Close()
 	rc, err := relay.NewReconciler(db, redisOpt, relay.ReconcilerConfig{
-		Window: *window, TaskRetention: cfg.TaskRetention, Routes: cfg.Routes, Schema: c.dbSchema, TablePrefix: c.dbPrefix,
+		Window: *window, TaskRetention: cfg.TaskRetention, Routes: cfg.Routes, Location: model.Location{Schema: c.dbSchema, TablePrefix: c.dbPrefix},
 		Logger: slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {

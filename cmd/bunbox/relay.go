@@ -41,8 +41,8 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level}))
-	cfg.Schema = c.dbSchema      // -schema, else OUTBOX_SCHEMA, as relayenv.Config read it
-	cfg.TablePrefix = c.dbPrefix // -table-prefix, else OUTBOX_TABLE_PREFIX
+	cfg.Location.Schema = c.dbSchema      // -schema, else OUTBOX_SCHEMA, as relayenv.Config read it
+	cfg.Location.TablePrefix = c.dbPrefix // -table-prefix, else OUTBOX_TABLE_PREFIX
 	if *reconcileWindow < 0 {
 		return usageError(c.stderr, "-reconcile-window must not be negative, got %s", *reconcileWindow)
 	}
@@ -68,7 +68,7 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 	cfg.Observer = metrics.Observer(cfg.Observer)
 	cfg.Reconciler.OnPass = metrics.ObserveReconcile
 	if *enableNotify {
-		if err := relay.EnableNotifyTrigger(ctx, db, cfg); err != nil {
+		if err := relay.EnableNotifyTrigger(ctx, db, cfg.Location); err != nil {
 			return fmt.Errorf("install the notify trigger: %w", err)
 		}
 	}

@@ -21,7 +21,7 @@ func TestStatusReadsOneSnapshot(t *testing.T) {
 	t.Parallel()
 	env, db := schemaEnv(t)
 	ctx := context.Background()
-	require.NoError(t, relay.EnableStream(ctx, db, relay.Config{}))
+	require.NoError(t, relay.EnableStream(ctx, db, model.Location{}))
 
 	writing, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup

@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/bunbox/bunbox/admin"
+	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
 )
 
@@ -37,18 +38,18 @@ func (c *cli) stream(ctx context.Context, args []string) error {
 		return err
 	}
 	defer db.Close()
-	cfg := relay.Config{Schema: c.dbSchema, TablePrefix: c.dbPrefix}
+	loc := model.Location{Schema: c.dbSchema, TablePrefix: c.dbPrefix}
 	outbox := c.names().Outbox()
 	switch sub {
 	case "on":
-		if err := relay.EnableStream(ctx, db, cfg); err != nil {
+		if err := relay.EnableStream(ctx, db, loc); err != nil {
 			return err
 		}
 		fmt.Fprintf(c.stdout, "stream on for %s: new events are delivered by the snapshot cursor "+
 			"(every relay serving it must be of a release that streams; rows written before stay on the per-row path)\n", outbox)
 		return nil
 	case "off":
-		if err := relay.DisableStream(ctx, db, cfg); err != nil {
+		if err := relay.DisableStream(ctx, db, loc); err != nil {
 			return err
 		}
 		fmt.Fprintf(c.stdout, "stream off for %s: new events, and the streamed ones not yet delivered, are on the per-row path\n", outbox)

@@ -9,6 +9,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
 )
 
@@ -27,7 +28,7 @@ func TestStreamCommand(t *testing.T) {
 	code, stdout, stderr = runCLI(t, env, "stream", "on")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, "stream on for outbox_events")
-	on, err := relay.StreamEnabled(ctx, db, relay.Config{})
+	on, err := relay.StreamEnabled(ctx, db, model.Location{})
 	require.NoError(t, err)
 	require.True(t, on)
 
@@ -86,10 +87,10 @@ func TestStreamCommandTablePrefix(t *testing.T) {
 	code, stdout, stderr := runCLI(t, env, "stream", "on", "-table-prefix", "orders_")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, "orders_outbox_events")
-	on, err := relay.StreamEnabled(ctx, db, relay.Config{TablePrefix: "orders_"})
+	on, err := relay.StreamEnabled(ctx, db, model.Location{TablePrefix: "orders_"})
 	require.NoError(t, err)
 	require.True(t, on)
-	on, err = relay.StreamEnabled(ctx, db, relay.Config{})
+	on, err = relay.StreamEnabled(ctx, db, model.Location{})
 	require.NoError(t, err)
 	require.False(t, on, "the other outbox of the schema is left alone")
 	code, stdout, stderr = runCLI(t, env, "-table-prefix", "orders_", "stream", "status")
@@ -112,7 +113,7 @@ func TestCancelStreamedEvents(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	env, db := schemaEnv(t)
-	require.NoError(t, relay.EnableStream(ctx, db, relay.Config{}))
+	require.NoError(t, relay.EnableStream(ctx, db, model.Location{}))
 	insertRow(t, db, "delivered")
 	outboxtest.DeliverStream(t, db)
 	insertRow(t, db, "waiting")

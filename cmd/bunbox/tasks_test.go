@@ -12,14 +12,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
-	"github.com/bunbox/bunbox/model"
+	"github.com/bunbox/bunbox/internal/wire"
 )
 
 // bunboxTask is a task as the relay makes it for event id of name: TaskID = the event id, the bunbox
 // headers.
 func bunboxTask(id uuid.UUID, name string) (*asynq.Task, asynq.Option) {
-	return asynq.NewTaskWithHeaders(name, []byte(`{}`), map[string]string{model.HeaderEventID: id.String(),
-		model.HeaderEventName: name}), asynq.TaskID(id.String())
+	return asynq.NewTaskWithHeaders(name, []byte(`{}`), map[string]string{wire.HeaderEventID: id.String(),
+		wire.HeaderEventName: name}), asynq.TaskID(id.String())
 }
 
 // TestTasksCommand: a handler that always fails makes asynq archive bunbox's tasks (MaxRetry(0)) or keep

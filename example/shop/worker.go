@@ -11,7 +11,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/uptrace/bun"
 
-	"github.com/bunbox/bunbox/model"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/worker"
 )
 
@@ -41,9 +41,9 @@ func HandleOrderPlaced(db bun.IDB) asynq.HandlerFunc {
 		if p.OrderID <= 0 {
 			return fmt.Errorf("order.placed payload: order_id missing: %w", asynq.SkipRetry)
 		}
-		eventID, err := uuid.Parse(t.Headers()[model.HeaderEventID])
+		eventID, err := uuid.Parse(t.Headers()[wire.HeaderEventID])
 		if err != nil {
-			return fmt.Errorf("order.placed: header %s: %v: %w", model.HeaderEventID, err, asynq.SkipRetry)
+			return fmt.Errorf("order.placed: header %s: %v: %w", wire.HeaderEventID, err, asynq.SkipRetry)
 		}
 		c := &Confirmation{OrderID: p.OrderID, EventID: eventID, Customer: p.Customer, Deliveries: 1, HandledAt: handledAt}
 		_, err = db.NewInsert().Model(c).

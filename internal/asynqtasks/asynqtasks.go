@@ -2,9 +2,9 @@
 // (archived) or is retrying, through asynq's Inspector: the handlers' failures, which the outbox's dead
 // rows do not see. `bunbox tasks` uses it, and the page can offer the same actions.
 //
-// Only bunbox's tasks are touched: those whose bunbox-event-id header (model.HeaderEventID) holds a
+// Only bunbox's tasks are touched: those whose bunbox-event-id header (wire.HeaderEventID) holds a
 // UUID equal to the task's id, or, for a listener's task of fanout.Routes, to the id without its
-// ":<listener>" suffix (model.HeaderListener). Tasks other code enqueued in the same queues are left as
+// ":<listener>" suffix (wire.HeaderListener). Tasks other code enqueued in the same queues are left as
 // they are, whatever the filter.
 package asynqtasks
 
@@ -19,7 +19,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 
-	"github.com/bunbox/bunbox/model"
+	"github.com/bunbox/bunbox/internal/wire"
 )
 
 // Filter selects bunbox's failed tasks. EventIDs, Names and TaskIDs combine with AND; a filter that sets none of
@@ -91,7 +91,7 @@ func Of(info *asynq.TaskInfo) (Task, bool) { return bunboxTask(info) }
 
 // bunboxTask returns the Task of info when it is a task of a bunbox event (see the package doc).
 func bunboxTask(info *asynq.TaskInfo) (Task, bool) {
-	raw, ok := info.Headers[model.HeaderEventID]
+	raw, ok := info.Headers[wire.HeaderEventID]
 	if !ok {
 		return Task{}, false
 	}
@@ -99,14 +99,14 @@ func bunboxTask(info *asynq.TaskInfo) (Task, bool) {
 	if err != nil || id == uuid.Nil {
 		return Task{}, false
 	}
-	listener := info.Headers[model.HeaderListener]
+	listener := info.Headers[wire.HeaderListener]
 	switch {
 	case listener == "" && info.ID == id.String():
 	case listener != "" && info.ID == id.String()+":"+listener:
 	default:
 		return Task{}, false
 	}
-	name := info.Headers[model.HeaderEventName]
+	name := info.Headers[wire.HeaderEventName]
 	if name == "" {
 		name = info.Type
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
 )
 
@@ -108,7 +109,7 @@ func TestFault(t *testing.T) {
 	if _, err := db.ExecContext(ctx, appSchema); err != nil {
 		t.Fatalf("app schema: %v", err)
 	}
-	if err := relay.EnableNotifyTrigger(ctx, db, relay.Config{}); err != nil {
+	if err := relay.EnableNotifyTrigger(ctx, db, model.Location{}); err != nil {
 		t.Fatalf("notify trigger: %v", err)
 	}
 	enableStream(t, db)

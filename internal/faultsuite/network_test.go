@@ -22,6 +22,7 @@ import (
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/internal/streamsql"
 	bunboxmigrate "github.com/bunbox/bunbox/migrate"
+	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
 )
 
@@ -128,7 +129,7 @@ func runNetScenario(t *testing.T, pg *outboxtest.Postgres, bin, dir string, seed
 	if _, err := db.ExecContext(ctx, appSchema+"\nCREATE EXTENSION pgrowlocks;"); err != nil {
 		t.Fatalf("app schema: %v", err)
 	}
-	if err := relay.EnableNotifyTrigger(ctx, db, relay.Config{}); err != nil {
+	if err := relay.EnableNotifyTrigger(ctx, db, model.Location{}); err != nil {
 		t.Fatalf("notify trigger: %v", err)
 	}
 	enableStream(t, db)

@@ -10,6 +10,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/internal/streamsql"
+	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
 )
 
@@ -32,7 +33,7 @@ func enableStream(t *testing.T, db *bun.DB) {
 	if !streamOn {
 		return
 	}
-	if err := relay.EnableStream(context.Background(), db, relay.Config{}); err != nil {
+	if err := relay.EnableStream(context.Background(), db, model.Location{}); err != nil {
 		t.Fatalf("enable stream: %v", err)
 	}
 	t.Log("FAULT_STREAM=1: the snapshot cursor is on")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
 )
@@ -31,8 +32,8 @@ func TestConfigCodecKeysFile(t *testing.T) {
 	path := keysFile(t)
 	c, err := configFromLookup(func(k string) (string, bool) { return path, k == CodecKeysFileEnv })
 	require.NoError(t, err)
-	require.NotNil(t, c.Codec)
-	require.Equal(t, "k1", c.Codec.Keyring().Current())
+	require.NotNil(t, c.Location.Codec)
+	require.Equal(t, "k1", c.Location.Codec.Keyring().Current())
 
 	ring, err := model.NewKeyring("k1", map[string][]byte{"k1": envTestKey})
 	require.NoError(t, err)
@@ -42,7 +43,7 @@ func TestConfigCodecKeysFile(t *testing.T) {
 	require.NoError(t, err)
 	data, encoding, keyID, err := writer.Encode(ev.EventID, ev.Payload)
 	require.NoError(t, err)
-	plain, err := c.Codec.Decode(ev.EventID, encoding, keyID, data)
+	plain, err := c.Location.Codec.Decode(ev.EventID, encoding, keyID, data)
 	require.NoError(t, err)
 	require.JSONEq(t, string(ev.Payload), string(plain))
 
@@ -78,10 +79,10 @@ func TestConfigCodecMaxDecoded(t *testing.T) {
 	}
 	c, err := configFromLookup(env(""))
 	require.NoError(t, err)
-	require.Equal(t, model.DefaultMaxPayloadSize, c.Codec.DecodedLimit())
+	require.Equal(t, wire.DefaultMaxPayloadSize, c.Location.Codec.DecodedLimit())
 	c, err = configFromLookup(env("4194304"))
 	require.NoError(t, err)
-	require.Equal(t, 4<<20, c.Codec.DecodedLimit())
+	require.Equal(t, 4<<20, c.Location.Codec.DecodedLimit())
 	for _, bad := range []string{"4 MiB", "0", "-1"} {
 		_, err = configFromLookup(env(bad))
 		require.ErrorIs(t, err, relay.ErrInvalidConfig)

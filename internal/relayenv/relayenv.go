@@ -118,10 +118,10 @@ func configFromLookup(lookup func(string) (string, bool)) (relay.Config, error) 
 		c.ListenURL = strings.TrimSpace(s)
 	}
 	if s, ok := lookup("OUTBOX_SCHEMA"); ok {
-		c.Schema = strings.TrimSpace(s) // validated by New, which names a bad value
+		c.Location.Schema = strings.TrimSpace(s) // validated by New, which names a bad value
 	}
 	if s, ok := lookup("OUTBOX_TABLE_PREFIX"); ok {
-		c.TablePrefix = strings.TrimSpace(s) // validated by New, which names a bad value
+		c.Location.TablePrefix = strings.TrimSpace(s) // validated by New, which names a bad value
 	}
 	if s, ok := lookup("OUTBOX_ROUTES"); ok && s != "" {
 		routes, err := parseRoutes(s)
@@ -142,7 +142,7 @@ func configFromLookup(lookup func(string) (string, bool)) (relay.Config, error) 
 		if err != nil {
 			return relay.Config{}, fmt.Errorf("%w: %s: %w", relay.ErrInvalidConfig, CodecKeysFileEnv, err)
 		}
-		c.Codec = codec
+		c.Location.Codec = codec
 	}
 	return c, nil
 }

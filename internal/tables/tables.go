@@ -31,7 +31,7 @@ const MaxPrefixLen = 24
 // MaxChannelLen is the longest NOTIFY channel, in bytes: PostgreSQL's identifiers (NAMEDATALEN - 1).
 const MaxChannelLen = 63
 
-// channelBase is the NOTIFY channel of the default outbox (relay.NotifyChannel), whose length New checks
+// channelBase is the NOTIFY channel of the default outbox (bunbox_outbox), whose length New checks
 // the channel of a schema and a prefix against.
 const channelBase = "bunbox_outbox"
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -38,11 +39,11 @@ func (b *Builder) Task(ev *model.Event, id string, taskRetention time.Duration) 
 	for k, v := range ev.Metadata {
 		headers[k] = v
 	}
-	headers[model.HeaderEventID] = id
-	headers[model.HeaderEventName] = ev.Name
-	headers[model.HeaderCreatedAt] = ev.CreatedAt.UTC().Format(time.RFC3339Nano)
+	headers[wire.HeaderEventID] = id
+	headers[wire.HeaderEventName] = ev.Name
+	headers[wire.HeaderCreatedAt] = ev.CreatedAt.UTC().Format(time.RFC3339Nano)
 	if ev.OrderingKey != "" {
-		headers[model.HeaderOrderingKey] = ev.OrderingKey
+		headers[wire.HeaderOrderingKey] = ev.OrderingKey
 	}
 	if b.queueOpt == nil || ev.Queue != b.queue {
 		b.queue, b.queueOpt = ev.Queue, asynq.Queue(ev.Queue)

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/uptrace/bun"
 
+	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
 )
 
@@ -31,12 +32,9 @@ type MetricsConfig struct {
 	// DB is the outbox's database: each scrape reads the backlog, dead rows, lag and blocked keys from it
 	// (bunbox_outbox_*). Defaults to nil: no table gauges.
 	DB bun.IDB
-	// Schema is the schema of the outbox whose table DB's gauges read (relay.Config.Schema). Defaults to
-	// the schema of the relay given to SetRelay, or the default outbox without one.
-	Schema string
-	// TablePrefix is the table prefix of that outbox (relay.Config.TablePrefix). Defaults to the prefix
-	// of the relay given to SetRelay when Schema and TablePrefix are both unset, else "".
-	TablePrefix string
+	// Location is the outbox whose table DB's gauges read (relay.Config.Location). Defaults to the
+	// outbox of the relay given to SetRelay, or the default outbox without one.
+	Location model.Location
 }
 
 // Metrics is the one prometheus.Collector of a relay: the outbox table's state at scrape time
@@ -69,10 +67,9 @@ type MetricsConfig struct {
 // The delivery lag starts at created_at, the start of the transaction that wrote the row on PostgreSQL's
 // clock: it includes that transaction's own duration, and any offset between that clock and the relay's.
 type Metrics struct {
-	db     bun.IDB
-	schema string // MetricsConfig.Schema
-	prefix string // MetricsConfig.TablePrefix
-	relay  atomic.Pointer[relay.Relay]
+	db    bun.IDB
+	loc   model.Location // MetricsConfig.Location
+	relay atomic.Pointer[relay.Relay]
 
 	queues, names *labels
 
@@ -98,8 +95,7 @@ func NewMetrics(cfg MetricsConfig) (*Metrics, error) {
 	}
 	return &Metrics{
 		db:     cfg.DB,
-		schema: cfg.Schema,
-		prefix: cfg.TablePrefix,
+		loc:    cfg.Location,
 		queues: newLabels(maxValues),
 		names:  newLabels(maxValues),
 		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{

@@ -73,15 +73,15 @@ func (m *Metrics) collectState(ch chan<- prometheus.Metric) {
 func collectTable(ch chan<- prometheus.Metric, m *Metrics) {
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
-	schema, prefix := m.schema, m.prefix
-	if r := m.relay.Load(); schema == "" && prefix == "" && r != nil {
-		schema, prefix = r.Schema(), r.TablePrefix()
+	loc := m.loc
+	if r := m.relay.Load(); loc.Schema == "" && loc.TablePrefix == "" && r != nil {
+		loc = r.Location()
 	}
-	if schema != "" {
-		ctx = admin.WithSchema(ctx, schema)
+	if loc.Schema != "" {
+		ctx = admin.WithSchema(ctx, loc.Schema)
 	}
-	if prefix != "" {
-		ctx = admin.WithTablePrefix(ctx, prefix)
+	if loc.TablePrefix != "" {
+		ctx = admin.WithTablePrefix(ctx, loc.TablePrefix)
 	}
 	b, err := admin.ReadBacklog(ctx, m.db)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
 	"github.com/bunbox/bunbox/relay/relaymetrics"
 )
@@ -20,7 +21,7 @@ func TestMetricsCountWaitingStreamedRows(t *testing.T) {
 	t.Parallel()
 	db, _ := outboxtest.Schema(t)
 	ctx := context.Background()
-	require.NoError(t, relay.EnableStream(ctx, db, relay.Config{}))
+	require.NoError(t, relay.EnableStream(ctx, db, model.Location{}))
 	_, err := db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, payload) VALUES (gen_random_uuid(), 'delivered', '{}')`)
 	require.NoError(t, err)
 	outboxtest.DeliverStream(t, db)

@@ -20,7 +20,7 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 	"github.com/uptrace/bun"
 
-	"github.com/bunbox/bunbox/model"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/relay"
 )
 
@@ -53,9 +53,9 @@ const taskRetention = 24 * time.Hour
 // benchTaskOf is benchTask with the row's own payload.
 func benchTaskOf(id uuid.UUID, queue string, payload []byte) (*asynq.Task, []asynq.Option) {
 	headers := map[string]string{
-		model.HeaderEventID:   id.String(),
-		model.HeaderEventName: "bench.event",
-		model.HeaderCreatedAt: time.Now().UTC().Format(time.RFC3339Nano),
+		wire.HeaderEventID:   id.String(),
+		wire.HeaderEventName: "bench.event",
+		wire.HeaderCreatedAt: time.Now().UTC().Format(time.RFC3339Nano),
 	}
 	return asynq.NewTaskWithHeaders("bench.event", payload, headers),
 		[]asynq.Option{asynq.TaskID(id.String()), asynq.Queue(queue), asynq.Retention(taskRetention)}

@@ -19,6 +19,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/bunx"
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
 	"github.com/bunbox/bunbox/worker"
@@ -51,7 +52,7 @@ func e2eBunbox(cfg asynq.Config) func(ctx context.Context, e *env, handled func(
 		srv := asynq.NewServer(e.redis, cfg)
 		mux := asynq.NewServeMux()
 		mux.HandleFunc("bench.event", func(_ context.Context, t *asynq.Task) error {
-			handled(t.Headers()[model.HeaderEventID])
+			handled(t.Headers()[wire.HeaderEventID])
 			return nil
 		})
 		if err := srv.Start(mux); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/internal/streamsql"
+	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
 )
 
@@ -25,10 +26,10 @@ const streamFillTx = 1000
 
 // enableStream turns the stream on for the outbox in db's schema (the default table names).
 func enableStream(ctx context.Context, db *bun.DB) error {
-	if err := relay.EnableStream(ctx, db, relay.Config{}); err != nil {
+	if err := relay.EnableStream(ctx, db, model.Location{}); err != nil {
 		return fmt.Errorf("relay.EnableStream: %w", err)
 	}
-	on, err := relay.StreamEnabled(ctx, db, relay.Config{})
+	on, err := relay.StreamEnabled(ctx, db, model.Location{})
 	if err != nil {
 		return err
 	}
@@ -139,7 +140,7 @@ FROM outbox_events e `+streamsql.Cursor).Scan(ctx, &st.delivered, &st.waiting, &
 		err = nil
 	}
 	if err == nil {
-		st.enabled, err = relay.StreamEnabled(ctx, db, relay.Config{})
+		st.enabled, err = relay.StreamEnabled(ctx, db, model.Location{})
 	}
 	return st, err
 }

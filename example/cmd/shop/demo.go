@@ -18,6 +18,7 @@ import (
 
 	"github.com/bunbox/bunbox/connect"
 	"github.com/bunbox/bunbox/example/shop"
+	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
 )
 
@@ -180,7 +181,7 @@ func runDemo(ctx context.Context, cfg demoConfig, e env, stdout, stderr io.Write
 		return err
 	}
 	if cfg.notify {
-		if err := relay.EnableNotifyTrigger(ctx, db, relay.Config{}); err != nil {
+		if err := relay.EnableNotifyTrigger(ctx, db, model.Location{}); err != nil {
 			return err
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/uptrace/bun"
 
+	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/worker"
 )
@@ -68,7 +69,7 @@ func runWorker(ctx context.Context, args []string) error {
 			return err
 		}
 		key := id.String()
-		if l := t.Headers()[model.HeaderListener]; l != "" {
+		if l := t.Headers()[wire.HeaderListener]; l != "" {
 			key += ":" + l
 		}
 		_, err = db.NewRaw("INSERT INTO fault_effects (effect_key, event_id, event_name, worker) VALUES (?, ?, ?, ?)",
@@ -212,7 +213,7 @@ func newServer(redisOpt asynq.RedisClientOpt, concurrency int, log *slog.Logger)
 				return
 			}
 			log.LogAttrs(ctx, slog.LevelWarn, "task failed", slog.String("task_type", t.Type()),
-				slog.String("event_id", t.Headers()[model.HeaderEventID]), slog.Any("err", err))
+				slog.String("event_id", t.Headers()[wire.HeaderEventID]), slog.Any("err", err))
 		}),
 	})
 }
