@@ -7,8 +7,6 @@ import (
 	"net/http/httptest"
 	"os"
 
-	"github.com/hibiken/asynq"
-
 	"github.com/bunbox/bunbox/connect"
 	bunboxmigrate "github.com/bunbox/bunbox/migrate"
 	"github.com/bunbox/bunbox/ui"
@@ -33,10 +31,11 @@ func ExampleNew() {
 		token = "an-example-token-0123" // for this example only
 	}
 
-	page, err := ui.New(db, ui.Config{
-		Token: token,
-		Redis: asynq.RedisClientOpt{Addr: os.Getenv("REDIS_ADDR")},
-	})
+	redisOpt, err := connect.Redis(os.Getenv("REDIS_URL"))
+	if err != nil {
+		panic(err)
+	}
+	page, err := ui.New(db, ui.Config{Token: token, Redis: redisOpt})
 	if err != nil {
 		panic(err)
 	}
