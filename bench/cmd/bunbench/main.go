@@ -66,6 +66,9 @@ type options struct {
 	pgLog          string        // the server log the sustain part reads autovacuums from
 	aofRewrite     bool          // sustain: leave Redis's automatic AOF rewrite on
 	keptRows       int           // published rows kept in the keptdrain part's table
+	holdXmin       time.Duration // sustain: how long a transaction holds the xmin horizon (0: none)
+	holdAfter      time.Duration // sustain: when, after the writers start, that transaction begins
+	holdXid        bool          // sustain: the holding transaction takes a transaction id (it wrote)
 	keptN          int           // pending events drained in each keptdrain round
 }
 
@@ -99,6 +102,9 @@ func main() {
 	flag.IntVar(&o.sustainBatch, "sustain-batch", 1, "sustain: events per transaction (1: an event per business transaction)")
 	flag.BoolVar(&o.aofRewrite, "sustain-aof-rewrite", true, "sustain: leave Redis's automatic AOF rewrite on (false: off for the run, put back after)")
 	flag.StringVar(&o.pgLog, "pg-log", "", "sustain: the server log to read autovacuums from (default: server.log in the data directory)")
+	flag.DurationVar(&o.holdXmin, "sustain-hold-xmin", 0, "sustain: a transaction holds the xmin horizon this long (0: none)")
+	flag.DurationVar(&o.holdAfter, "sustain-hold-after", 2*time.Minute, "sustain: the holding transaction begins this long after the writers")
+	flag.BoolVar(&o.holdXid, "sustain-hold-xid", true, "sustain: the holding transaction takes a transaction id, as one that wrote and stays open")
 	flag.IntVar(&o.keptRows, "kept-rows", 10_000_000, "keptdrain: published rows kept in the table")
 	flag.IntVar(&o.keptN, "kept-n", 50_000, "keptdrain: pending events drained per round")
 	flag.BoolVar(&o.quick, "quick", false, "a smoke run: 2 rounds, short arms, small backlogs")

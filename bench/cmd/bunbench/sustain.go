@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -55,6 +56,8 @@ type sustainSnap struct {
 	redisMB    float64
 	load       string
 	cpu        sustainCPU
+	smallDead  int64 // n_dead_tup of bunbox's small tables: the cursor's (bunbox_stream) and the leases'
+	holding    bool  // a transaction held the xmin horizon at the end of the interval (-sustain-hold-xmin)
 }
 
 type indexSize struct {
@@ -151,6 +154,13 @@ func sustainArm(ctx context.Context, e *env, o options, name string, stream bool
 	runCtx, stop := context.WithTimeout(ctx, o.sustainDur)
 	defer stop()
 	var wg sync.WaitGroup
+	var holding atomic.Bool
+	holdErr := make(chan error, 1)
+	if o.holdXmin > 0 {
+		fmt.Printf("A transaction (%s) holds the xmin horizon from %s to %s after the writers start.\n\n",
+			map[bool]string{true: "with a transaction id", false: "a snapshot only"}[o.holdXid], o.holdAfter, o.holdAfter+o.holdXmin)
+		wg.Go(func() { holdErr <- holdXmin(runCtx, db, o, &holding) })
+	}
 	errs := make(chan error, o.sustainWriters)
 	batch := max(1, o.sustainBatch)
 	tokens := make(chan int64, max(1, o.sustainRate/batch)) // at most a second of transactions waiting for a writer
@@ -181,7 +191,12 @@ func sustainArm(ctx context.Context, e *env, o options, name string, stream bool
 	}
 
 	snap := func() (sustainSnap, error) {
-		s := sustainSnap{at: time.Now(), written: written.Load(), missed: missed.Load(), load: loadAverage(), cpu: cpu.read(ctx)}
+		s := sustainSnap{at: time.Now(), written: written.Load(), missed: missed.Load(), load: loadAverage(), cpu: cpu.read(ctx),
+			holding: holding.Load()}
+		if err := db.NewRaw(`SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables
+WHERE relid IN (to_regclass('bunbox_stream'), to_regclass('bunbox_leases'))`).Scan(ctx, &s.smallDead); err != nil {
+			return s, err
+		}
 		if err := db.NewRaw(`SELECT (SELECT coalesce(max(id), 0) FROM outbox_events),
   (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL) + (`+streamWaitingSQL+`),
   pg_current_wal_lsn()::text, pg_relation_size('outbox_events'),
@@ -260,6 +275,10 @@ FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'outb
 	select {
 	case err := <-errs:
 		return fmt.Errorf("a writer: %w", err)
+	case err := <-holdErr:
+		if err != nil {
+			return fmt.Errorf("the transaction holding xmin: %w", err)
+		}
 	default:
 	}
 	// The backlog left when the writers stop, and how long the relay takes to drain it.
@@ -276,7 +295,7 @@ FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'outb
 	}
 	fmt.Println()
 	table([]string{"elapsed", "written/s", "in Redis/s", "backlog rows", "created→claimed p50 / p99 ms", "created→in Redis p50 / p99 ms", "claim (stream: read) ms",
-		"table MB", "indexes MB", "pending indexes kB", "WAL B/event", "autovacuum n / s", "dead tuples", "Redis MB", "load avg",
+		"table MB", "indexes MB", "pending indexes kB", "WAL B/event", "autovacuum n / s", "dead tuples", "cursor + leases dead tuples", "xmin held", "Redis MB", "load avg",
 		cpuHeader[0], cpuHeader[1]}, rows)
 	last := prev
 	fmt.Printf("\n%d events written in %s (%.0f/s, %d transactions the pacer could not hand to a writer); backlog at the end %d rows, "+
@@ -317,7 +336,8 @@ after the cursor, the same way); sizes: pg_relation_size of the table (main fork
 of each index; WAL: pg_current_wal_lsn() difference over the events written in the interval (the server is
 this run's alone); autovacuum: the automatic vacuums of outbox_events that ended in the interval and the sum of
 their elapsed time, from the server log (log_autovacuum_min_duration = 0 on the table); dead tuples:
-pg_stat_user_tables.n_dead_tup; load avg: /proc/loadavg at the end of the interval (the machine is shared).`)
+pg_stat_user_tables.n_dead_tup (of outbox_events; then of bunbox_stream and bunbox_leases together); xmin held: whether
+the transaction of -sustain-hold-xmin was open at the end of the interval; load avg: /proc/loadavg at the end of the interval (the machine is shared).`)
 	fmt.Printf(cpuNote+"\n", gomaxprocs())
 	return nil
 }
@@ -398,7 +418,8 @@ WHERE id = ANY(ARRAY(SELECT generate_series(?::bigint, ?::bigint, 50)))`, a.maxI
 		latency, inRedis, fmt.Sprintf("%.2f", claim),
 		fmt.Sprintf("%.0f", float64(b.tableBytes)/(1<<20)), fmt.Sprintf("%.0f", float64(all)/(1<<20)),
 		strconv.FormatInt(pending/1024, 10), fmt.Sprintf("%.0f", float64(wal)/float64(max(1, events))),
-		av, strconv.FormatInt(b.dead, 10), fmt.Sprintf("%.0f", b.redisMB), b.load}
+		av, strconv.FormatInt(b.dead, 10), strconv.FormatInt(b.smallDead, 10), map[bool]string{true: "yes", false: "no"}[b.holding],
+		fmt.Sprintf("%.0f", b.redisMB), b.load}
 	return append(row, cpuColumns(a.cpu, b.cpu, secs)...), nil
 }
 
@@ -719,5 +740,46 @@ VALUES (now() - make_interval(secs => ?::float8), pg_snapshot_xmax(pg_current_sn
 		"(DisableNotify, PublishedRetention -1, as the drain part); the drained rows stay, published. With the stream on, "+
 		"the backlog is streamed (fillStream: transactions of 1,000 events) and the read is the stream round's.\n",
 		median(sides[1].rates)/median(sides[0].rates), spread(ratios), o.keptRows, fill.Round(time.Second))
+	return nil
+}
+
+// holdXmin opens, o.holdAfter after it is called, a REPEATABLE READ transaction that holds the xmin horizon
+// for o.holdXmin (with a transaction id when o.holdXid: a session that wrote and stayed open), then rolls
+// it back. holding says when it is open. It ends early, rolling back, when ctx ends.
+func holdXmin(ctx context.Context, db *bun.DB, o options, holding *atomic.Bool) error {
+	wait := time.NewTimer(o.holdAfter)
+	defer wait.Stop()
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-wait.C:
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	tx, err := conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	var n int64
+	if err := tx.NewRaw("SELECT count(*) FROM outbox_events WHERE id < 0").Scan(ctx, &n); err != nil {
+		return err // the snapshot is taken with the first statement
+	}
+	if o.holdXid {
+		if _, err := tx.ExecContext(ctx, "SELECT pg_current_xact_id()"); err != nil {
+			return err
+		}
+	}
+	holding.Store(true)
+	defer holding.Store(false)
+	hold := time.NewTimer(o.holdXmin)
+	defer hold.Stop()
+	select {
+	case <-ctx.Done():
+	case <-hold.C:
+	}
 	return nil
 }
