@@ -156,6 +156,19 @@ func TestEventReadsStreamedRows(t *testing.T) {
 		}
 		checkRead(t, got, all...)
 	})
+	t.Run("ModelTableExpr", func(t *testing.T) {
+		// The table named as a Location with a Schema names it (the alias stays oe).
+		var schema string
+		if err := db.NewRaw("SELECT current_schema()").Scan(ctx, &schema); err != nil {
+			t.Fatal(err)
+		}
+		var got []model.Event
+		if err := db.NewSelect().Model(&got).ModelTableExpr("?.outbox_events AS oe", bun.Ident(schema)).
+			Order("id").Scan(ctx); err != nil {
+			t.Fatalf("Model(&events).ModelTableExpr(schema.outbox_events AS oe).Scan: %v", err)
+		}
+		checkRead(t, got, all...)
+	})
 	t.Run("nil model", func(t *testing.T) {
 		var got []model.Event
 		if err := db.NewSelect().Model((*model.Event)(nil)).Order("id").Scan(ctx, &got); err != nil {
