@@ -58,19 +58,24 @@ type Event struct {
 	// whole seconds. (Not PublishedRetention, how long the relay keeps published rows.)
 	TaskRetention time.Duration `bun:"retention_ns,nullzero"`
 
-	// PublishedAt is when the relay handed the event to asynq; nil while it is pending. A row written
-	// while the stream is on (relay.EnableStream) holds 'infinity' there instead, whether the stream has
-	// delivered it yet or not (it keeps no time per row): bun cannot scan that into a time, so read such
-	// rows with the column replaced, which gives them a nil PublishedAt:
+	// PublishedAt is when the relay handed the event to asynq; nil while it is pending. A row the stream
+	// wrote (relay.EnableStream) reads nil too, delivered or not: its published_at holds 'infinity', as
+	// the stream keeps no time per row (`bunbox status`, `bunbox stream status` and admin.ReadStream say
+	// how far the stream has delivered). Event's bun hooks (BeforeSelect, BeforeInsert) make plain bun work
+	// on such rows:
 	//
-	//	err := db.NewSelect().Model(&events).
-	//		ExcludeColumn("published_at").ColumnExpr("nullif(published_at, 'infinity') AS published_at").
-	//		Where("event_id = ?", id).Scan(ctx)
+	//   - A SELECT run by Scan or ScanAndCount reads the column as nullif(published_at, 'infinity') where
+	//     it selects it by name: every column, or a Column list naming it. A list without it, or the
+	//     caller's own ColumnExpr for it, is kept as given. WHERE sees the column as stored
+	//     (published_at = 'infinity' finds the streamed rows), as does ORDER BY oe.published_at.
+	//   - An INSERT whose rows all leave PublishedAt nil leaves the column to its default ('infinity'
+	//     while the stream is on), so that RETURNING does not read it back.
 	//
-	// A plain bun insert of an Event reads published_at back too (RETURNING) and fails the same way: write
-	// events with bunx (Outbox.Record reads back only the id and created_at), or insert with
-	// Returning("id"). `bunbox status`, `bunbox stream status` and admin.ReadStream say how far the stream
-	// has delivered.
+	// The hooks cannot reach a raw query (NewRaw, QueryContext: SELECT * fails on a streamed row), a
+	// ColumnExpr such as "oe.*", SelectQuery.Exec or Rows, a relation to Event, or an insert's
+	// Returning("*"): there, list the columns and read nullif(published_at, 'infinity') AS published_at.
+	// Change rows with a Column list naming what changes: bun's NewUpdate().Model(ev) writes every
+	// column, published_at = DEFAULT when PublishedAt is nil.
 	PublishedAt *time.Time `bun:"published_at,nullzero"`
 	// Attempts counts the relay's failed attempts to enqueue the event.
 	Attempts int `bun:"attempts,notnull"`
