@@ -29,7 +29,7 @@ type Event struct {
 	// Payload is the JSON document the handler receives as the task payload; for an event of
 	// NewBytesEvent (metadata bunbox-payload-format "bytes"), the opaque bytes, which are not JSON.
 	Payload json.RawMessage `bun:"payload,type:jsonb,notnull"`
-	// PayloadEncoded is the payload as an Outbox's Codec encoded it (bunx.WithCodec): compressed, encrypted
+	// PayloadEncoded is the payload as an Outbox's Codec encoded it (bunx.WithLocation): compressed, encrypted
 	// or both, as the metadata's bunbox-payload-encoding says; or the bytes of a bytes event (NewBytesEvent)
 	// as they are when no codec encoded them. Payload is then JSON null. Nil for a plain JSON payload.
 	PayloadEncoded []byte `bun:"payload_encoded,type:bytea"`

@@ -8,6 +8,7 @@ import (
 	"github.com/uptrace/bun"
 
 	bunboxmigrate "github.com/bunbox/bunbox/migrate"
+	"github.com/bunbox/bunbox/model"
 )
 
 // TenantSchema returns a fresh schema name, prefix followed by random hex digits, migrated into db with
@@ -21,7 +22,7 @@ func TenantSchema(tb testing.TB, db *bun.DB, prefix string) string {
 			tb.Logf("drop schema %s: %v", name, err)
 		}
 	})
-	if err := migrateTenant(db, bunboxmigrate.WithSchema(name)); err != nil {
+	if err := migrateTenant(db, bunboxmigrate.WithLocation(model.Location{Schema: name})); err != nil {
 		tb.Fatalf("migrate schema %s: %v", name, err)
 	}
 	return name
@@ -48,7 +49,7 @@ func TenantTables(tb testing.TB, db *bun.DB, schema, prefix string) {
 			tb.Logf("drop the notify function: %v", err)
 		}
 	})
-	if err := migrateTenant(db, bunboxmigrate.WithSchema(schema), bunboxmigrate.WithTablePrefix(prefix)); err != nil {
+	if err := migrateTenant(db, bunboxmigrate.WithLocation(model.Location{Schema: schema, TablePrefix: prefix})); err != nil {
 		tb.Fatalf("migrate %s: %v", q("outbox_events"), err)
 	}
 }
