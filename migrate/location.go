@@ -101,4 +101,3 @@ func migrator(db *bun.DB, names tables.Names) (*bunmigrate.Migrator, error) {
 		bunmigrate.WithMarkAppliedOnSuccess(true),
 	), nil
 }
-

@@ -13,7 +13,7 @@ import (
 )
 
 // TestUpWithSchema migrates two schemas of one database (one named with uppercase letters, so quoted) with
-// WithSchema, twice each, without search_path (so also through the pooler): each has every table and its
+// WithLocation, twice each, without search_path (so also through the pooler): each has every table and its
 // own bookkeeping, the schema is the one Up builds through search_path, and Down of one leaves the other.
 func TestUpWithSchema(t *testing.T) {
 	t.Parallel()

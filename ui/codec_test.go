@@ -14,7 +14,7 @@ import (
 	"github.com/bunbox/bunbox/ui"
 )
 
-// TestEncodedPayloadIsDescribed: the page shows an encrypted payload (bunx.WithCodec) as "encrypted (key
+// TestEncodedPayloadIsDescribed: the page shows an encrypted payload (a Location with a Codec, bunx.WithLocation) as "encrypted (key
 // id …)" with its size, never its bytes or the key.
 func TestEncodedPayloadIsDescribed(t *testing.T) {
 	t.Parallel()

@@ -253,7 +253,7 @@ func (h *Handler) readEvent(ctx context.Context, id uuid.UUID) (*eventDetail, er
 	case streamed:
 		d.Stream = "delivered"
 	}
-	if desc := wire.DescribeEncoded(ev.Metadata, ev.PayloadEncoded, ev.Payload); desc != "" { // encrypted or compressed (bunx.WithCodec): never the bytes
+	if desc := wire.DescribeEncoded(ev.Metadata, ev.PayloadEncoded, ev.Payload); desc != "" { // encrypted or compressed (a Location with a Codec, bunx.WithLocation): never the bytes
 		d.Payload = desc
 	}
 	switch {

@@ -12,7 +12,7 @@ import (
 )
 
 // TenantSchema returns a fresh schema name, prefix followed by random hex digits, migrated into db with
-// bunboxmigrate.WithSchema (which creates it; no search_path involved, so it works in the pooler pass as in
+// bunboxmigrate.WithLocation (which creates it; no search_path involved, so it works in the pooler pass as in
 // the direct one), and drops the schema when the test ends.
 func TenantSchema(tb testing.TB, db *bun.DB, prefix string) string {
 	tb.Helper()
@@ -28,8 +28,8 @@ func TenantSchema(tb testing.TB, db *bun.DB, prefix string) string {
 	return name
 }
 
-// TenantTables migrates into db the outbox whose tables are named with prefix in schema (bunboxmigrate
-// WithSchema and WithTablePrefix; schema "" is the one search_path finds, so use it only outside the
+// TenantTables migrates into db the outbox whose tables are named with prefix in schema
+// (bunboxmigrate.WithLocation of that Schema and TablePrefix; schema "" is the one search_path finds, so use it only outside the
 // pooler pass), and drops its tables when the test ends (the schema's own cleanup may drop them first).
 func TenantTables(tb testing.TB, db *bun.DB, schema, prefix string) {
 	tb.Helper()
