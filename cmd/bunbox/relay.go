@@ -52,7 +52,7 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 	// The one Location of this relay: -schema and -table-prefix (else OUTBOX_SCHEMA and OUTBOX_TABLE_PREFIX,
 	// as relayenv.Config read them too), the Codec of -codec-keys-file (else OUTBOX_CODEC_KEYS_FILE).
 	c.loc.Codec = cfg.Location.Codec
-	cfg.Location, cfg.Reconciler.Location = c.loc, c.loc
+	cfg.Location = c.loc // its reconciler takes the same one
 
 	redisOpt, redisName, err := c.redis()
 	if err != nil {
