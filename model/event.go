@@ -69,7 +69,7 @@ type Event struct {
 	//
 	// A plain bun insert of an Event reads published_at back too (RETURNING) and fails the same way: write
 	// events with bunx (Outbox.Record reads back only the id and created_at), or insert with
-	// Returning("id"). `bunbox status`, `bunbox stream status` and admin.ReadStream say how far the stream
+	// Returning("id"). `bunbox status`, `bunbox stream status` and admin.Outbox.ReadStream say how far the stream
 	// has delivered.
 	PublishedAt *time.Time `bun:"published_at,nullzero"`
 	// Attempts counts the relay's failed attempts to enqueue the event.
