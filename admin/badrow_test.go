@@ -53,7 +53,7 @@ func TestBadRowsListed(t *testing.T) {
 	db, _ := outboxtest.Schema(t)
 	bad, good := insertBadRows(t, db)
 
-	events, err := ListDead(ctx, db, 0)
+	events, err := outboxOf(t, db).ListDead(ctx, 0)
 	require.NoError(t, err)
 	require.Len(t, events, len(bad)+len(good))
 	byID := map[uuid.UUID]int{}
@@ -78,10 +78,10 @@ func TestBadRowsListed(t *testing.T) {
 	require.Nil(t, events[byID[bad[6]]].DeadAt, "a dead_at of infinity reads as nil")
 
 	// The rows still count, retry and purge.
-	b, err := ReadBacklog(ctx, db)
+	b, err := outboxOf(t, db).ReadBacklog(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, len(bad)+len(good), b.Dead)
-	n, err := RetryDead(ctx, db, bad[0])
+	n, err := outboxOf(t, db).RetryDead(ctx, bad[0])
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 }
@@ -96,7 +96,7 @@ func TestBadRowBlocksKey(t *testing.T) {
 	_, err := db.NewRaw(`UPDATE outbox_events SET ordering_key = 'k1', dead_at = 'infinity', metadata = '{"k": 5}' WHERE event_id = ?`,
 		ev.EventID).Exec(ctx)
 	require.NoError(t, err)
-	keys, err := BlockedKeys(ctx, db, 0)
+	keys, err := outboxOf(t, db).BlockedKeys(ctx, 0)
 	require.NoError(t, err)
 	require.Len(t, keys, 1)
 	require.Equal(t, ev.EventID, keys[0].EventID)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/internal/badrow"
 )
@@ -35,14 +34,11 @@ type BlockedKey struct {
 // BlockedKeys lists up to limit blocked keys, the longest blocked first. A limit <= 0 means
 // 100. It reads the dead rows (their partial index) and, per key, the key's
 // unfinished rows.
-func BlockedKeys(ctx context.Context, db bun.IDB, limit int) ([]BlockedKey, error) {
+func (o *Outbox) BlockedKeys(ctx context.Context, limit int) ([]BlockedKey, error) {
 	if limit <= 0 {
 		limit = blockedKeysLimitDefault
 	}
-	names, err := namesOf(ctx)
-	if err != nil {
-		return nil, err
-	}
+	db, names := o.db, o.names
 	var keys []BlockedKey
 	rows, err := db.QueryContext(ctx, names.SQL(`SELECT d.ordering_key, d.event_id, d.event_name, d.queue, `+badrow.TimeExpr("d", "dead_at")+`, coalesce(d.last_error, ''),
   (SELECT count(*) FROM outbox_events w WHERE w.ordering_key = d.ordering_key AND w.completed_at IS NULL AND w.id > d.id)

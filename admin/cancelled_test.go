@@ -33,11 +33,11 @@ func TestCancelledNotCounted(t *testing.T) {
 		pgdialect.Array(uuidStrings(ids)), deadCancelled.EventID, scheduled.EventID).Exec(ctx)
 	require.NoError(t, err)
 
-	b, err := ReadBacklog(ctx, db)
+	b, err := outboxOf(t, db).ReadBacklog(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, b.Pending)
 	require.Zero(t, b.Scheduled, "a cancelled scheduled event is not waiting to run")
-	by, err := ReadBacklogByEvent(ctx, db)
+	by, err := outboxOf(t, db).ReadBacklogByEvent(ctx)
 	require.NoError(t, err)
 	var pending int64
 	for _, e := range by {
@@ -45,10 +45,10 @@ func TestCancelledNotCounted(t *testing.T) {
 	}
 	require.EqualValues(t, 1, pending)
 
-	n, err := RetryDead(ctx, db, deadCancelled.EventID)
+	n, err := outboxOf(t, db).RetryDead(ctx, deadCancelled.EventID)
 	require.NoError(t, err)
 	require.Zero(t, n)
-	n, err = RetryDeadWhere(ctx, db, DeadFilter{All: true})
+	n, err = outboxOf(t, db).RetryDeadWhere(ctx, DeadFilter{All: true})
 	require.NoError(t, err)
 	require.Zero(t, n)
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/bunbox/bunbox/internal/badrow"
@@ -14,7 +13,7 @@ import (
 	"github.com/bunbox/bunbox/model"
 )
 
-// listDeadLimitDefault is how many dead events DeadEvents lists when limit is not positive.
+// listDeadLimitDefault is how many dead events ListDead lists when limit is not positive.
 const listDeadLimitDefault = 100
 
 // ListDead lists up to limit events the relay gave up on, oldest first, with their attempts and last
@@ -24,21 +23,18 @@ const listDeadLimitDefault = 100
 // not finite) does not fail the list: it is listed with the others, its Metadata holding only the key
 // "bunbox-bad-row", whose value says what is wrong and quotes the column (a bad time is set to zero and
 // named under that key too). A published_at of the stream ('infinity') reads as nil.
-func ListDead(ctx context.Context, db bun.IDB, limit int) ([]model.Event, error) {
+func (o *Outbox) ListDead(ctx context.Context, limit int) ([]model.Event, error) {
 	if limit <= 0 {
 		limit = listDeadLimitDefault
 	}
-	names, err := namesOf(ctx)
-	if err != nil {
-		return nil, err
-	}
+	db, names := o.db, o.names
 	var events []model.Event
 	q := db.NewSelect().Model(&events)
 	if !names.IsDefault() {
 		q = q.ModelTableExpr(names.Outbox() + " AS oe")
 	}
 	q = badrow.Select(q, "oe", "oe.published_at")
-	err = q.Where("dead_at IS NOT NULL").OrderExpr("id").Limit(int64(limit)).Scan(ctx)
+	err := q.Where("dead_at IS NOT NULL").OrderExpr("id").Limit(int64(limit)).Scan(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("admin: list dead events: %w", err)
 	}
@@ -50,14 +46,11 @@ func ListDead(ctx context.Context, db bun.IDB, limit int) ([]model.Event, error)
 // it revived; ids that are unknown, not dead or cancelled (bunx.Outbox.Cancel) are ignored. A keyed event whose task asynq archived is
 // enqueued again: the relay deletes the archived task and enqueues a fresh one, and its key is unblocked
 // once that task completes.
-func RetryDead(ctx context.Context, db bun.IDB, eventIDs ...uuid.UUID) (int64, error) {
+func (o *Outbox) RetryDead(ctx context.Context, eventIDs ...uuid.UUID) (int64, error) {
 	if len(eventIDs) == 0 {
 		return 0, nil
 	}
-	names, err := namesOf(ctx)
-	if err != nil {
-		return 0, err
-	}
+	db, names := o.db, o.names
 	res, err := db.NewRaw(names.SQL(`UPDATE outbox_events SET dead_at = NULL, attempts = 0, next_attempt_at = NULL, published_at = NULL
 WHERE event_id = ANY(?::uuid[]) AND dead_at IS NOT NULL AND cancelled_at IS NULL`), pgdialect.Array(uuidStrings(eventIDs))).Exec(ctx)
 	if err != nil {
@@ -96,14 +89,11 @@ type Backlog struct {
 // using the partial indexes. Counting is proportional to the backlog and the rows with a ProcessAt, not to
 // the table. Streamed rows (relay.EnableStream) count as pending while the cursor has not passed them
 // (read through the stream's index, from the oldest transaction the cursor waits for).
-func ReadBacklog(ctx context.Context, db bun.IDB) (Backlog, error) {
+func (o *Outbox) ReadBacklog(ctx context.Context) (Backlog, error) {
 	var b Backlog
 	var lagSeconds float64
-	names, err := namesOf(ctx)
-	if err != nil {
-		return Backlog{}, err
-	}
-	err = db.NewRaw(names.SQL(`SELECT
+	db, names := o.db, o.names
+	err := db.NewRaw(names.SQL(`SELECT
   (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL AND cancelled_at IS NULL)
     + (SELECT count(*) FROM outbox_events e `+streamsql.Cursor+` WHERE `+streamsql.Pending+`),
   (SELECT count(*) FROM outbox_events WHERE dead_at IS NOT NULL),

@@ -65,11 +65,8 @@ func outboxSelect(db bun.IDB, names tables.Names) *bun.SelectQuery {
 }
 
 // CountDead counts the dead events f selects.
-func CountDead(ctx context.Context, db bun.IDB, f DeadFilter) (int64, error) {
-	names, err := namesOf(ctx)
-	if err != nil {
-		return 0, err
-	}
+func (o *Outbox) CountDead(ctx context.Context, f DeadFilter) (int64, error) {
+	db, names := o.db, o.names
 	q, err := f.where(outboxSelect(db, names))
 	if err != nil {
 		return 0, err
@@ -83,11 +80,8 @@ func CountDead(ctx context.Context, db bun.IDB, f DeadFilter) (int64, error) {
 
 // RetryDeadWhere puts the dead events f selects back in line, like RetryDead, and returns how many; a
 // cancelled one (bunx.Outbox.Cancel) is left alone.
-func RetryDeadWhere(ctx context.Context, db bun.IDB, f DeadFilter) (int64, error) {
-	names, err := namesOf(ctx)
-	if err != nil {
-		return 0, err
-	}
+func (o *Outbox) RetryDeadWhere(ctx context.Context, f DeadFilter) (int64, error) {
+	db, names := o.db, o.names
 	sub, err := selectDead(db, names, f)
 	if err != nil {
 		return 0, err
@@ -106,11 +100,8 @@ func RetryDeadWhere(ctx context.Context, db bun.IDB, f DeadFilter) (int64, error
 }
 
 // PurgeDead deletes the dead events f selects, for good, and returns how many.
-func PurgeDead(ctx context.Context, db bun.IDB, f DeadFilter) (int64, error) {
-	names, err := namesOf(ctx)
-	if err != nil {
-		return 0, err
-	}
+func (o *Outbox) PurgeDead(ctx context.Context, f DeadFilter) (int64, error) {
+	db, names := o.db, o.names
 	sub, err := selectDead(db, names, f)
 	if err != nil {
 		return 0, err
@@ -141,7 +132,7 @@ type EventBacklog struct {
 // ReadBacklogByEvent reads the backlog of each queue and event name that has pending or dead rows,
 // ordered by queue and name, using the partial indexes: like ReadBacklog, its cost follows the backlog,
 // not the table. Streamed rows the cursor has not delivered count as pending, as in ReadBacklog.
-func ReadBacklogByEvent(ctx context.Context, db bun.IDB) ([]EventBacklog, error) {
+func (o *Outbox) ReadBacklogByEvent(ctx context.Context) ([]EventBacklog, error) {
 	var rows []struct {
 		Queue     string  `bun:"queue"`
 		EventName string  `bun:"event_name"`
@@ -149,11 +140,8 @@ func ReadBacklogByEvent(ctx context.Context, db bun.IDB) ([]EventBacklog, error)
 		Dead      int64   `bun:"dead"`
 		Lag       float64 `bun:"lag"`
 	}
-	names, err := namesOf(ctx)
-	if err != nil {
-		return nil, err
-	}
-	err = db.NewRaw(names.SQL(`SELECT queue, event_name, sum(pending)::bigint AS pending, sum(dead)::bigint AS dead, max(lag) AS lag FROM (
+	db, names := o.db, o.names
+	err := db.NewRaw(names.SQL(`SELECT queue, event_name, sum(pending)::bigint AS pending, sum(dead)::bigint AS dead, max(lag) AS lag FROM (
   SELECT queue, event_name, count(*) AS pending, 0 AS dead,
     extract(epoch FROM clock_timestamp() - min(created_at))::float8 AS lag
   FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL AND cancelled_at IS NULL GROUP BY queue, event_name

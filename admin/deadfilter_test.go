@@ -38,16 +38,16 @@ func TestDeadFilter(t *testing.T) {
 	insertEvents(t, db, "q1", 2) // pending, never touched
 	dead := func() int64 { return outboxtest.Count(t, db, "outbox_events", "dead_at IS NOT NULL") }
 
-	_, err := PurgeDead(ctx, db, DeadFilter{})
+	_, err := outboxOf(t, db).PurgeDead(ctx, DeadFilter{})
 	require.ErrorIs(t, err, ErrEmptyDeadFilter)
-	_, err = RetryDeadWhere(ctx, db, DeadFilter{OlderThan: -time.Hour})
+	_, err = outboxOf(t, db).RetryDeadWhere(ctx, DeadFilter{OlderThan: -time.Hour})
 	require.ErrorContains(t, err, "OlderThan")
 
-	n, err := CountDead(ctx, db, DeadFilter{Names: []string{"a"}, OlderThan: 24 * time.Hour})
+	n, err := outboxOf(t, db).CountDead(ctx, DeadFilter{Names: []string{"a"}, OlderThan: 24 * time.Hour})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
 
-	by, err := ReadBacklogByEvent(ctx, db)
+	by, err := outboxOf(t, db).ReadBacklogByEvent(ctx)
 	require.NoError(t, err)
 	require.Len(t, by, 3)
 	require.Equal(t, EventBacklog{Queue: "q1", EventName: "a", Dead: 2}, by[0])
@@ -58,19 +58,19 @@ func TestDeadFilter(t *testing.T) {
 	require.Equal(t, EventBacklog{Queue: "q2", EventName: "b", Dead: 1}, by[2])
 
 	// Purge by age and name: only the old "a".
-	n, err = PurgeDead(ctx, db, DeadFilter{Names: []string{"a"}, OlderThan: 24 * time.Hour})
+	n, err = outboxOf(t, db).PurgeDead(ctx, DeadFilter{Names: []string{"a"}, OlderThan: 24 * time.Hour})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
 	require.Zero(t, outboxtest.Count(t, db, "outbox_events", "event_id = ?", oldA.EventID))
 
 	// Retry by id: only that one, and unknown ids are ignored.
-	n, err = RetryDeadWhere(ctx, db, DeadFilter{EventIDs: []uuid.UUID{newA.EventID, uuid.New()}})
+	n, err = outboxOf(t, db).RetryDeadWhere(ctx, DeadFilter{EventIDs: []uuid.UUID{newA.EventID, uuid.New()}})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
 	require.Equal(t, int64(1), dead())
 
 	// All: what is left.
-	n, err = RetryDeadWhere(ctx, db, DeadFilter{All: true})
+	n, err = outboxOf(t, db).RetryDeadWhere(ctx, DeadFilter{All: true})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
 	require.Zero(t, dead())

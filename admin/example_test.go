@@ -15,7 +15,7 @@ import (
 )
 
 // The operator lists the dead events and, once the cause is fixed, puts them back in line.
-func ExampleRetryDead() {
+func ExampleOutbox_RetryDead() {
 	ctx := context.Background()
 	db, err := connect.Postgres(ctx, os.Getenv("DATABASE_URL"), connect.Options{})
 	if err != nil {
@@ -24,13 +24,17 @@ func ExampleRetryDead() {
 	defer db.Close()
 	deadForExample(ctx, db) // for this example, an event the relay gave up on
 
-	dead, err := admin.ListDead(ctx, db, 50)
+	ob, err := admin.New(db, model.Location{}) // the Location bunx and the relay were given
+	if err != nil {
+		panic(err)
+	}
+	dead, err := ob.ListDead(ctx, 50)
 	if err != nil {
 		panic(err)
 	}
 	for _, ev := range dead {
 		fmt.Println(ev.Name, ev.Attempts, ev.LastError)
-		n, err := admin.RetryDead(ctx, db, ev.EventID)
+		n, err := ob.RetryDead(ctx, ev.EventID)
 		if err != nil {
 			panic(err)
 		}

@@ -6,6 +6,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/model"
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
 )
 
 func TestMain(m *testing.M) {
@@ -13,4 +16,16 @@ func TestMain(m *testing.M) {
 		// database/sql opens connections in the background for pools the tests close at cleanup.
 		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
 	)
+}
+
+// outboxOf returns the handle on the outbox of db at loc (the default outbox without one).
+func outboxOf(t testing.TB, db bun.IDB, loc ...model.Location) *Outbox {
+	t.Helper()
+	var l model.Location
+	if len(loc) > 0 {
+		l = loc[0]
+	}
+	ob, err := New(db, l)
+	require.NoError(t, err)
+	return ob
 }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/uptrace/bun"
-
 	"github.com/bunbox/bunbox/internal/streamsql"
 )
 
@@ -31,11 +29,8 @@ type StreamState struct {
 
 // ReadStream reads the state of the snapshot cursor, through the stream's index: its cost follows the rows
 // written since the oldest transaction the cursor waits for, not the table.
-func ReadStream(ctx context.Context, db bun.IDB) (StreamState, error) {
-	names, err := namesOf(ctx)
-	if err != nil {
-		return StreamState{}, err
-	}
+func (o *Outbox) ReadStream(ctx context.Context) (StreamState, error) {
+	db, names := o.db, o.names
 	var st StreamState
 	if err := db.NewRaw(names.SQL(streamsql.Enabled)).Scan(ctx, &st.On); err != nil {
 		return StreamState{}, fmt.Errorf("admin: read whether the stream is on: %w", err)

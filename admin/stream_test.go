@@ -32,7 +32,7 @@ func TestBacklogCountsStreamedRows(t *testing.T) {
 	ctx := context.Background()
 	db, _ := outboxtest.Schema(t)
 
-	st, err := ReadStream(ctx, db)
+	st, err := outboxOf(t, db).ReadStream(ctx)
 	require.NoError(t, err)
 	require.Equal(t, StreamState{}, st, "never turned on")
 
@@ -45,13 +45,13 @@ func TestBacklogCountsStreamedRows(t *testing.T) {
 	_, err = db.ExecContext(ctx, "UPDATE outbox_events SET created_at = now() - interval '1 minute' WHERE event_name = 'waiting'")
 	require.NoError(t, err)
 
-	b, err := ReadBacklog(ctx, db)
+	b, err := outboxOf(t, db).ReadBacklog(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, b.Pending, "the two waiting rows")
 	require.GreaterOrEqual(t, b.Lag, time.Minute, "the oldest waiting row's age")
 	require.EqualValues(t, 1, b.Scheduled, "the delivered row with a ProcessAt ahead; the waiting one is pending")
 
-	by, err := ReadBacklogByEvent(ctx, db)
+	by, err := outboxOf(t, db).ReadBacklogByEvent(ctx)
 	require.NoError(t, err)
 	got := map[string]int64{}
 	for _, e := range by {
@@ -62,7 +62,7 @@ func TestBacklogCountsStreamedRows(t *testing.T) {
 	}
 	require.Equal(t, map[string]int64{"waiting": 1, "waiting.later": 1}, got)
 
-	st, err = ReadStream(ctx, db)
+	st, err = outboxOf(t, db).ReadStream(ctx)
 	require.NoError(t, err)
 	require.True(t, st.On)
 	require.True(t, st.Cursor)
@@ -71,14 +71,14 @@ func TestBacklogCountsStreamedRows(t *testing.T) {
 	require.NotEmpty(t, st.WaitsForXID)
 
 	outboxtest.DeliverStream(t, db)
-	b, err = ReadBacklog(ctx, db)
+	b, err = outboxOf(t, db).ReadBacklog(ctx)
 	require.NoError(t, err)
 	require.Zero(t, b.Pending, "every streamed row delivered")
 	require.Zero(t, b.Lag)
 	require.EqualValues(t, 2, b.Scheduled)
 
 	require.NoError(t, relay.DisableStream(ctx, db, model.Location{}))
-	st, err = ReadStream(ctx, db)
+	st, err = outboxOf(t, db).ReadStream(ctx)
 	require.NoError(t, err)
 	require.False(t, st.On)
 	require.True(t, st.Cursor, "the cursor row stays, telling the delivered rows")

@@ -42,7 +42,7 @@ func TestStreamedEventReadsBack(t *testing.T) {
 
 	_, err = db.NewRaw("UPDATE outbox_events SET dead_at = now() WHERE event_id = ?", ev.EventID).Exec(ctx)
 	require.NoError(t, err)
-	dead, err := ListDead(ctx, db, 0)
+	dead, err := outboxOf(t, db).ListDead(ctx, 0)
 	require.NoError(t, err)
 	require.Len(t, dead, 1)
 	require.Nil(t, dead[0].PublishedAt)

@@ -30,10 +30,10 @@ func (o Outbox) Drain(ctx context.Context, db bun.IDB, h asynq.Handler) (int, er
 	if h == nil {
 		return 0, fmt.Errorf("bunboxtest: Drain: the handler is nil")
 	}
-	t, err := tables.New(o.Schema, o.TablePrefix)
-	if err != nil {
+	if err := o.Location.Validate(); err != nil {
 		return 0, fmt.Errorf("bunboxtest: Outbox: %w", err)
 	}
+	t, _ := tables.New(o.Location.Schema, o.Location.TablePrefix)
 	var b taskmap.Builder
 	n := 0
 	for range maxDrainRounds {

@@ -12,14 +12,14 @@ import (
 	"github.com/bunbox/bunbox/model"
 )
 
-// Outbox says which outbox Events and Drain read, as the Outbox under test was made: Schema and
-// TablePrefix are those of bunx.WithSchema and bunx.WithTablePrefix, Codec that of bunx.WithCodec (with
-// it, the payloads are decoded, as the relay's Config.Codec does). The zero value is the default outbox:
-// outbox_events through search_path, payloads as written.
+// Outbox says which outbox Events and Drain read, as the Outbox under test was made. The zero value is
+// the default outbox: outbox_events through search_path, payloads as written.
 type Outbox struct {
-	Schema      string
-	TablePrefix string
-	Codec       *model.Codec
+	// Location is that of bunx.WithLocation (see model.Location): its Schema and TablePrefix name the
+	// table, and with its Codec the payloads are decoded, as the relay's Config.Location.Codec does. A
+	// Location that model.Location.Validate refuses fails Events and Drain with an error naming the field.
+	// Defaults to the zero Location.
+	Location model.Location
 }
 
 // Events reads the events of the default outbox: see Outbox.Events.
@@ -35,21 +35,21 @@ func Drain(ctx context.Context, db bun.IDB, h asynq.Handler) (int, error) {
 // Events returns the events in the outbox as db sees them, oldest first, of the given names only when
 // names are given: pass the bun.Tx of the test to see what it wrote before it commits, or the *bun.DB to
 // see what committed. Every row is returned, delivered or not (PublishedAt, DeadAt say which); a row the
-// snapshot cursor delivers (relay.EnableStream) reads with PublishedAt nil until it is marked. With Codec
+// snapshot cursor delivers (relay.EnableStream) reads with PublishedAt nil until it is marked. With Location.Codec
 // the payloads are decoded; without it an encoded payload stays in PayloadEncoded.
 func (o Outbox) Events(ctx context.Context, db bun.IDB, names ...string) ([]*model.Event, error) {
 	return o.read(ctx, db, false, names)
 }
 
-// read reads the events of the outbox (pending ones only, when pending), oldest first, decoded with Codec.
+// read reads the events of the outbox (pending ones only, when pending), oldest first, decoded with Location.Codec.
 func (o Outbox) read(ctx context.Context, db bun.IDB, pending bool, names []string) ([]*model.Event, error) {
 	if db == nil {
 		return nil, errNilDB
 	}
-	t, err := tables.New(o.Schema, o.TablePrefix)
-	if err != nil {
+	if err := o.Location.Validate(); err != nil {
 		return nil, fmt.Errorf("bunboxtest: Outbox: %w", err)
 	}
+	t, _ := tables.New(o.Location.Schema, o.Location.TablePrefix)
 	var evs []*model.Event
 	q := db.NewSelect().Model(&evs).ModelTableExpr(t.Outbox() + " AS oe").
 		ExcludeColumn("published_at").
@@ -73,17 +73,17 @@ func (o Outbox) read(ctx context.Context, db bun.IDB, pending bool, names []stri
 	return evs, nil
 }
 
-// decode makes ev's payload the one its task carries, as the relay does: decoded with Codec, or without
+// decode makes ev's payload the one its task carries, as the relay does: decoded with Location.Codec, or without
 // one the encoded bytes as they are.
 func (o Outbox) decode(ev *model.Event) error {
 	if ev.PayloadEncoded == nil {
 		return nil
 	}
-	if o.Codec == nil {
+	if o.Location.Codec == nil {
 		ev.Payload, ev.PayloadEncoded = ev.PayloadEncoded, nil
 		return nil
 	}
-	if err := o.Codec.DecodeEvent(ev); err != nil {
+	if err := o.Location.Codec.DecodeEvent(ev); err != nil {
 		return fmt.Errorf("bunboxtest: decode the payload of event %s (%s): %w", ev.EventID, ev.Name, err)
 	}
 	return nil

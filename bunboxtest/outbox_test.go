@@ -53,7 +53,7 @@ func TestEvents(t *testing.T) {
 
 	_, err = bunboxtest.Events(ctx, nil)
 	require.ErrorContains(t, err, "db is nil")
-	_, err = bunboxtest.Outbox{Schema: "bad schema"}.Events(ctx, db)
+	_, err = bunboxtest.Outbox{Location: model.Location{Schema: "bad schema"}}.Events(ctx, db)
 	require.ErrorContains(t, err, `"bad schema"`)
 }
 
@@ -68,14 +68,15 @@ func TestOutboxWhere(t *testing.T) {
 	require.NoError(t, err)
 	codec, err := model.NewCodec(model.EncryptWith(ring))
 	require.NoError(t, err)
-	ob := bunx.New(db, bunx.WithSchema(schema), bunx.WithTablePrefix("orders_"), bunx.WithCodec(codec))
+	loc := model.Location{Schema: schema, TablePrefix: "orders_", Codec: codec} // the one value every part takes
+	ob := bunx.New(db, bunx.WithLocation(loc))
 	ev := newEvent(t, "order.placed")
 	require.NoError(t, ob.Record(ctx, db, ev))
 	var encoded int
 	require.NoError(t, db.NewRaw(`SELECT count(*) FROM "`+schema+`".orders_outbox_events WHERE payload_encoded IS NOT NULL`).Scan(ctx, &encoded))
 	require.Equal(t, 1, encoded, "the payload is encoded")
 
-	where := bunboxtest.Outbox{Schema: schema, TablePrefix: "orders_", Codec: codec}
+	where := bunboxtest.Outbox{Location: loc}
 	evs, err := where.Events(ctx, db)
 	require.NoError(t, err)
 	require.Len(t, evs, 1)
@@ -91,7 +92,7 @@ func TestOutboxWhere(t *testing.T) {
 	}))
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	require.JSONEq(t, `{"name":"order.placed"}`, got[0], "the handler gets the decoded payload, as from the relay with Config.Codec")
+	require.JSONEq(t, `{"name":"order.placed"}`, got[0], "the handler gets the decoded payload, as from the relay with Config.Location.Codec")
 }
 
 type orderPaid struct {

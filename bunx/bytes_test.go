@@ -35,9 +35,9 @@ func TestRecordBytes(t *testing.T) {
 	}{
 		{"NoCodec", nil, ""},
 		{"NoCodecPrepared", []bunx.Option{bunx.WithPreparedStatements()}, ""},
-		{"CompressBelowThreshold", []bunx.Option{bunx.WithCodec(codecForTest(t, model.CompressAbove(10_000)))}, ""},
-		{"Compress", []bunx.Option{bunx.WithCodec(codecForTest(t, model.CompressAbove(64)))}, "gzip"},
-		{"CompressAndEncrypt", []bunx.Option{bunx.WithCodec(codecForTest(t, model.CompressAbove(64), model.EncryptWith(keyringForTest(t))))}, "gzip+aes-gcm"},
+		{"CompressBelowThreshold", []bunx.Option{bunx.WithLocation(model.Location{Codec: codecForTest(t, model.CompressAbove(10_000))})}, ""},
+		{"Compress", []bunx.Option{bunx.WithLocation(model.Location{Codec: codecForTest(t, model.CompressAbove(64))})}, "gzip"},
+		{"CompressAndEncrypt", []bunx.Option{bunx.WithLocation(model.Location{Codec: codecForTest(t, model.CompressAbove(64), model.EncryptWith(keyringForTest(t)))})}, "gzip+aes-gcm"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -105,7 +105,7 @@ func TestRecordBytesLimits(t *testing.T) {
 	preset.PayloadEncoded = []byte{1}
 	require.ErrorContains(t, b.ob.Record(ctx, b.db, preset), "PayloadEncoded is set by the Outbox's codec")
 
-	enc := setup(t, bunx.WithMaxPayloadSize(100), bunx.WithCodec(codecForTest(t, model.CompressAbove(64), model.EncryptWith(keyringForTest(t)))))
+	enc := setup(t, bunx.WithMaxPayloadSize(100), bunx.WithLocation(model.Location{Codec: codecForTest(t, model.CompressAbove(64), model.EncryptWith(keyringForTest(t)))}))
 	random := make([]byte, 90) // gzip does not shrink it; encrypted it is 118 bytes
 	_, _ = rand.Read(random)
 	ev, err = model.NewBytesEvent("random", random)

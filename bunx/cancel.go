@@ -11,26 +11,21 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 )
 
-// ErrUnknownEvent is wrapped by the error of a Cancel that names an event id the outbox does not hold.
+// ErrUnknownEvent is wrapped by the error of a Cancel that names an event id the outbox does not hold
+// (never recorded, or published and then deleted after the relay's PublishedRetention); the error's
+// message names the ids.
 var ErrUnknownEvent = errors.New("bunx: unknown event id")
 
-// UnknownEventError names the event ids of a Cancel that the outbox does not hold: never recorded, or
-// published and then deleted after the relay's PublishedRetention.
-type UnknownEventError struct {
-	EventIDs []uuid.UUID
-}
-
-func (e *UnknownEventError) Error() string {
-	s := make([]string, len(e.EventIDs))
-	for i, id := range e.EventIDs {
+// unknownEventError returns the error of a Cancel whose ids the outbox does not hold: ErrUnknownEvent
+// naming them.
+func unknownEventError(ids []uuid.UUID) error {
+	s := make([]string, len(ids))
+	for i, id := range ids {
 		s[i] = id.String()
 	}
-	return "bunx: cancel: no outbox event with id " + strings.Join(s, ", ") +
-		" (never recorded, or deleted after its retention); nothing was cancelled"
+	return fmt.Errorf("%w %s: no outbox event with this id (never recorded, or deleted after its retention); nothing was cancelled",
+		ErrUnknownEvent, strings.Join(s, ", "))
 }
-
-// Unwrap makes errors.Is(err, ErrUnknownEvent) true.
-func (e *UnknownEventError) Unwrap() error { return ErrUnknownEvent }
 
 // cancelNeverPublished is the cancel_result of an event cancelled before the relay published it: the
 // relay's "never published" (bunx does not import the relay).
@@ -65,7 +60,7 @@ SELECT id FROM unknown ORDER BY id`
 //
 // Atomicity needs a bun.Tx: the cancel then takes effect exactly when the transaction commits. Cancelling
 // an event twice is a no-op. An id the outbox does not hold makes Cancel change nothing and return an
-// *UnknownEventError (wrapping ErrUnknownEvent) that names it. If the relay is in the middle of
+// error wrapping ErrUnknownEvent that names it. If the relay is in the middle of
 // publishing the event, Cancel waits for that round's transaction to end (milliseconds).
 func (o *Outbox) Cancel(ctx context.Context, db bun.IDB, ids ...uuid.UUID) error {
 	if o.reg.err != nil {
@@ -83,7 +78,7 @@ func (o *Outbox) Cancel(ctx context.Context, db bun.IDB, ids ...uuid.UUID) error
 		return fmt.Errorf("bunx: cancel: %w", err)
 	}
 	if len(unknown) > 0 {
-		return &UnknownEventError{EventIDs: unknown}
+		return unknownEventError(unknown)
 	}
 	return nil
 }

@@ -8,31 +8,6 @@ import (
 	"github.com/bunbox/bunbox/model"
 )
 
-// WithCodec makes the Outbox encode the payloads it writes with c (see model.Codec): compressed above a
-// size, encrypted at rest, or both. An encoded payload is written as bytes into the payload_encoded column
-// (the payload column then holds JSON null), with its encoding and key id in the event's metadata
-// (bunbox-payload-encoding, bunbox-payload-key-id), which the relay copies into the task's headers.
-// A payload the Codec leaves as it is (a small one, with compression only) is written as plain JSON.
-//
-// The payload is decoded by the relay before it enqueues (relay.Config.Location.Codec), or else by the consumer
-// (worker.WithInboxCodec, worker.DecodeTask), which then needs the Keyring too; an encrypted payload then
-// stays encrypted in Redis as well.
-//
-// With a codec, WithMaxPayloadSize limits the payload as written (after encoding), and the payload
-// before encoding may be up to the Codec's own limit (model.MaxDecodedSize, 1 MiB by default): a payload
-// over it fails Record, naming the event and the limit, however small it compresses, so that no row
-// decodes to more than the readers' Codecs allow. The two metadata keys count towards the
-// metadata limits. An event of bytes (model.NewBytesEvent) is encoded like a JSON one; bytes the codec
-// leaves as they are go into payload_encoded as they are, with no encoding key. The caller's events are not changed: the Outbox writes encoded copies. A nil c keeps
-// the default. Defaults to none: payloads are written as JSON, queryable with PostgreSQL's jsonb operators.
-func WithCodec(c *model.Codec) Option {
-	return func(o *Outbox) {
-		if c != nil {
-			o.reg.codec = c
-		}
-	}
-}
-
 // encode returns the events as the registry's codec writes them: each event whose payload the codec
 // encodes is replaced by a copy with PayloadEncoded set, Payload JSON null and the encoding's metadata
 // keys, and so is each event of bytes (model.NewBytesEvent), whose bytes go to PayloadEncoded as they are
@@ -43,7 +18,7 @@ func (r *registry) encode(events []*model.Event) ([]*model.Event, error) {
 	var out []*model.Event // nil until the first copy
 	for i, ev := range events {
 		if ev.PayloadEncoded != nil {
-			return nil, fmt.Errorf("%w %q: PayloadEncoded is set by the Outbox's codec (bunx.WithCodec), not by the caller",
+			return nil, fmt.Errorf("%w %q: PayloadEncoded is set by the Outbox's codec (bunx.WithLocation's Codec), not by the caller",
 				model.ErrInvalidEvent, ev.Name)
 		}
 		if _, ok := ev.Metadata[wire.HeaderPayloadEncoding]; ok {

@@ -29,7 +29,7 @@ func TestRecordRefusesCompressionBomb(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, bunx.WithCodec(codecForTest(t, tt.opts...)))
+			b := setup(t, bunx.WithLocation(model.Location{Codec: codecForTest(t, tt.opts...)}))
 			// 8 MiB of JSON that gzips to about 8 KiB, far under the 1 MiB payload limit as written.
 			bomb, err := model.NewEvent("doc.bomb", map[string]string{"pad": strings.Repeat("a", 8<<20)})
 			require.NoError(t, err)

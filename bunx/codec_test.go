@@ -50,7 +50,7 @@ func TestRecordWithCodec(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			c := codecForTest(t, tt.opts...)
-			b := setup(t, bunx.WithCodec(c))
+			b := setup(t, bunx.WithLocation(model.Location{Codec: c}))
 			bigEv, err := model.NewEvent("doc.saved", big, model.WithMetadata("tenant", "t1"))
 			require.NoError(t, err)
 			smallEv, err := model.NewEvent("doc.small", map[string]int{"n": 1})
@@ -105,7 +105,7 @@ func countNonEmpty(s []string) int {
 func TestHooksWriteWithCodec(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, bunx.WithCodec(codecForTest(t, model.EncryptWith(keyringForTest(t)))))
+	b := setup(t, bunx.WithLocation(model.Location{Codec: codecForTest(t, model.EncryptWith(keyringForTest(t)))}))
 	require.NoError(t, b.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		_, err := tx.NewInsert().Model(&Order{Ref: "r1"}).Exec(ctx)
 		return err
@@ -120,7 +120,7 @@ func TestHooksWriteWithCodec(t *testing.T) {
 func TestRecordWithCodecRollsBack(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, bunx.WithCodec(codecForTest(t, model.CompressAbove(0), model.EncryptWith(keyringForTest(t)))))
+	b := setup(t, bunx.WithLocation(model.Location{Codec: codecForTest(t, model.CompressAbove(0), model.EncryptWith(keyringForTest(t)))}))
 	ev, err := model.NewEvent("x", map[string]string{"email": "alice@example.com"})
 	require.NoError(t, err)
 	err = b.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
@@ -141,7 +141,7 @@ func TestRecordWithCodecRollsBack(t *testing.T) {
 func TestRecordWithCodecRefuses(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, bunx.WithCodec(codecForTest(t, model.CompressAbove(64), model.EncryptWith(keyringForTest(t)))),
+	b := setup(t, bunx.WithLocation(model.Location{Codec: codecForTest(t, model.CompressAbove(64), model.EncryptWith(keyringForTest(t)))}),
 		bunx.WithMaxPayloadSize(100))
 
 	// 81 bytes of JSON that gzip does not shrink are 109 encrypted (nonce and tag): over the limit of what

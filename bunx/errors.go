@@ -3,21 +3,13 @@ package bunx
 import (
 	"errors"
 	"fmt"
-
-	"github.com/google/uuid"
 )
 
-// ErrDuplicateEvent is wrapped by the error of a Record or hook whose event id is already in the outbox.
+// ErrDuplicateEvent is wrapped by the error of a Record or hook whose event id is already in the outbox
+// (or given twice to one Record); the error's message names the id.
 var ErrDuplicateEvent = errors.New("bunx: duplicate event id")
 
-// DuplicateEventError names the event id that is already in the outbox.
-type DuplicateEventError struct {
-	EventID uuid.UUID
+// duplicateEventError returns the error of an event id already in the outbox: ErrDuplicateEvent naming it.
+func duplicateEventError(id fmt.Stringer) error {
+	return fmt.Errorf("%w %s: an event with this id is already in the outbox", ErrDuplicateEvent, id)
 }
-
-func (e *DuplicateEventError) Error() string {
-	return fmt.Sprintf("bunx: duplicate event id %s: an event with this id is already in the outbox", e.EventID)
-}
-
-// Unwrap makes errors.Is(err, ErrDuplicateEvent) true.
-func (e *DuplicateEventError) Unwrap() error { return ErrDuplicateEvent }

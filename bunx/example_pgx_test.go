@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -17,7 +18,7 @@ import (
 )
 
 // bun over pgx's database/sql driver works like bun over pgdriver: errors are read by SQLSTATE and
-// constraint name, so an event id already in the outbox is a *bunx.DuplicateEventError either way.
+// constraint name, so an event id already in the outbox is a bunx.ErrDuplicateEvent naming the id either way.
 func Example_pgx() {
 	ctx := context.Background()
 	cfg, err := pgx.ParseConfig(os.Getenv("DATABASE_URL"))
@@ -41,7 +42,6 @@ func Example_pgx() {
 		}
 		return ob.Record(ctx, tx, again) // the same id again: the insert fails, the transaction rolls back
 	})
-	var dup *bunx.DuplicateEventError
-	fmt.Println(errors.As(err, &dup) && dup.EventID == ev.EventID)
+	fmt.Println(errors.Is(err, bunx.ErrDuplicateEvent) && strings.Contains(err.Error(), ev.EventID.String()))
 	// Output: true
 }

@@ -37,10 +37,8 @@ type registry struct {
 	prepared   bool         // WithPreparedStatements: the prepared INSERT where bunx reaches the *sql.Tx or *sql.DB
 	logger     *slog.Logger // WithLogger
 	strict     bool         // WithStrictDispatch
-	codec      *model.Codec // WithCodec; nil writes plain JSON
-	tables     tables.Names // WithSchema, WithTablePrefix
-	schema     string       // WithSchema, as given
-	prefix     string       // WithTablePrefix, as given
+	codec      *model.Codec // WithLocation's Codec; nil writes plain JSON
+	tables     tables.Names // WithLocation's Schema and TablePrefix
 	err        error        // an invalid option, returned by every write
 
 	mu       sync.RWMutex
@@ -117,7 +115,7 @@ func New(db *bun.DB, opts ...Option) *Outbox {
 // insert is a statement of its own and the atomicity guarantee does not hold.
 //
 // Every event is validated first (see model.Event.Validate); an invalid event, a nil one, two events with
-// one id or an id already in the outbox (*DuplicateEventError) fail the call, and nothing is written.
+// one id or an id already in the outbox (ErrDuplicateEvent, naming the id) fail the call, and nothing is written.
 // Inside a transaction a failed Record also aborts the transaction, so the business change fails with it.
 //
 // If ctx carries an OpenTelemetry span, its trace context is added to each event's metadata with the
@@ -255,26 +253,26 @@ func (r *registry) validate(events []*model.Event) error {
 		}
 		if seen != nil {
 			if _, dup := seen[ev.EventID]; dup {
-				return &DuplicateEventError{EventID: ev.EventID}
+				return duplicateEventError(ev.EventID)
 			}
 			seen[ev.EventID] = struct{}{}
 		} else if slices.ContainsFunc(events[:i], func(p *model.Event) bool { return p.EventID == ev.EventID }) {
-			return &DuplicateEventError{EventID: ev.EventID}
+			return duplicateEventError(ev.EventID)
 		}
 	}
 	return nil
 }
 
-// insertError turns the unique violation on event_id into a *DuplicateEventError naming the id. It reads
+// insertError turns the unique violation on event_id into an ErrDuplicateEvent naming the id. It reads
 // the SQLSTATE and the constraint name, so it works with pgdriver and with pgx alike.
 func insertError(err error) error {
 	if f, ok := pgerr.From(err); ok && f.Code == pgerr.UniqueViolation &&
-		strings.HasSuffix(f.Constraint, "outbox_events_event_id_key") { // with WithTablePrefix's prefix
+		strings.HasSuffix(f.Constraint, "outbox_events_event_id_key") { // with a Location's TablePrefix
 
 		// Detail: Key (event_id)=(0192...) already exists.
 		if i, j := strings.Index(f.Detail, "=("), strings.LastIndex(f.Detail, ")"); i >= 0 && j > i {
 			if id, perr := uuid.Parse(f.Detail[i+2 : j]); perr == nil {
-				return fmt.Errorf("%w (%s)", &DuplicateEventError{EventID: id}, f.Message)
+				return fmt.Errorf("%w (%s)", duplicateEventError(id), f.Message)
 			}
 		}
 		return fmt.Errorf("%w: %w", ErrDuplicateEvent, err)

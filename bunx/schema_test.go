@@ -32,12 +32,12 @@ func TestOutboxesInSchemas(t *testing.T) {
 	if !outboxtest.Pooled() { // prepared statements are not for a transaction pooler
 		opts = append(opts, bunx.WithPreparedStatements())
 	}
-	obA := bunx.New(db, append(opts, bunx.WithSchema(a))...)
+	obA := bunx.New(db, append(opts, bunx.WithLocation(model.Location{Schema: a}))...)
 	bunx.OnInsert(obA, func(_ context.Context, o *Order) ([]*model.Event, error) {
 		ev, err := model.NewEvent("a.placed", orderEvent{Ref: o.Ref})
 		return []*model.Event{ev}, err
 	})
-	obB := bunx.New(db, append(opts, bunx.WithSchema(b))...)
+	obB := bunx.New(db, append(opts, bunx.WithLocation(model.Location{Schema: b}))...)
 	obDefault := bunx.New(db, opts...)
 
 	const n = 20
@@ -85,17 +85,17 @@ func TestOutboxesInSchemas(t *testing.T) {
 	require.ErrorIs(t, err, bunx.ErrUnknownEvent, "an Outbox cancels only the events of its own schema")
 }
 
-// TestWithSchemaRefusesABadName: an Outbox with a schema name bunbox cannot quote safely fails every
+// TestWithLocationRefusesABadSchema: an Outbox with a schema name bunbox cannot quote safely fails every
 // write with an error naming the name, and writes nothing.
-func TestWithSchemaRefusesABadName(t *testing.T) {
+func TestWithLocationRefusesABadSchema(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := outboxtest.Unconnected(t)
-	ob := bunx.New(db, bunx.WithSchema(`tenant"; DROP TABLE outbox_events; --`))
+	ob := bunx.New(db, bunx.WithLocation(model.Location{Schema: `tenant"; DROP TABLE outbox_events; --`}))
 	ev, err := model.NewEvent("x", nil)
 	require.NoError(t, err)
 	err = ob.Record(ctx, db, ev)
-	require.ErrorContains(t, err, `bunx: WithSchema: invalid schema name "tenant\"; DROP TABLE outbox_events; --"`)
+	require.ErrorContains(t, err, `bunx: WithLocation: model: Location.Schema: invalid schema name "tenant\"; DROP TABLE outbox_events; --"`)
 	err = ob.Cancel(ctx, db, ev.EventID)
 	require.Error(t, err)
 	require.False(t, errors.Is(err, bunx.ErrUnknownEvent))

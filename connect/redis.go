@@ -14,10 +14,10 @@ import (
 	"github.com/hibiken/asynq"
 )
 
-// RedisCAFileEnv is the environment variable that names a PEM file of the CA certificates a TLS Redis
+// redisCAFileEnv is the environment variable that names a PEM file of the CA certificates a TLS Redis
 // URL (rediss://, rediss-sentinel://, rediss-cluster://) verifies the server against, when the URL has
-// no tls_ca_file parameter.
-const RedisCAFileEnv = "REDIS_TLS_CA_FILE"
+// no tls_ca_file parameter (see Redis).
+const redisCAFileEnv = "REDIS_TLS_CA_FILE"
 
 // Redis reads a Redis URL into asynq's connection options, for relay.New, relay.NewReconciler, asynq's
 // client, server and inspector. The forms:
@@ -49,7 +49,7 @@ const RedisCAFileEnv = "REDIS_TLS_CA_FILE"
 // others (the master's address as the sentinels announce it, the nodes' as the Cluster announces them:
 // their certificates must name those hosts or IP addresses). The chain is checked against the system's
 // roots, or against a private CA: the PEM file named by the URL's tls_ca_file parameter, or else by the
-// REDIS_TLS_CA_FILE environment variable (RedisCAFileEnv). tls_cert_file and tls_key_file give a client
+// REDIS_TLS_CA_FILE environment variable, when the URL has no tls_ca_file. tls_cert_file and tls_key_file give a client
 // certificate, for a Redis with tls-auth-clients on. TLS 1.2 is the least accepted. There is no switch
 // that turns verification off: for a self-signed server certificate, name it as tls_ca_file.
 //
@@ -182,13 +182,13 @@ func parseRedis(rawURL string, getenv func(string) string) (asynq.RedisConnOpt, 
 }
 
 // redisTLS is the TLS configuration of a TLS form: verification on, against the CA file of the URL
-// (tls_ca_file) or of the environment (RedisCAFileEnv), or the system's roots; serverName "" lets Go's
+// (tls_ca_file) or of the environment (redisCAFileEnv), or the system's roots; serverName "" lets Go's
 // TLS check the address go-redis dials.
 func redisTLS(q url.Values, serverName string, getenv func(string) string) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
 	caFile, from := q.Get("tls_ca_file"), "tls_ca_file"
 	if caFile == "" {
-		caFile, from = getenv(RedisCAFileEnv), RedisCAFileEnv
+		caFile, from = getenv(redisCAFileEnv), redisCAFileEnv
 	}
 	if caFile != "" {
 		pem, err := os.ReadFile(caFile)

@@ -167,7 +167,7 @@ func TestRedisTLSCAFromEnv(t *testing.T) {
 	r := startTLSRedis(t)
 	base := "rediss://:" + tlsRedisPassword + "@localhost:" + r.port
 
-	t.Setenv(connect.RedisCAFileEnv, r.caFile)
+	t.Setenv("REDIS_TLS_CA_FILE", r.caFile)
 	require.NoError(t, pingErr(t, base))
 	require.ErrorContains(t, pingErr(t, base+"?tls_ca_file="+r.wrongCAFile), "certificate signed by unknown authority")
 	// Only the TLS forms read it: a plain URL is unchanged.
@@ -175,11 +175,11 @@ func TestRedisTLSCAFromEnv(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, opt.(asynq.RedisClientOpt).TLSConfig)
 
-	t.Setenv(connect.RedisCAFileEnv, r.wrongCAFile)
+	t.Setenv("REDIS_TLS_CA_FILE", r.wrongCAFile)
 	require.ErrorContains(t, pingErr(t, base), "certificate signed by unknown authority")
 	require.NoError(t, pingErr(t, base+"?tls_ca_file="+r.caFile))
 
-	t.Setenv(connect.RedisCAFileEnv, r.dir+"/missing.pem")
+	t.Setenv("REDIS_TLS_CA_FILE", r.dir+"/missing.pem")
 	_, err = connect.Redis(base)
 	require.ErrorContains(t, err, "REDIS_TLS_CA_FILE: open "+r.dir+"/missing.pem")
 	require.NotContains(t, err.Error(), tlsRedisPassword)

@@ -16,6 +16,9 @@
 // Teams that migrate with goose, golang-migrate, Atlas or plain psql take the same schema from [SchemaSQL], or
 // from `bunbox schema` (-format goose, -format golang-migrate, -since for an upgrade).
 //
+// An outbox in a schema of its own or under a table prefix is migrated with [WithLocation], given the
+// model.Location every other part of bunbox takes: bunboxmigrate.Up(ctx, db, bunboxmigrate.WithLocation(loc)).
+//
 // Every migration is transactional (.tx.up.sql) and has a .tx.down.sql; a migration is marked applied only
 // after it succeeded, so a failed Up leaves nothing half-applied and can simply be run again. Every
 // migration is also re-runnable (IF NOT EXISTS, constraints in guarded DO blocks, DROP ... IF EXISTS): the

@@ -16,11 +16,11 @@ import (
 	bunmigrate "github.com/uptrace/bun/migrate"
 )
 
+// The tables of bunbox's own migrator: tableName records the bunbox migrations Up applied, and
+// locksTableName is its lock table (both in the Location's schema, with its prefix).
 const (
-	// TableName is the table in which Up records the bunbox migrations it applied.
-	TableName = "bunbox_migrations"
-	// LocksTableName is the lock table of bunbox's own migrator.
-	LocksTableName = "bunbox_migration_locks"
+	tableName      = "bunbox_migrations"
+	locksTableName = "bunbox_migration_locks"
 )
 
 // lockKey is the advisory lock key that serialises concurrent Up and Down calls (e.g. several replicas
@@ -66,11 +66,11 @@ func Register(m *bunmigrate.Migrations) error {
 	return nil
 }
 
-// NewMigrator returns a migrator for bunbox's migrations that keeps its state in TableName and
-// LocksTableName and marks a migration applied only when it succeeded.
+// NewMigrator returns a migrator for bunbox's migrations that keeps its state in the tables
+// bunbox_migrations and bunbox_migration_locks and marks a migration applied only when it succeeded.
 //
-// With WithSchema, the migrations and both tables are in that schema (which NewMigrator does not create;
-// Up does).
+// With WithLocation, the migrations and both tables are in that Location (whose schema NewMigrator does
+// not create; Up does).
 func NewMigrator(db *bun.DB, opts ...Option) (*bunmigrate.Migrator, error) {
 	o, err := applyOptions(opts)
 	if err != nil {
@@ -83,8 +83,8 @@ func NewMigrator(db *bun.DB, opts ...Option) (*bunmigrate.Migrator, error) {
 // processes at once, directly or through a pooler in transaction mode: calls are serialised with a
 // transaction-level advisory lock (see withLock), and an up-to-date schema is left alone.
 //
-// With WithSchema, Up creates the schema if it does not exist and applies the migrations there, keeping
-// their bookkeeping in that schema's own TableName: each schema is migrated on its own, and again is a
+// With WithLocation, Up creates the schema if it does not exist and applies the migrations there, keeping
+// their bookkeeping in that Location's own bunbox_migrations: each schema is migrated on its own, and again is a
 // no-op.
 func Up(ctx context.Context, db *bun.DB, opts ...Option) error {
 	return withLock(ctx, db, opts, func(m *bunmigrate.Migrator) error {
@@ -96,7 +96,7 @@ func Up(ctx context.Context, db *bun.DB, opts ...Option) error {
 }
 
 // Down rolls back every applied bunbox migration, dropping bunbox's tables and the events in them.
-// With WithSchema, it rolls back that schema's migrations (and leaves the schema itself).
+// With WithLocation, it rolls back that Location's migrations (and leaves the schema itself).
 func Down(ctx context.Context, db *bun.DB, opts ...Option) error {
 	return withLock(ctx, db, opts, func(m *bunmigrate.Migrator) error {
 		for {
@@ -112,7 +112,7 @@ func Down(ctx context.Context, db *bun.DB, opts ...Option) error {
 }
 
 // Status lists bunbox's migrations with whether and when each was applied.
-// With WithSchema, it lists those of that schema.
+// With WithLocation, it lists those of that Location.
 func Status(ctx context.Context, db *bun.DB, opts ...Option) (bunmigrate.MigrationSlice, error) {
 	m, err := NewMigrator(db, opts...)
 	if err != nil {
@@ -215,7 +215,26 @@ func ended(ctx context.Context) error {
 // SchemaSQL returns the whole schema as plain SQL, the up migrations in order, for teams that migrate with
 // goose, Atlas or psql. `bunbox schema` prints it. Every statement is re-runnable, so it applies twice and
 // over the schema of any older bunbox.
-func SchemaSQL() string {
+//
+// With WithLocation, the SQL starts with the schema's CREATE SCHEMA IF NOT EXISTS and has the table names
+// qualified and prefixed (`bunbox schema -schema NAME -table-prefix P` prints it); an invalid Location is
+// the only error.
+func SchemaSQL(opts ...Option) (string, error) {
+	o, err := applyOptions(opts)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case o.names.IsDefault():
+		return schemaSQL(), nil
+	case o.names.Schema() == "": // a prefix only
+		return o.names.Rewrite(schemaSQL()), nil
+	}
+	return fmt.Sprintf("\nCREATE SCHEMA IF NOT EXISTS %s;\n", o.names.QuotedSchema()) + o.names.Rewrite(schemaSQL()), nil
+}
+
+// schemaSQL returns the up migrations in order, with the default names.
+func schemaSQL() string {
 	names, err := fs.Glob(files, "sql/*.up.sql")
 	if err != nil {
 		panic(err) // the pattern is valid

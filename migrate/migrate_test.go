@@ -89,7 +89,7 @@ func TestFailedMigrationIsNotMarkedApplied(t *testing.T) {
 
 func TestSchemaSQL(t *testing.T) {
 	t.Parallel()
-	sql := bunboxmigrate.SchemaSQL()
+	sql := defaultSchemaSQL(t)
 	require.Contains(t, sql, "CREATE TABLE IF NOT EXISTS outbox_events")
 	require.NotContains(t, sql, "--bun:")
 
@@ -103,4 +103,12 @@ func TestSchemaSQL(t *testing.T) {
 	require.NoError(t, err)
 	_, err = db.NewInsert().Model(ev).Exec(ctx)
 	require.NoError(t, err)
+}
+
+// defaultSchemaSQL returns SchemaSQL of the default Location.
+func defaultSchemaSQL(t testing.TB) string {
+	t.Helper()
+	sql, err := bunboxmigrate.SchemaSQL()
+	require.NoError(t, err)
+	return sql
 }

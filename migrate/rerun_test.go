@@ -72,8 +72,8 @@ func TestSchemaSQLAppliesTwice(t *testing.T) {
 	t.Parallel()
 	_, want := upSchema(t)
 	db := freshSchema(t)
-	execSQL(t, db, "SchemaSQL, first time", bunboxmigrate.SchemaSQL())
-	execSQL(t, db, "SchemaSQL, second time", bunboxmigrate.SchemaSQL())
+	execSQL(t, db, "SchemaSQL, first time", defaultSchemaSQL(t))
+	execSQL(t, db, "SchemaSQL, second time", defaultSchemaSQL(t))
 	require.Equal(t, want, fingerprint(t, db))
 }
 
@@ -103,7 +103,7 @@ func TestSchemaSQLUpgradesEveryOlderVersion(t *testing.T) {
 					execSQL(t, db, "a row of the older release",
 						`INSERT INTO outbox_events (event_id, event_name, payload) VALUES (gen_random_uuid(), 'old', '{}')`)
 				}
-				execSQL(t, db, "SchemaSQL over the first "+fmt.Sprint(k), bunboxmigrate.SchemaSQL())
+				execSQL(t, db, "SchemaSQL over the first "+fmt.Sprint(k), defaultSchemaSQL(t))
 				require.Equal(t, want, fingerprint(t, db))
 				if k > 0 {
 					require.EqualValues(t, 1, outboxtest.Count(t, db, "outbox_events", "event_name = 'old'"))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	bunboxmigrate "github.com/bunbox/bunbox/migrate"
+	"github.com/bunbox/bunbox/model"
 )
 
 // objectsOf lists what the migrations made for prefix in schema: every index and constraint of its
@@ -60,7 +61,7 @@ func TestUpWithTablePrefix(t *testing.T) {
 	require.NotEmpty(t, ref)
 	for _, p := range []string{"orders_", "billing_"} {
 		outboxtest.TenantTables(t, db, s, p)
-		opts := []bunboxmigrate.Option{bunboxmigrate.WithSchema(s), bunboxmigrate.WithTablePrefix(p)}
+		opts := []bunboxmigrate.Option{bunboxmigrate.WithLocation(model.Location{Schema: s, TablePrefix: p})}
 		require.NoError(t, bunboxmigrate.Up(ctx, db, opts...), "Up again for %s", p)
 		for _, table := range []string{"outbox_events", "inbox_events", "bunbox_leases", "bunbox_migrations", "bunbox_migration_locks"} {
 			var ok bool
@@ -73,7 +74,7 @@ func TestUpWithTablePrefix(t *testing.T) {
 		require.Len(t, status.Applied(), len(status), "every migration applied for %s", p)
 	}
 
-	require.NoError(t, bunboxmigrate.Down(ctx, db, bunboxmigrate.WithSchema(s), bunboxmigrate.WithTablePrefix("orders_")))
+	require.NoError(t, bunboxmigrate.Down(ctx, db, bunboxmigrate.WithLocation(model.Location{Schema: s, TablePrefix: "orders_"})))
 	tables := func(p string) int {
 		var n int
 		require.NoError(t, db.NewRaw("SELECT count(*) FROM pg_tables WHERE schemaname = ? AND tablename IN (?, ?, ?)",
@@ -84,10 +85,10 @@ func TestUpWithTablePrefix(t *testing.T) {
 	require.Equal(t, 3, tables("billing_"), "and left billing_'s")
 	require.Equal(t, 3, tables(""), "and the unprefixed ones")
 	require.Equal(t, ref, objectsOf(t, db, s, "billing_"))
-	status, err := bunboxmigrate.Status(ctx, db, bunboxmigrate.WithSchema(s))
+	status, err := bunboxmigrate.Status(ctx, db, bunboxmigrate.WithLocation(model.Location{Schema: s}))
 	require.NoError(t, err)
 	require.Len(t, status.Applied(), len(status), "the unprefixed outbox's bookkeeping is its own")
-	require.NoError(t, bunboxmigrate.Up(ctx, db, bunboxmigrate.WithSchema(s), bunboxmigrate.WithTablePrefix("orders_")), "Up after Down")
+	require.NoError(t, bunboxmigrate.Up(ctx, db, bunboxmigrate.WithLocation(model.Location{Schema: s, TablePrefix: "orders_"})), "Up after Down")
 	require.Equal(t, ref, objectsOf(t, db, s, "orders_"))
 }
 
@@ -97,27 +98,27 @@ func TestUpWithTablePrefixOnly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, _ := outboxtest.Schema(t)
-	require.NoError(t, bunboxmigrate.Up(ctx, db, bunboxmigrate.WithTablePrefix("orders_")))
-	require.NoError(t, bunboxmigrate.Up(ctx, db, bunboxmigrate.WithTablePrefix("orders_")), "again")
+	require.NoError(t, bunboxmigrate.Up(ctx, db, bunboxmigrate.WithLocation(model.Location{TablePrefix: "orders_"})))
+	require.NoError(t, bunboxmigrate.Up(ctx, db, bunboxmigrate.WithLocation(model.Location{TablePrefix: "orders_"})), "again")
 	var schema string
 	require.NoError(t, db.NewRaw("SELECT current_schema()").Scan(ctx, &schema))
 	require.Equal(t, objectsOf(t, db, schema, ""), objectsOf(t, db, schema, "orders_"))
 }
 
-// TestSchemaSQLForTablePrefix: `bunbox schema -schema S -table-prefix P` applied twice builds what Up
+// TestSchemaSQLWithLocationTablePrefix: `bunbox schema -schema S -table-prefix P` applied twice builds what Up
 // builds for them.
-func TestSchemaSQLForTablePrefix(t *testing.T) {
+func TestSchemaSQLWithLocationTablePrefix(t *testing.T) {
 	t.Parallel()
 	db, _ := outboxtest.Schema(t)
 	s := outboxtest.TenantSchema(t, db, "tenant_tsql_")
-	sql, err := bunboxmigrate.SchemaSQLFor(bunboxmigrate.WithSchema(s), bunboxmigrate.WithTablePrefix("orders_"))
+	sql, err := bunboxmigrate.SchemaSQL(bunboxmigrate.WithLocation(model.Location{Schema: s, TablePrefix: "orders_"}))
 	require.NoError(t, err)
 	require.Contains(t, sql, `CREATE TABLE IF NOT EXISTS "`+s+`".orders_outbox_events`)
 	require.Contains(t, sql, `CREATE INDEX IF NOT EXISTS orders_outbox_events_pending_idx ON "`+s+`".orders_outbox_events`)
 	execSQL(t, db, "first", sql)
 	execSQL(t, db, "second", sql)
 	require.Equal(t, objectsOf(t, db, s, ""), objectsOf(t, db, s, "orders_"))
-	only, err := bunboxmigrate.SchemaSQLFor(bunboxmigrate.WithTablePrefix("orders_"))
+	only, err := bunboxmigrate.SchemaSQL(bunboxmigrate.WithLocation(model.Location{TablePrefix: "orders_"}))
 	require.NoError(t, err)
 	require.NotContains(t, only, "CREATE SCHEMA")
 	require.Contains(t, only, "CREATE TABLE IF NOT EXISTS orders_outbox_events")
@@ -131,17 +132,17 @@ func TestWithTablePrefixRefusesBadNames(t *testing.T) {
 	ctx := context.Background()
 	db := outboxtest.Unconnected(t) // nothing may reach the server
 	for _, bad := range []string{`orders"; DROP TABLE outbox_events; --`, "Orders_", "1orders", "pg_orders", "a.b", strings.Repeat("p", 25)} {
-		err := bunboxmigrate.Up(ctx, db, bunboxmigrate.WithTablePrefix(bad))
-		require.ErrorContains(t, err, "migrate: WithTablePrefix: invalid table prefix", bad)
+		err := bunboxmigrate.Up(ctx, db, bunboxmigrate.WithLocation(model.Location{TablePrefix: bad}))
+		require.ErrorContains(t, err, "migrate: WithLocation: model: Location.TablePrefix: invalid table prefix", bad)
 		require.ErrorContains(t, err, strings.ReplaceAll(bad, `"`, `\"`), "the error names the value")
-		_, err = bunboxmigrate.SchemaSQLFor(bunboxmigrate.WithTablePrefix(bad))
+		_, err = bunboxmigrate.SchemaSQL(bunboxmigrate.WithLocation(model.Location{TablePrefix: bad}))
 		require.Error(t, err)
 	}
-	err := bunboxmigrate.Up(ctx, db, bunboxmigrate.WithSchema(strings.Repeat("s", 48)), bunboxmigrate.WithTablePrefix("orders_"))
-	require.ErrorContains(t, err, "migrate: WithTablePrefix: invalid table prefix \"orders_\"")
+	err := bunboxmigrate.Up(ctx, db, bunboxmigrate.WithLocation(model.Location{Schema: strings.Repeat("s", 48), TablePrefix: "orders_"}))
+	require.ErrorContains(t, err, "migrate: WithLocation: model: Location.TablePrefix: invalid table prefix \"orders_\"")
 	require.ErrorContains(t, err, "over PostgreSQL's 63")
-	err = bunboxmigrate.Up(ctx, db, bunboxmigrate.WithTablePrefix("orders_"), bunboxmigrate.WithSchema("a b"))
-	require.ErrorContains(t, err, "migrate: WithSchema: invalid schema name")
+	err = bunboxmigrate.Up(ctx, db, bunboxmigrate.WithLocation(model.Location{TablePrefix: "orders_", Schema: "a b"}))
+	require.ErrorContains(t, err, "migrate: WithLocation: model: Location.Schema: invalid schema name")
 }
 
 // TestTablePrefixNamesFit: with the longest prefix, every name the migrations derive from a table fits
@@ -150,7 +151,7 @@ func TestWithTablePrefixRefusesBadNames(t *testing.T) {
 func TestTablePrefixNamesFit(t *testing.T) {
 	t.Parallel()
 	prefix := strings.Repeat("p", 24)
-	sql, err := bunboxmigrate.SchemaSQLFor(bunboxmigrate.WithTablePrefix(prefix))
+	sql, err := bunboxmigrate.SchemaSQL(bunboxmigrate.WithLocation(model.Location{TablePrefix: prefix}))
 	require.NoError(t, err)
 	words := strings.FieldsFunc(sql, func(r rune) bool {
 		return r != '_' && (r < 'a' || r > 'z') && (r < '0' || r > '9') && (r < 'A' || r > 'Z')

@@ -38,8 +38,8 @@ func migrateBefore(t *testing.T, db *bun.DB, name string) {
 	require.NotEmpty(t, old)
 	ms := bunmigrate.NewMigrations()
 	require.NoError(t, ms.Discover(old))
-	m := bunmigrate.NewMigrator(db, ms, bunmigrate.WithTableName(bunboxmigrate.TableName),
-		bunmigrate.WithLocksTableName(bunboxmigrate.LocksTableName), bunmigrate.WithMarkAppliedOnSuccess(true))
+	m := bunmigrate.NewMigrator(db, ms, bunmigrate.WithTableName("bunbox_migrations"),
+		bunmigrate.WithLocksTableName("bunbox_migration_locks"), bunmigrate.WithMarkAppliedOnSuccess(true))
 	ctx := context.Background()
 	require.NoError(t, m.Init(ctx))
 	_, err = m.Migrate(ctx)

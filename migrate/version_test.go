@@ -14,6 +14,7 @@ import (
 	"github.com/bunbox/bunbox/internal/schemaversion"
 	"github.com/bunbox/bunbox/internal/tables"
 	bunboxmigrate "github.com/bunbox/bunbox/migrate"
+	"github.com/bunbox/bunbox/model"
 )
 
 // The newest migration is the version the components know (schemaversion.Current), and it writes that
@@ -39,7 +40,7 @@ func TestUpWritesTheSchemaVersion(t *testing.T) {
 	require.NoError(t, schemaversion.Check(ctx, db, tables.Default(), "test"))
 
 	other := outboxtest.NewSchema(t)
-	require.NoError(t, bunboxmigrate.Up(ctx, db, bunboxmigrate.WithSchema(other), bunboxmigrate.WithTablePrefix("orders_")))
+	require.NoError(t, bunboxmigrate.Up(ctx, db, bunboxmigrate.WithLocation(model.Location{Schema: other, TablePrefix: "orders_"})))
 	names, err := tables.New(other, "orders_")
 	require.NoError(t, err)
 	v, err := schemaversion.Read(ctx, db, names)

@@ -15,7 +15,7 @@ var ErrNotJSON = errors.New("model: the payload is bytes (model.NewBytesEvent), 
 
 // NewBytesEvent builds an event named name whose payload is data, opaque bytes that are not JSON: an image,
 // a protobuf message, a file. The bytes travel unchanged: the Outbox writes them into the payload_encoded
-// column (the jsonb payload column holds JSON null; with bunx.WithCodec, compressed and/or encrypted like
+// column (the jsonb payload column holds JSON null; with bunx.WithLocation's Codec, compressed and/or encrypted like
 // any payload), the relay enqueues exactly these bytes as the task payload (or the encoded bytes when the
 // consumer decodes), and the handler reads them as t.Payload() (after worker.DecodeTask or the Inbox's
 // codec). The event's metadata carries bunbox-payload-format = bytes; worker.HandleJSON refuses

@@ -95,8 +95,8 @@ func (k *Keyring) String() string {
 // GoString is String, so that %#v shows no key either.
 func (k *Keyring) GoString() string { return k.String() }
 
-// Codec encodes the payloads an Outbox writes (bunx.WithCodec) and decodes them where they are read: in the
-// relay before it enqueues (relay.Config.Location.Codec), or in the consumer (worker.WithInboxCodec). It compresses
+// Codec encodes the payloads an Outbox writes (bunx.WithLocation) and decodes them where they are read: in the
+// relay before it enqueues (relay.Config.Location.Codec), or in the consumer (worker.WithLocation). It compresses
 // a payload above a size with gzip (CompressAbove), encrypts it with AES-GCM under the current key of a
 // Keyring (EncryptWith), or both, compression first. The encoded bytes are bound to the event id: they do
 // not decode as another event's payload.
@@ -148,7 +148,7 @@ func EncryptWith(k *Keyring) CodecOption {
 // ErrCorruptPayload, naming the limit. It bounds the memory a reader spends on one payload: the relay
 // (relay.Config.Location.Codec) marks such a row dead, kept, with a last_error that names the limit, and counts
 // the payloads it decodes against relay.Config.BatchBytes. Give the readers' Codecs (the relay's, the
-// consumer's: worker.WithInboxCodec) a limit at least the writer's. n is 1 to 64 MiB.
+// consumer's: worker.WithLocation) a limit at least the writer's. n is 1 to 64 MiB.
 // Defaults to 1 MiB, the Outbox's default limit on a plain JSON payload.
 func MaxDecodedSize(n int) CodecOption {
 	return func(c *Codec) error {

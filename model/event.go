@@ -29,7 +29,7 @@ type Event struct {
 	// Payload is the JSON document the handler receives as the task payload; for an event of
 	// NewBytesEvent (metadata bunbox-payload-format "bytes"), the opaque bytes, which are not JSON.
 	Payload json.RawMessage `bun:"payload,type:jsonb,notnull"`
-	// PayloadEncoded is the payload as an Outbox's Codec encoded it (bunx.WithCodec): compressed, encrypted
+	// PayloadEncoded is the payload as an Outbox's Codec encoded it (bunx.WithLocation): compressed, encrypted
 	// or both, as the metadata's bunbox-payload-encoding says; or the bytes of a bytes event (NewBytesEvent)
 	// as they are when no codec encoded them. Payload is then JSON null. Nil for a plain JSON payload.
 	PayloadEncoded []byte `bun:"payload_encoded,type:bytea"`
@@ -60,7 +60,7 @@ type Event struct {
 
 	// PublishedAt is when the relay handed the event to asynq; nil while it is pending. A row the stream
 	// wrote (relay.EnableStream) reads nil too, delivered or not: its published_at holds 'infinity', as
-	// the stream keeps no time per row (`bunbox status`, `bunbox stream status` and admin.ReadStream say
+	// the stream keeps no time per row (`bunbox status`, `bunbox stream status` and admin.Outbox.ReadStream say
 	// how far the stream has delivered). Event's bun hooks (BeforeSelect, BeforeInsert) make plain bun work
 	// on such rows:
 	//

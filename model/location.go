@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/bunbox/bunbox/internal/tables"
@@ -39,10 +40,14 @@ type Location struct {
 }
 
 // Validate reports whether the schema and the table prefix are names bunbox accepts, with an error that
-// names the bad one and why.
+// names the bad field (Location.Schema or Location.TablePrefix) and why.
 func (l Location) Validate() error {
-	if _, err := tables.New(l.Schema, l.TablePrefix); err != nil {
-		return fmt.Errorf("model: Location: %w", err)
+	_, err := tables.New(l.Schema, l.TablePrefix)
+	switch {
+	case errors.Is(err, tables.ErrInvalidSchema):
+		return fmt.Errorf("model: Location.Schema: %w", err)
+	case err != nil:
+		return fmt.Errorf("model: Location.TablePrefix: %w", err)
 	}
 	return nil
 }

@@ -40,7 +40,7 @@ func TestRelayBytes(t *testing.T) {
 			b := setup(t)
 			var opts []bunx.Option
 			if tt.writer != nil {
-				opts = append(opts, bunx.WithCodec(tt.writer))
+				opts = append(opts, bunx.WithLocation(model.Location{Codec: tt.writer}))
 			}
 			ev, err := model.NewBytesEvent("blob.saved", data, model.WithQueue(b.queue), model.WithMetadata("tenant", "t1"))
 			require.NoError(t, err)

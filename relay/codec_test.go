@@ -33,7 +33,7 @@ func TestRelayCodecDecodesOrPassesThrough(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			b := setup(t)
-			ob := bunx.New(b.db, bunx.WithCodec(codec))
+			ob := bunx.New(b.db, bunx.WithLocation(model.Location{Codec: codec}))
 			text := strings.Repeat("personal data ", 20)
 			ev, err := model.NewEvent("doc.saved", map[string]string{"text": text}, model.WithQueue(b.queue), model.WithMetadata("tenant", "t1"))
 			require.NoError(t, err)
@@ -94,7 +94,7 @@ func TestRelayCodecKeepsUndecodableRows(t *testing.T) {
 			require.NoError(t, err)
 			secret, err := model.NewEvent("doc.saved", map[string]string{"email": "alice@example.com"}, model.WithQueue(b.queue))
 			require.NoError(t, err)
-			require.NoError(t, bunx.New(b.db, bunx.WithCodec(writeCodec)).Record(ctx, b.db, secret))
+			require.NoError(t, bunx.New(b.db, bunx.WithLocation(model.Location{Codec: writeCodec})).Record(ctx, b.db, secret))
 			plain := insertEvents(t, b.db, b.queue, 2)
 
 			var readRing string
@@ -170,7 +170,7 @@ func TestRelayCodecRetriesUnknownKeyID(t *testing.T) {
 		require.NoError(t, err)
 		return c
 	}
-	writer := bunx.New(b.db, bunx.WithCodec(newCodec("k2", map[string][]byte{"k1": k1, "k2": k2})))
+	writer := bunx.New(b.db, bunx.WithLocation(model.Location{Codec: newCodec("k2", map[string][]byte{"k1": k1, "k2": k2})}))
 	record := func() *model.Event {
 		ev, err := model.NewEvent("doc.saved", map[string]string{"email": "alice@example.com"}, model.WithQueue(b.queue))
 		require.NoError(t, err)

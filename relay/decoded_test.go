@@ -56,7 +56,7 @@ func TestRelayHeapUnderCompressionBombs(t *testing.T) {
 			wide, err := model.NewCodec(model.CompressAbove(256), model.EncryptWith(ring), model.MaxDecodedSize(bombSize))
 			require.NoError(t, err)
 			b := setup(t)
-			bomber := bunx.New(b.db, bunx.WithCodec(wide))
+			bomber := bunx.New(b.db, bunx.WithLocation(model.Location{Codec: wide}))
 			if streamed {
 				require.NoError(t, EnableStream(ctx, b.db, model.Location{}))
 			}

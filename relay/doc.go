@@ -76,18 +76,18 @@
 // asynq handlers. The relay claims only the head of each key (its first row not yet completed) while it
 // is pending, and a tracker in every relay reads the states of the keyed tasks in flight from Redis every
 // [Config.KeyCheckInterval]: a completed task sets the row's completed_at, which makes the next row the
-// head and wakes the relay; an archived task marks the row dead, which blocks the key (admin.BlockedKeys)
-// until admin.RetryDead; a task Redis lost is enqueued again. Unkeyed rows are claimed through their own index
+// head and wakes the relay; an archived task marks the row dead, which blocks the key (admin.Outbox.BlockedKeys)
+// until admin.Outbox.RetryDead; a task Redis lost is enqueued again. Unkeyed rows are claimed through their own index
 // and never wait for keyed ones. BenchmarkOrderingHandoff and BenchmarkOrderingUnkeyedCost measure what
 // it costs; docs/delivery.md gives the limits and docs/performance.md the figures.
 //
 // Rows that fail to enqueue are retried with their own exponential backoff and marked dead after
 // [Config.MaxAttempts]. Published rows are deleted after [Config.PublishedRetention]. [Relay.Stats] and
 // [Config.Observer] expose what happened; package relaymetrics turns both into Prometheus metrics. The
-// operator's queries are in package admin (github.com/bunbox/bunbox/admin): admin.ListDead lists the dead
-// events and admin.RetryDead puts them back in line; admin.DeadFilter selects them by id, name or age for
-// admin.CountDead, admin.RetryDeadWhere and admin.PurgeDead; admin.ReadBacklog and
-// admin.ReadBacklogByEvent read the backlog, admin.BlockedKeys the keys a dead event holds.
+// operator's queries are the methods of admin.Outbox (github.com/bunbox/bunbox/admin; admin.New(db, loc)
+// with the relay's Config.Location): ListDead lists the dead events and RetryDead puts them back in line;
+// admin.DeadFilter selects them by id, name or age for CountDead, RetryDeadWhere and PurgeDead;
+// ReadBacklog and ReadBacklogByEvent read the backlog, BlockedKeys the keys a dead event holds.
 //
 // # Tracing
 //

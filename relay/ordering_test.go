@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 
-	"github.com/bunbox/bunbox/admin"
 	"github.com/bunbox/bunbox/fanout"
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/internal/wire"
@@ -257,26 +256,26 @@ func TestOrderingUnkeyedFlowWhileKeyBlocked(t *testing.T) {
 	require.Zero(t, rec.completed("stuck"))
 	require.Zero(t, b.enq.count(blocked[1].EventID.String()), "the blocked key's followers were never enqueued")
 
-	keys, err := admin.BlockedKeys(ctx, b.db, 0)
+	keys, err := adminOf(t, b.db).BlockedKeys(ctx, 0)
 	require.NoError(t, err)
 	require.Len(t, keys, 1)
 	require.Equal(t, "stuck", keys[0].Key)
 	require.Equal(t, blocked[0].EventID, keys[0].EventID)
 	require.EqualValues(t, 2, keys[0].Waiting)
 	require.Contains(t, keys[0].LastError, "injected: enqueue refused")
-	bl, err := admin.ReadBacklog(ctx, b.db)
+	bl, err := adminOf(t, b.db).ReadBacklog(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, bl.BlockedKeys)
 	_ = others
 
 	b.enq.setFail(nil)
-	n, err := admin.RetryDead(ctx, b.db, blocked[0].EventID)
+	n, err := adminOf(t, b.db).RetryDead(ctx, blocked[0].EventID)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	outboxtest.WaitFor(t, 30*time.Second, "the unblocked key drained", func() bool { return rec.completed("stuck") == 3 })
 	stop()
 	rec.requireInOrder(t, map[string]int{"stuck": 3, "free": 2})
-	keys, err = admin.BlockedKeys(ctx, b.db, 0)
+	keys, err = adminOf(t, b.db).BlockedKeys(ctx, 0)
 	require.NoError(t, err)
 	require.Empty(t, keys)
 }
@@ -326,7 +325,7 @@ func TestOrderingArchivedBlocksAndRetryRuns(t *testing.T) {
 	}
 	outboxtest.WaitFor(t, 10*time.Second, "OnDead called for the archived event", func() bool { return deadCount() >= 1 })
 	require.Equal(t, 1, deadCount())
-	keys, err := admin.BlockedKeys(ctx, b.db, 0)
+	keys, err := adminOf(t, b.db).BlockedKeys(ctx, 0)
 	require.NoError(t, err)
 	require.Len(t, keys, 1)
 	_, err = b.inspector.GetTaskInfo(b.queue, events[1].EventID.String())
@@ -335,7 +334,7 @@ func TestOrderingArchivedBlocksAndRetryRuns(t *testing.T) {
 	mu.Lock()
 	refuse = false
 	mu.Unlock()
-	n, err := admin.RetryDead(ctx, b.db, events[0].EventID)
+	n, err := adminOf(t, b.db).RetryDead(ctx, events[0].EventID)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	outboxtest.WaitFor(t, 30*time.Second, "both events handled", func() bool { return rec.completed("k") == 2 })

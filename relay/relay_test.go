@@ -171,12 +171,12 @@ func TestFailingRowEndsDeadWithoutBlockingOthers(t *testing.T) {
 	require.EqualValues(t, 1, r.Stats().Dead)
 
 	// The operator lists it and, once the cause is fixed, retries it.
-	listed, err := admin.ListDead(context.Background(), b.db, 0)
+	listed, err := adminOf(t, b.db).ListDead(context.Background(), 0)
 	require.NoError(t, err)
 	require.Len(t, listed, 1)
 	require.Equal(t, poison.EventID, listed[0].EventID)
 	b.enq.setFail(nil)
-	n, err := admin.RetryDead(context.Background(), b.db, poison.EventID)
+	n, err := adminOf(t, b.db).RetryDead(context.Background(), poison.EventID)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	outboxtest.WaitFor(t, 30*time.Second, "the revived row published", func() bool { return published(t, b.db) == 1001 })
@@ -336,7 +336,7 @@ func TestReadBacklog(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	bl, err := admin.ReadBacklog(ctx, b.db)
+	bl, err := adminOf(t, b.db).ReadBacklog(ctx)
 	require.NoError(t, err)
 	require.Equal(t, admin.Backlog{}, bl)
 
@@ -345,7 +345,7 @@ func TestReadBacklog(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.db.ExecContext(ctx, `UPDATE outbox_events SET created_at = now() - interval '1 minute' WHERE id = (SELECT min(id) FROM outbox_events)`)
 	require.NoError(t, err)
-	bl, err = admin.ReadBacklog(ctx, b.db)
+	bl, err = adminOf(t, b.db).ReadBacklog(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, bl.Pending)
 	require.EqualValues(t, 1, bl.Dead)

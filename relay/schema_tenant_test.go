@@ -62,7 +62,7 @@ func (tn *tenant) count(t *testing.T, db bun.IDB, where string) int {
 
 func (tn *tenant) record(t *testing.T, db *bun.DB, queue string, n int) {
 	t.Helper()
-	ob := bunx.New(db, bunx.WithSchema(tn.schema))
+	ob := bunx.New(db, bunx.WithLocation(model.Location{Schema: tn.schema}))
 	for i := range n {
 		ev, err := model.NewEvent("tenant.event", map[string]any{"schema": tn.schema, "n": i}, model.WithQueue(queue))
 		require.NoError(t, err)

@@ -111,8 +111,8 @@ func migrateBefore(t *testing.T, db *bun.DB, name string) {
 	}
 	ms := bunmigrate.NewMigrations()
 	require.NoError(t, ms.Discover(old))
-	m := bunmigrate.NewMigrator(db, ms, bunmigrate.WithTableName(bunboxmigrate.TableName),
-		bunmigrate.WithLocksTableName(bunboxmigrate.LocksTableName), bunmigrate.WithMarkAppliedOnSuccess(true))
+	m := bunmigrate.NewMigrator(db, ms, bunmigrate.WithTableName("bunbox_migrations"),
+		bunmigrate.WithLocksTableName("bunbox_migration_locks"), bunmigrate.WithMarkAppliedOnSuccess(true))
 	ctx := context.Background()
 	require.NoError(t, m.Init(ctx))
 	_, err = m.Migrate(ctx)
@@ -233,7 +233,7 @@ func TestStreamSchemaAndTablePrefix(t *testing.T) {
 	off, err := StreamEnabled(ctx, db, model.Location{Schema: schema})
 	require.NoError(t, err)
 	require.False(t, off, "the schema's unprefixed outbox is another outbox")
-	b := &streamBundle{testBundle: base, ob: bunx.New(db, bunx.WithSchema(schema), bunx.WithTablePrefix("orders_"))}
+	b := &streamBundle{testBundle: base, ob: bunx.New(db, bunx.WithLocation(model.Location{Schema: schema, TablePrefix: "orders_"}))}
 	events := b.record(t, db, 120)
 	cfg.BatchSize = 50
 	run(t, b.newRelay(t, cfg))

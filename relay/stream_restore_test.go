@@ -111,7 +111,7 @@ func TestStreamCursorOfAnotherSystemInATenant(t *testing.T) {
 	outboxtest.TenantTables(t, db, schema, "orders_")
 	cfg := Config{Location: model.Location{Schema: schema, TablePrefix: "orders_"}, BatchSize: 40, DisableReconciler: true}
 	require.NoError(t, EnableStream(ctx, db, cfg.Location))
-	b := &streamBundle{testBundle: base, ob: bunx.New(db, bunx.WithSchema(schema), bunx.WithTablePrefix("orders_"))}
+	b := &streamBundle{testBundle: base, ob: bunx.New(db, bunx.WithLocation(model.Location{Schema: schema, TablePrefix: "orders_"}))}
 	names := mustNames(model.Location{Schema: schema, TablePrefix: "orders_"})
 	delivered := b.record(t, db, 60)
 	stop := run(t, b.newRelay(t, cfg))

@@ -40,7 +40,7 @@ func (p *prefixed) count(t *testing.T, db bun.IDB, where string) int {
 
 func (p *prefixed) record(t *testing.T, db *bun.DB, queue string, n int) {
 	t.Helper()
-	ob := bunx.New(db, bunx.WithSchema(p.schema), bunx.WithTablePrefix(p.prefix))
+	ob := bunx.New(db, bunx.WithLocation(model.Location{Schema: p.schema, TablePrefix: p.prefix}))
 	var events []*model.Event
 	for i := range n {
 		ev, err := model.NewEvent("prefixed.event", map[string]any{"prefix": p.prefix, "n": i}, model.WithQueue(queue))
@@ -89,7 +89,7 @@ func TestRelaysOfTablePrefixes(t *testing.T) {
 	for _, p := range outboxes {
 		p.record(t, db, queue, n)
 	}
-	err := bunx.New(db, bunx.WithSchema(outboxes[1].schema), bunx.WithTablePrefix("orders_")).
+	err := bunx.New(db, bunx.WithLocation(model.Location{Schema: outboxes[1].schema, TablePrefix: "orders_"})).
 		Record(ctx, db, outboxes[1].events[0])
 	require.ErrorIs(t, err, bunx.ErrDuplicateEvent, "the prefixed unique constraint")
 

@@ -9,7 +9,6 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
-	"github.com/bunbox/bunbox/admin"
 	"github.com/bunbox/bunbox/fanout"
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/internal/wire"
@@ -238,7 +237,7 @@ func TestScheduledBacklogAndCleanup(t *testing.T) {
 	require.NoError(t, r.runOnce(ctx).Err)
 	_, err := b.db.ExecContext(ctx, "UPDATE outbox_events SET published_at = NULL WHERE id = ?", pendingLater.ID)
 	require.NoError(t, err)
-	bl, err := admin.ReadBacklog(ctx, b.db)
+	bl, err := adminOf(t, b.db).ReadBacklog(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, bl.Scheduled, "published and still ahead; the pending one counts as pending")
 	require.EqualValues(t, 1, bl.Pending)
@@ -255,7 +254,7 @@ func TestScheduledBacklogAndCleanup(t *testing.T) {
 	n, err = r.cleanup(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
-	bl, err = admin.ReadBacklog(ctx, b.db)
+	bl, err = adminOf(t, b.db).ReadBacklog(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, bl.Scheduled)
 }

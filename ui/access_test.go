@@ -157,7 +157,7 @@ func TestDatabaseErrorsOnlyToReaders(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, ui.Config{})
 	for _, cfg := range []ui.Config{{}, {Token: testToken, OpenReads: true}} {
-		cfg.Schema = "never_migrated_ui" // a schema without the outbox: every read fails
+		cfg.Location.Schema = "never_migrated_ui" // a schema without the outbox: every read fails
 		cfg.Logger = slog.New(slog.NewTextHandler(syncWriter{&sync.Mutex{}, &strings.Builder{}}, nil))
 		h, err := ui.New(f.db, cfg)
 		require.NoError(t, err)

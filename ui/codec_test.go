@@ -14,7 +14,7 @@ import (
 	"github.com/bunbox/bunbox/ui"
 )
 
-// TestEncodedPayloadIsDescribed: the page shows an encrypted payload (bunx.WithCodec) as "encrypted (key
+// TestEncodedPayloadIsDescribed: the page shows an encrypted payload (a Location with a Codec, bunx.WithLocation) as "encrypted (key
 // id …)" with its size, never its bytes or the key.
 func TestEncodedPayloadIsDescribed(t *testing.T) {
 	t.Parallel()
@@ -26,7 +26,7 @@ func TestEncodedPayloadIsDescribed(t *testing.T) {
 	require.NoError(t, err)
 	ev, err := model.NewEvent("user.registered", map[string]string{"email": "alice@example.com"})
 	require.NoError(t, err)
-	require.NoError(t, bunx.New(f.db, bunx.WithCodec(codec)).Record(context.Background(), f.db, ev))
+	require.NoError(t, bunx.New(f.db, bunx.WithLocation(model.Location{Codec: codec})).Record(context.Background(), f.db, ev))
 
 	resp, body := f.client(t).get("/event?id=" + ev.EventID.String())
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)
@@ -51,7 +51,7 @@ func TestBytesPayloadIsDescribed(t *testing.T) {
 	require.NoError(t, err)
 	encrypted, err := model.NewBytesEvent("blob.saved", data)
 	require.NoError(t, err)
-	require.NoError(t, bunx.New(f.db, bunx.WithCodec(codec)).Record(context.Background(), f.db, encrypted))
+	require.NoError(t, bunx.New(f.db, bunx.WithLocation(model.Location{Codec: codec})).Record(context.Background(), f.db, encrypted))
 
 	for id, want := range map[string]string{
 		plain.EventID.String():     "bytes (not JSON), 216 bytes",

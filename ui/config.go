@@ -12,16 +12,15 @@ import (
 
 	"github.com/bunbox/bunbox/internal/configcheck"
 	"github.com/bunbox/bunbox/internal/tables"
+	"github.com/bunbox/bunbox/model"
 )
 
-// Defaults applied by New to the zero fields of a Config.
-const (
-	// ListLimitDefault is how many rows each list of the page shows.
-	ListLimitDefault = 50
-	// MinTokenLength is the shortest token New accepts, in characters (runes); the token must also have at
-	// least 6 distinct characters. A token guards the page, so it must not be guessable.
-	MinTokenLength = 16
-)
+// listLimitDefault is how many rows each list of the page shows (Config.ListLimit).
+const listLimitDefault = 50
+
+// minTokenLength is the shortest token New accepts, in characters (runes); the token must also have at
+// least minTokenDistinct distinct characters. A token guards the page, so it must not be guessable.
+const minTokenLength = 16
 
 // minTokenDistinct is how many distinct characters a token needs: "aaaaaaaaaaaaaaaa" is refused, a
 // random hex token of 16 characters passes but for about 1 in 20,000.
@@ -31,8 +30,8 @@ const minTokenDistinct = 6
 // whoever reaches it, with payloads, errors and metadata truncated; set Token to guard it.
 type Config struct {
 	// Token, when set, guards the page: every route but the stylesheet asks for it (OpenReads), and an
-	// operator who signs in with it may retry and purge dead events. At least MinTokenLength characters,
-	// 6 of them distinct. Defaults to none: the page is read-only, open to whoever reaches it, and shows
+	// operator who signs in with it may retry and purge dead events. At least 16 characters (runes), 6 of
+	// them distinct. Defaults to none: the page is read-only, open to whoever reaches it, and shows
 	// payloads, errors and metadata only truncated.
 	Token string
 	// OpenReads, with a Token, lets whoever reaches the page read it without the token: lists, counts and
@@ -56,16 +55,12 @@ type Config struct {
 	Logger *slog.Logger
 	// ListLimit is how many rows each list shows, 1 to 1000. Defaults to 50.
 	ListLimit int
-	// Schema is the schema of the outbox the page shows and changes ("tenant_a" for
-	// "tenant_a".outbox_events and its leases, as relay.Config.Location): one Handler per outbox. 1 to 48
-	// ASCII letters, digits and underscores, not starting with a digit or pg_; case is kept. Defaults to
-	// "": today's unqualified tables.
-	Schema string
-	// TablePrefix is the prefix of the outbox's table names ("orders_" for orders_outbox_events and its
-	// leases table, as relay.Config.Location), for an outbox of several in one schema. 1 to 24
-	// lowercase ASCII letters, digits and underscores, not starting with a digit or pg_. Defaults to "":
-	// today's table names.
-	TablePrefix string
+	// Location is the outbox the page shows and changes (see model.Location; the one relay.Config.Location
+	// names): its Schema and TablePrefix name the tables ("tenant_a".orders_outbox_events and its leases
+	// table), one Handler per outbox. Its Codec is not used: the page never decodes a payload, it
+	// describes an encoded one (encoding, key id, size). A Location that model.Location.Validate refuses
+	// is an error naming the field. Defaults to the zero Location: today's unqualified tables.
+	Location model.Location
 }
 
 // tokenRunes counts the characters of a token and how many of them are distinct.
@@ -79,7 +74,7 @@ func tokenRunes(token string) (n, distinct int) {
 }
 
 func (c Config) withDefaults() Config {
-	c.ListLimit = cmp.Or(c.ListLimit, ListLimitDefault)
+	c.ListLimit = cmp.Or(c.ListLimit, listLimitDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
@@ -93,15 +88,15 @@ func (c Config) validate() error {
 	var p configcheck.Problems
 	if c.Token != "" {
 		n, distinct := tokenRunes(c.Token)
-		p.Check(n >= MinTokenLength, "Token must be at least %d characters, got %d", MinTokenLength, n)
+		p.Check(n >= minTokenLength, "Token must be at least %d characters, got %d", minTokenLength, n)
 		p.Check(distinct >= minTokenDistinct, "Token must have at least %d distinct characters, got %d: use a random token (openssl rand -hex 16)", minTokenDistinct, distinct)
 		p.Check(utf8.ValidString(c.Token), "Token must be valid UTF-8")
 	}
-	switch _, err := tables.New(c.Schema, c.TablePrefix); {
+	switch _, err := tables.New(c.Location.Schema, c.Location.TablePrefix); {
 	case errors.Is(err, tables.ErrInvalidSchema):
-		p.Add(fmt.Errorf("Schema: %w", err))
+		p.Add(fmt.Errorf("Location.Schema: %w", err))
 	case err != nil:
-		p.Add(fmt.Errorf("TablePrefix: %w", err))
+		p.Add(fmt.Errorf("Location.TablePrefix: %w", err))
 	}
 	p.Check(c.ListLimit >= 1 && c.ListLimit <= 1000, "ListLimit must be between 1 and 1000, got %d", c.ListLimit)
 	return p.Err(ErrInvalidConfig)

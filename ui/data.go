@@ -74,18 +74,18 @@ type reconcileState struct {
 func (h *Handler) readOverview(ctx context.Context) (overview, error) {
 	var o overview
 	var err error
-	if o.Backlog, err = admin.ReadBacklog(ctx, h.db); err != nil {
+	if o.Backlog, err = h.admin.ReadBacklog(ctx); err != nil {
 		return o, err
 	}
-	if o.Events, err = admin.ReadBacklogByEvent(ctx, h.db); err != nil {
+	if o.Events, err = h.admin.ReadBacklogByEvent(ctx); err != nil {
 		return o, err
 	}
-	if o.Blocked, err = admin.BlockedKeys(ctx, h.db, h.cfg.ListLimit); err != nil {
+	if o.Blocked, err = h.admin.BlockedKeys(ctx, h.cfg.ListLimit); err != nil {
 		return o, err
 	}
 	o.Reconcile = h.readReconcile(ctx)
 	o.Stream.Name = h.names.Outbox()
-	if o.Stream.StreamState, err = admin.ReadStream(ctx, h.db); err != nil {
+	if o.Stream.StreamState, err = h.admin.ReadStream(ctx); err != nil {
 		o.Stream.Err = err.Error()
 		h.log.LogAttrs(ctx, slog.LevelWarn, "bunbox ui: read the stream's state", slog.Any("error", err))
 	}
@@ -253,7 +253,7 @@ func (h *Handler) readEvent(ctx context.Context, id uuid.UUID) (*eventDetail, er
 	case streamed:
 		d.Stream = "delivered"
 	}
-	if desc := wire.DescribeEncoded(ev.Metadata, ev.PayloadEncoded, ev.Payload); desc != "" { // encrypted or compressed (bunx.WithCodec): never the bytes
+	if desc := wire.DescribeEncoded(ev.Metadata, ev.PayloadEncoded, ev.Payload); desc != "" { // encrypted or compressed (a Location with a Codec, bunx.WithLocation): never the bytes
 		d.Payload = desc
 	}
 	switch {

@@ -22,7 +22,7 @@ import (
 	"github.com/bunbox/bunbox/ui"
 )
 
-// testToken is the token of the tests that write; long enough for MinTokenLength.
+// testToken is the token of the tests that write; long enough for the 16 characters a token needs.
 const testToken = "s3cret-ui-token-for-tests"
 
 // fixture is a page on a fresh schema: two dead events, one pending.

@@ -42,7 +42,8 @@ type Handler struct {
 	origin    *http.CrossOriginProtection
 	pages     *template.Template
 	mux       *http.ServeMux
-	names     tables.Names // Config.Schema, Config.TablePrefix
+	names     tables.Names  // Config.Location's Schema and TablePrefix
+	admin     *admin.Outbox // the operator's queries on the outbox of Config.Location
 }
 
 // New returns the Handler of the page on db. Invalid settings give an error wrapping ErrInvalidConfig
@@ -62,7 +63,10 @@ func New(db *bun.DB, cfg Config) (*Handler, error) {
 	h := &Handler{db: db, cfg: cfg, log: cfg.Logger, sessions: newSessions(cfg.Token),
 		throttle: newThrottle(cfg.Logger), refusals: newLimitedLog(cfg.Logger, "bunbox ui: write refused"),
 		origin: http.NewCrossOriginProtection(), pages: pages, mux: http.NewServeMux()}
-	h.names, _ = tables.New(cfg.Schema, cfg.TablePrefix) // validated above
+	h.names, _ = tables.New(cfg.Location.Schema, cfg.Location.TablePrefix) // validated above
+	if h.admin, err = admin.New(db, cfg.Location); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
 	if cfg.Redis != nil {
 		if h.inspector, err = newInspector(cfg.Redis); err != nil {
 			return nil, err
@@ -111,9 +115,6 @@ const maxFormBytes = 1 << 20
 // ServeHTTP serves the page, its stylesheet and its write actions. With a Token and not
 // Config.OpenReads, every route but POST /login and the stylesheet needs the token first.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !h.names.IsDefault() { // the admin queries of every page and action read the outbox of the schema
-		r = r.WithContext(admin.WithTablePrefix(admin.WithSchema(r.Context(), h.names.Schema()), h.names.Prefix()))
-	}
 	hdr := w.Header()
 	hdr.Set("Content-Security-Policy", contentSecurityPolicy)
 	hdr.Set("X-Content-Type-Options", "nosniff")
@@ -368,11 +369,11 @@ func (h *Handler) serveDeadAction(w http.ResponseWriter, r *http.Request, _ stri
 		return
 	}
 	f := admin.DeadFilter{EventIDs: ids}
-	action, run := "retried", admin.RetryDeadWhere
+	action, run := "retried", h.admin.RetryDeadWhere
 	if strings.HasSuffix(r.URL.Path, "/purge") {
-		action, run = "purged", admin.PurgeDead
+		action, run = "purged", h.admin.PurgeDead
 	}
-	n, err := run(r.Context(), h.db, f)
+	n, err := run(r.Context(), f)
 	if err != nil {
 		h.fail(w, r, http.StatusServiceUnavailable, err)
 		return

@@ -18,7 +18,7 @@ import (
 	"github.com/bunbox/bunbox/ui"
 )
 
-// TestPageOfSchema: a Handler with Config.Schema shows and retries the dead events of that schema's
+// TestPageOfSchema: a Handler with Config.Location.Schema shows and retries the dead events of that schema's
 // outbox only; the default outbox's (newFixture's) are not on its page and stay dead.
 func TestPageOfSchema(t *testing.T) {
 	t.Parallel()
@@ -27,11 +27,11 @@ func TestPageOfSchema(t *testing.T) {
 	s := outboxtest.TenantSchema(t, f.db, "Tenant_UI_")
 	ev, err := model.NewEvent("tenant.only", nil)
 	require.NoError(t, err)
-	require.NoError(t, bunx.New(f.db, bunx.WithSchema(s)).Record(ctx, f.db, ev))
+	require.NoError(t, bunx.New(f.db, bunx.WithLocation(model.Location{Schema: s})).Record(ctx, f.db, ev))
 	_, err = f.db.NewRaw(`UPDATE "`+s+`".outbox_events SET dead_at = now(), attempts = 3, last_error = 'boom' WHERE event_id = ?`, ev.EventID).Exec(ctx)
 	require.NoError(t, err)
 
-	h, err := ui.New(f.db, ui.Config{Schema: s, Token: testToken,
+	h, err := ui.New(f.db, ui.Config{Location: model.Location{Schema: s}, Token: testToken,
 		Logger: slog.New(slog.NewTextHandler(syncWriter{&sync.Mutex{}, &strings.Builder{}}, nil))})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = h.Close() })
@@ -58,7 +58,7 @@ func TestPageOfSchema(t *testing.T) {
 	require.Zero(t, stillDead, "the schema's event is retried")
 	require.EqualValues(t, 2, f.deadCount(t), "the default outbox's dead events are untouched")
 
-	_, err = ui.New(f.db, ui.Config{Schema: `a"b`})
+	_, err = ui.New(f.db, ui.Config{Location: model.Location{Schema: `a"b`}})
 	require.ErrorIs(t, err, ui.ErrInvalidConfig)
-	require.ErrorContains(t, err, `Schema: invalid schema name "a\"b"`)
+	require.ErrorContains(t, err, `Location.Schema: invalid schema name "a\"b"`)
 }

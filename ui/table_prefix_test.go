@@ -19,7 +19,7 @@ import (
 	"github.com/bunbox/bunbox/ui"
 )
 
-// TestPageOfTablePrefix: a Handler with Config.Schema and Config.TablePrefix shows and retries the dead
+// TestPageOfTablePrefix: a Handler with Config.Location (Schema and TablePrefix) shows and retries the dead
 // events of that prefix's outbox only, and shows the reconciler's lease of its own leases table; the
 // default outbox's dead events (newFixture's) are not on its page and stay dead.
 func TestPageOfTablePrefix(t *testing.T) {
@@ -31,14 +31,14 @@ func TestPageOfTablePrefix(t *testing.T) {
 	table := `"` + s + `".orders_outbox_events`
 	ev, err := model.NewEvent("orders.only", nil)
 	require.NoError(t, err)
-	require.NoError(t, bunx.New(f.db, bunx.WithSchema(s), bunx.WithTablePrefix("orders_")).Record(ctx, f.db, ev))
+	require.NoError(t, bunx.New(f.db, bunx.WithLocation(model.Location{Schema: s, TablePrefix: "orders_"})).Record(ctx, f.db, ev))
 	_, err = f.db.NewRaw(`UPDATE `+table+` SET dead_at = now(), attempts = 3, last_error = 'boom' WHERE event_id = ?`, ev.EventID).Exec(ctx)
 	require.NoError(t, err)
 	_, err = f.db.NewRaw(`INSERT INTO "`+s+`".orders_bunbox_leases (name, holder, expires_at) VALUES ('bunbox.reconciler', 'orders-host-1', ?)`,
 		time.Now().Add(time.Hour)).Exec(ctx)
 	require.NoError(t, err)
 
-	h, err := ui.New(f.db, ui.Config{Schema: s, TablePrefix: "orders_", Token: testToken,
+	h, err := ui.New(f.db, ui.Config{Location: model.Location{Schema: s, TablePrefix: "orders_"}, Token: testToken,
 		Logger: slog.New(slog.NewTextHandler(syncWriter{&sync.Mutex{}, &strings.Builder{}}, nil))})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = h.Close() })
@@ -67,7 +67,7 @@ func TestPageOfTablePrefix(t *testing.T) {
 	require.Zero(t, stillDead, "the prefix's event is retried")
 	require.EqualValues(t, 2, f.deadCount(t), "the default outbox's dead events are untouched")
 
-	_, err = ui.New(f.db, ui.Config{TablePrefix: "Orders"})
+	_, err = ui.New(f.db, ui.Config{Location: model.Location{TablePrefix: "Orders"}})
 	require.ErrorIs(t, err, ui.ErrInvalidConfig)
-	require.ErrorContains(t, err, `TablePrefix: invalid table prefix "Orders"`)
+	require.ErrorContains(t, err, `Location.TablePrefix: invalid table prefix "Orders"`)
 }

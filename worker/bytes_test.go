@@ -51,7 +51,7 @@ func startBytesPipeline(t *testing.T, db *bun.DB, queue string, relayCodec, inbo
 	t.Cleanup(func() { deleteQueue(redisOpt, queue); _ = ins.Close() })
 
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	in := worker.NewInbox(db, worker.WithInboxCodec(inboxCodec), worker.WithInboxLogger(logger))
+	in := worker.NewInbox(db, worker.WithLocation(model.Location{Codec: inboxCodec}), worker.WithInboxLogger(logger))
 	mux := asynq.NewServeMux()
 	mux.Handle("blob.saved", in.Handler("store", func(_ context.Context, _ bun.Tx, t *asynq.Task) error {
 		handled <- handledBytes{payload: bytes.Clone(t.Payload()), headers: t.Headers()}
@@ -103,7 +103,7 @@ func TestBytesFromProducerToHandler(t *testing.T) {
 			queue := outboxtest.RandomName("bytes_")
 			var opts []bunx.Option
 			if tt.writer != nil {
-				opts = append(opts, bunx.WithCodec(tt.writer))
+				opts = append(opts, bunx.WithLocation(model.Location{Codec: tt.writer}))
 			}
 			ob := bunx.New(db, opts...)
 			data := binaryBlob(t)

@@ -10,19 +10,6 @@ import (
 	"github.com/bunbox/bunbox/model"
 )
 
-// WithInboxCodec makes the Inbox decode the payloads that an Outbox's codec encoded (bunx.WithCodec) and
-// the relay passed through encoded (relay.Config.Location.Codec nil): its handlers, and HandleJSON, get the plain
-// payload (see DecodeTask). Give it a Codec with the Keyring of every key the tasks it handles may name.
-// A nil c keeps the default. Defaults to none: a gzip-compressed payload is still decoded, and an
-// encrypted one fails its task with ErrNoCodec (asynq retries it).
-func WithInboxCodec(c *model.Codec) Option {
-	return func(o *options) {
-		if c != nil {
-			o.codec = c
-		}
-	}
-}
-
 // DecodeTask returns t with its payload decoded by c when the relay enqueued it encoded (the task has the
 // bunbox-payload-encoding header): a new task of the same type with the plain payload and t's headers
 // without bunbox-payload-encoding and bunbox-payload-key-id (bunbox-payload-format, the marker
@@ -50,7 +37,7 @@ func DecodeTask(c *model.Codec, t *asynq.Task) (*asynq.Task, error) {
 	case err == nil:
 		return asynq.NewTaskWithHeaders(t.Type(), plain, wire.WithoutEncodingHeaders(headers)), nil
 	case errors.Is(err, model.ErrUnknownKeyID) && (c == nil || c.Keyring() == nil):
-		return nil, fmt.Errorf("%s: %w (worker.WithInboxCodec): %w", t.Type(), model.ErrNoCodec, err)
+		return nil, fmt.Errorf("%s: %w (worker.WithLocation): %w", t.Type(), model.ErrNoCodec, err)
 	case errors.Is(err, model.ErrUnknownKeyID):
 		return nil, fmt.Errorf("%s: %w", t.Type(), err)
 	}

@@ -91,7 +91,7 @@ func startCodecPipeline(t *testing.T, db *bun.DB, queue string, relayCodec, inbo
 	t.Cleanup(func() { deleteQueue(redisOpt, queue); _ = p.ins.Close() }) // runs last, after the server stopped
 
 	logger := slog.New(slog.NewTextHandler(p.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	in := worker.NewInbox(db, worker.WithInboxCodec(inboxCodec), worker.WithInboxLogger(logger))
+	in := worker.NewInbox(db, worker.WithLocation(model.Location{Codec: inboxCodec}), worker.WithInboxLogger(logger))
 	mux := asynq.NewServeMux()
 	mux.Handle("doc.saved", worker.HandleJSON(in, "index", func(_ context.Context, _ bun.Tx, d *docPayload) error {
 		p.handled <- *d
@@ -115,7 +115,7 @@ func startCodecPipeline(t *testing.T, db *bun.DB, queue string, relayCodec, inbo
 // TestCodecFromProducerToHandler follows plain, compressed, encrypted and compressed-and-encrypted events,
 // one encrypted under a key that was current before a rotation, through a real relay, Redis and asynq
 // server into HandleJSON: the relay decodes them (relay.Config.Location.Codec), or passes them through and the
-// Inbox decodes them (worker.WithInboxCodec). Each handler gets the payload the producer gave; what Redis
+// Inbox decodes them (worker.WithLocation). Each handler gets the payload the producer gave; what Redis
 // holds is plain in the first case and encrypted in the second; no key appears in any log.
 func TestCodecFromProducerToHandler(t *testing.T) {
 	outboxtest.SkipShort(t)
@@ -130,11 +130,11 @@ func TestCodecFromProducerToHandler(t *testing.T) {
 			rotated := ringOf(t, "k2", map[string][]byte{"k1": codecKey1, "k2": codecKey2})
 			writers := map[string]*bunx.Outbox{
 				"plain":     bunx.New(db),
-				"gzip":      bunx.New(db, bunx.WithCodec(codecOf(t, model.CompressAbove(128)))),
-				"aes-gcm":   bunx.New(db, bunx.WithCodec(codecOf(t, model.EncryptWith(oldRing)))), // k1, before the rotation
-				"gzip+k2":   bunx.New(db, bunx.WithCodec(codecOf(t, model.CompressAbove(128), model.EncryptWith(rotated)))),
-				"small+gz":  bunx.New(db, bunx.WithCodec(codecOf(t, model.CompressAbove(128)))), // below the threshold: plain
-				"aes-gcm-2": bunx.New(db, bunx.WithCodec(codecOf(t, model.EncryptWith(rotated)))),
+				"gzip":      bunx.New(db, bunx.WithLocation(model.Location{Codec: codecOf(t, model.CompressAbove(128))})),
+				"aes-gcm":   bunx.New(db, bunx.WithLocation(model.Location{Codec: codecOf(t, model.EncryptWith(oldRing))})), // k1, before the rotation
+				"gzip+k2":   bunx.New(db, bunx.WithLocation(model.Location{Codec: codecOf(t, model.CompressAbove(128), model.EncryptWith(rotated))})),
+				"small+gz":  bunx.New(db, bunx.WithLocation(model.Location{Codec: codecOf(t, model.CompressAbove(128))})), // below the threshold: plain
+				"aes-gcm-2": bunx.New(db, bunx.WithLocation(model.Location{Codec: codecOf(t, model.EncryptWith(rotated))})),
 			}
 			want := map[string]docPayload{}
 			var events []*model.Event
@@ -214,14 +214,14 @@ func TestCodecConsumerWithTheWrongKeyFailsLoudly(t *testing.T) {
 	}{
 		{"WrongKeyUnderTheID", codecOf(t, model.EncryptWith(ringOf(t, "k1", map[string][]byte{"k1": codecKey2}))), true, "AES-GCM authentication failed"},
 		{"UnknownKeyID", codecOf(t, model.EncryptWith(ringOf(t, "k2", map[string][]byte{"k2": codecKey2}))), false, "the keyring holds k2"},
-		{"NoCodec", nil, false, "no codec was given to decode it (worker.WithInboxCodec)"},
+		{"NoCodec", nil, false, "no codec was given to decode it (worker.WithLocation)"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db, _ := outboxtest.Schema(t)
 			queue := outboxtest.RandomName("codec_")
-			ob := bunx.New(db, bunx.WithCodec(codecOf(t, model.EncryptWith(ringOf(t, "k1", map[string][]byte{"k1": codecKey1})))))
+			ob := bunx.New(db, bunx.WithLocation(model.Location{Codec: codecOf(t, model.EncryptWith(ringOf(t, "k1", map[string][]byte{"k1": codecKey1})))}))
 			ev, err := model.NewEvent("doc.saved", docPayload{ID: "x", Text: "secret"}, model.WithQueue(queue))
 			require.NoError(t, err)
 			require.NoError(t, ob.Record(ctx, db, ev))

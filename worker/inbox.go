@@ -33,8 +33,8 @@ type Inbox struct {
 	db      *bun.DB
 	logger  *slog.Logger
 	tracing *tracing
-	codec   *model.Codec // WithInboxCodec
-	tables  tables.Names // WithInboxSchema
+	codec   *model.Codec // WithLocation's Codec
+	tables  tables.Names // WithLocation's Schema and TablePrefix
 	err     error        // an invalid option: every task fails with it
 }
 
@@ -58,7 +58,7 @@ var ErrMalformedTask = errors.New("worker: malformed task")
 // give every handler of one event a name of its own.
 //
 // A task whose payload an Outbox's codec encoded and the relay passed through reaches fn decoded (see
-// WithInboxCodec and DecodeTask), as a new task without a ResultWriter.
+// WithLocation and DecodeTask), as a new task without a ResultWriter.
 //
 // The handler runs in a consumer span that continues the producer's trace, as TraceMiddleware's does (and
 // behind TraceMiddleware, in its span), with the handler name as the bunbox.handler attribute.
@@ -160,7 +160,7 @@ func (in *Inbox) logFailure(ctx context.Context, name string, t *asynq.Task, id 
 }
 
 // HandleJSON wraps fn like Inbox.Handler, decoding the task's JSON payload into a T first (after the
-// Inbox's codec decoded an encoded payload, see WithInboxCodec). A payload that does not decode is
+// Inbox's codec decoded an encoded payload, see WithLocation). A payload that does not decode is
 // archived by asynq (ErrMalformedTask with asynq.SkipRetry), not retried forever; so is the payload of an
 // event of bytes (model.NewBytesEvent), never decoded as JSON: the error wraps model.ErrNotJSON and names
 // the event. Read bytes with Inbox.Handler and t.Payload().

@@ -11,6 +11,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/worker"
 )
 
@@ -31,7 +32,7 @@ func TestInboxesOfSchemas(t *testing.T) {
 	id := uuid.Must(uuid.NewV7())
 	runs := map[string]int{}
 	for _, s := range []string{a, b, ""} {
-		in := worker.NewInbox(db, worker.WithInboxSchema(s), worker.WithInboxLogger(outboxtest.Logger(t)))
+		in := worker.NewInbox(db, worker.WithLocation(model.Location{Schema: s}), worker.WithInboxLogger(outboxtest.Logger(t)))
 		h := in.Handler("ship", func(context.Context, bun.Tx, *asynq.Task) error { runs[s]++; return nil })
 		for range 2 {
 			require.NoError(t, h.ProcessTask(ctx, inboxTask(t, id, `{}`)))
@@ -46,7 +47,7 @@ func TestInboxesOfSchemas(t *testing.T) {
 	require.NoError(t, err)
 	_, err = db.NewRaw(`UPDATE "` + b + `".inbox_events SET handled_at = now() - interval '30 days'`).Exec(ctx)
 	require.NoError(t, err)
-	c, err := worker.NewInboxCleaner(worker.NewInbox(db, worker.WithInboxSchema(a)),
+	c, err := worker.NewInboxCleaner(worker.NewInbox(db, worker.WithLocation(model.Location{Schema: a})),
 		worker.InboxCleanerConfig{Window: 48 * time.Hour, MaxRetry: 3, TaskTimeout: time.Minute})
 	require.NoError(t, err)
 	n, err := c.Cleanup(ctx)
@@ -60,10 +61,10 @@ func TestInboxesOfSchemas(t *testing.T) {
 // (and its cleaner is refused), naming the value; nothing reaches the database.
 func TestInboxRefusesABadSchema(t *testing.T) {
 	t.Parallel()
-	in := worker.NewInbox(outboxtest.Unconnected(t), worker.WithInboxSchema("a'b"), worker.WithInboxLogger(outboxtest.Logger(t)))
+	in := worker.NewInbox(outboxtest.Unconnected(t), worker.WithLocation(model.Location{Schema: "a'b"}), worker.WithInboxLogger(outboxtest.Logger(t)))
 	err := in.Handler("ship", func(context.Context, bun.Tx, *asynq.Task) error { return nil }).
 		ProcessTask(context.Background(), inboxTask(t, uuid.Must(uuid.NewV7()), `{}`))
-	require.ErrorContains(t, err, `worker: WithInboxSchema: invalid schema name "a'b"`)
+	require.ErrorContains(t, err, `worker: WithLocation: model: Location.Schema: invalid schema name "a'b"`)
 	_, err = worker.NewInboxCleaner(in, worker.InboxCleanerConfig{})
 	require.ErrorContains(t, err, `invalid schema name "a'b"`)
 }

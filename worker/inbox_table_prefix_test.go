@@ -11,6 +11,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/worker"
 )
 
@@ -32,7 +33,7 @@ func TestInboxesOfTablePrefixes(t *testing.T) {
 	id := uuid.Must(uuid.NewV7())
 	runs := map[string]int{}
 	for _, p := range []string{"orders_", "billing_", ""} {
-		in := worker.NewInbox(db, worker.WithInboxTablePrefix(p), worker.WithInboxSchema(s), worker.WithInboxLogger(outboxtest.Logger(t)))
+		in := worker.NewInbox(db, worker.WithLocation(model.Location{TablePrefix: p, Schema: s}), worker.WithInboxLogger(outboxtest.Logger(t)))
 		h := in.Handler("ship", func(context.Context, bun.Tx, *asynq.Task) error { runs[p]++; return nil })
 		for range 2 {
 			require.NoError(t, h.ProcessTask(ctx, inboxTask(t, id, `{}`)))
@@ -44,7 +45,7 @@ func TestInboxesOfTablePrefixes(t *testing.T) {
 		_, err := db.NewRaw(`UPDATE "` + s + `".` + p + `inbox_events SET handled_at = now() - interval '30 days'`).Exec(ctx)
 		require.NoError(t, err)
 	}
-	c, err := worker.NewInboxCleaner(worker.NewInbox(db, worker.WithInboxSchema(s), worker.WithInboxTablePrefix("orders_")),
+	c, err := worker.NewInboxCleaner(worker.NewInbox(db, worker.WithLocation(model.Location{Schema: s, TablePrefix: "orders_"})),
 		worker.InboxCleanerConfig{Window: 48 * time.Hour, MaxRetry: 3, TaskTimeout: time.Minute})
 	require.NoError(t, err)
 	n, err := c.Cleanup(ctx)
@@ -59,10 +60,10 @@ func TestInboxesOfTablePrefixes(t *testing.T) {
 // cleaner is refused), naming the option and the value; nothing reaches the database.
 func TestInboxRefusesABadTablePrefix(t *testing.T) {
 	t.Parallel()
-	in := worker.NewInbox(outboxtest.Unconnected(t), worker.WithInboxTablePrefix("Orders"), worker.WithInboxLogger(outboxtest.Logger(t)))
+	in := worker.NewInbox(outboxtest.Unconnected(t), worker.WithLocation(model.Location{TablePrefix: "Orders"}), worker.WithInboxLogger(outboxtest.Logger(t)))
 	err := in.Handler("ship", func(context.Context, bun.Tx, *asynq.Task) error { return nil }).
 		ProcessTask(context.Background(), inboxTask(t, uuid.Must(uuid.NewV7()), `{}`))
-	require.ErrorContains(t, err, `worker: WithInboxTablePrefix: invalid table prefix "Orders"`)
+	require.ErrorContains(t, err, `worker: WithLocation: model: Location.TablePrefix: invalid table prefix "Orders"`)
 	_, err = worker.NewInboxCleaner(in, worker.InboxCleanerConfig{})
 	require.ErrorContains(t, err, `invalid table prefix "Orders"`)
 }

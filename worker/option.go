@@ -8,17 +8,15 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Option configures an Inbox (NewInbox) or the middleware of TraceMiddleware.
+// Option configures an Inbox (NewInbox).
 type Option func(*options)
 
 type options struct {
 	logger *slog.Logger
 	tp     trace.TracerProvider
-	codec  *model.Codec // WithInboxCodec; TraceMiddleware ignores it
-	tables tables.Names // WithInboxSchema, WithInboxTablePrefix; TraceMiddleware ignores it
-	schema string       // WithInboxSchema, as given
-	prefix string       // WithInboxTablePrefix, as given
-	err    error        // an invalid option of the Inbox's
+	codec  *model.Codec // WithLocation's Codec
+	tables tables.Names // WithLocation's Schema and TablePrefix
+	err    error        // an invalid WithLocation
 }
 
 func applyOptions(opts []Option) options {
@@ -32,8 +30,7 @@ func applyOptions(opts []Option) options {
 }
 
 // WithInboxLogger sets the Inbox's logger for failed handlers (Warn; Error for a task asynq archives),
-// rejected tasks (Error) and skipped duplicates (Info); nil keeps the default. TraceMiddleware logs nothing
-// and ignores it. Defaults to a logger that writes Warn and above to stderr, so that a handler that keeps
+// rejected tasks (Error) and skipped duplicates (Info); nil keeps the default. Defaults to a logger that writes Warn and above to stderr, so that a handler that keeps
 // failing is never silent (asynq logs no handler error).
 func WithInboxLogger(l *slog.Logger) Option {
 	return func(o *options) {
@@ -43,9 +40,9 @@ func WithInboxLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithTracerProvider sets the TracerProvider of the consumer spans, of an Inbox's handlers (see
-// Inbox.Handler) and of TraceMiddleware; nil keeps the default. Defaults to the global one
-// (otel.GetTracerProvider), read when the Inbox or the middleware is made.
+// WithTracerProvider sets the TracerProvider of the consumer spans of an Inbox's handlers (see
+// Inbox.Handler; TraceMiddleware takes its own); nil keeps the default. Defaults to the global one
+// (otel.GetTracerProvider), read when the Inbox is made.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(o *options) {
 		if tp != nil {

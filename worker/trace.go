@@ -45,10 +45,12 @@ type consumerSpanKey struct{}
 // queue, messaging.message.id the event id and messaging.operation.type "process", plus bunbox.event_name
 // and, for a fanned-out task, bunbox.listener; a handler's error is recorded on it.
 //
-// Use it for plain asynq handlers (mux.Use(worker.TraceMiddleware())); handlers wrapped by an Inbox start
-// the same span themselves, and behind this middleware they reuse its span.
-func TraceMiddleware(opts ...Option) asynq.MiddlewareFunc {
-	t := newTracing(applyOptions(opts).tp)
+// tp is the TracerProvider of the spans; nil means the global one (otel.GetTracerProvider), read when the
+// middleware is made. Use it for plain asynq handlers (mux.Use(worker.TraceMiddleware(nil))); handlers
+// wrapped by an Inbox start the same span themselves (WithTracerProvider), and behind this middleware they
+// reuse its span.
+func TraceMiddleware(tp trace.TracerProvider) asynq.MiddlewareFunc {
+	t := newTracing(tp)
 	return func(next asynq.Handler) asynq.Handler {
 		return asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
 			return t.run(ctx, task, "", func(ctx context.Context) error { return next.ProcessTask(ctx, task) })

@@ -14,7 +14,7 @@ import (
 func ExampleTraceMiddleware() {
 	cfg := worker.ServerConfig(asynq.Config{Concurrency: 20, Queues: map[string]int{"default": 1}})
 	mux := asynq.NewServeMux()
-	mux.Use(worker.TraceMiddleware())
+	mux.Use(worker.TraceMiddleware(nil))
 	mux.HandleFunc("order.placed", func(ctx context.Context, t *asynq.Task) error {
 		// ctx holds the consumer span "process default", the child of the span that placed the order.
 		return nil

@@ -60,7 +60,7 @@ func TestTraceFromProducerToHandler(t *testing.T) {
 		handled <- trace.SpanContextFromContext(ctx)
 		return nil
 	}))
-	mux.Handle("traced.plain", worker.TraceMiddleware(worker.WithTracerProvider(tp))(asynq.HandlerFunc(
+	mux.Handle("traced.plain", worker.TraceMiddleware(tp)(asynq.HandlerFunc(
 		func(ctx context.Context, _ *asynq.Task) error {
 			handled <- trace.SpanContextFromContext(ctx)
 			return nil
@@ -173,7 +173,7 @@ func TestTraceMiddlewareAroundInbox(t *testing.T) {
 	t.Cleanup(func() { _ = db.Close() })
 	in := worker.NewInbox(db, worker.WithTracerProvider(tp))
 	var ran bool
-	h := worker.TraceMiddleware(worker.WithTracerProvider(tp))(in.Handler("notify", func(context.Context, bun.Tx, *asynq.Task) error {
+	h := worker.TraceMiddleware(tp)(in.Handler("notify", func(context.Context, bun.Tx, *asynq.Task) error {
 		ran = true
 		return nil
 	}))

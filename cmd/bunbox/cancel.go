@@ -52,7 +52,7 @@ func (c *cli) cancel(ctx context.Context, args []string) error {
 		return err
 	}
 	defer db.Close()
-	ob := bunx.New(db, bunx.WithSchema(c.dbSchema), bunx.WithTablePrefix(c.dbPrefix))
+	ob := bunx.New(db, bunx.WithLocation(c.loc))
 	if err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		return ob.Cancel(ctx, tx, ids...)
 	}); err != nil {

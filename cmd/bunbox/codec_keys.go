@@ -12,7 +12,7 @@ import (
 // codecKeysFlag adds -codec-keys-file to fs, the relay's keyring file: the path of a file of keys, never
 // the keys themselves, which would show in `ps` and in shell histories.
 func codecKeysFlag(fs *flag.FlagSet) *string {
-	return fs.String("codec-keys-file", "", "decode encoded payloads (bunx.WithCodec) before the enqueue with the keys of this keyring file: "+
+	return fs.String("codec-keys-file", "", "decode encoded payloads (bunx.WithLocation's Codec) before the enqueue with the keys of this keyring file: "+
 		"lines current=ID and ID=base64 key (see model.ParseKeyring); default $"+relayenv.CodecKeysFileEnv+"; never the keys on the command line; "+
 		"payloads decoding to more than $"+relayenv.CodecMaxDecodedEnv+" bytes (default 1 MiB) are kept dead")
 }

@@ -62,7 +62,7 @@ func TestRelayCommandDecodesWithKeyringFile(t *testing.T) {
 	data := append([]byte{0, 0xff, 0xfe, 0}, bytes.Repeat([]byte{0, 0x80}, 100)...)
 	bin, err := model.NewBytesEvent("blob.saved", data, model.WithQueue(queue))
 	require.NoError(t, err)
-	require.NoError(t, bunx.New(db, bunx.WithCodec(codec)).Record(ctx, db, doc, bin))
+	require.NoError(t, bunx.New(db, bunx.WithLocation(model.Location{Codec: codec})).Record(ctx, db, doc, bin))
 	require.EqualValues(t, 2, outboxtest.Count(t, db, "outbox_events", "metadata->>'bunbox-payload-key-id' = '2026-12'"))
 
 	path := writeKeysFile(t, "# the relay's keys\ncurrent=2026-12\n2026-11="+base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, 16))+

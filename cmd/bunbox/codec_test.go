@@ -28,7 +28,7 @@ func TestDeadListDescribesEncodedPayloads(t *testing.T) {
 	require.NoError(t, err)
 	ev, err := model.NewEvent("user.registered", map[string]string{"email": "alice@example.com"})
 	require.NoError(t, err)
-	require.NoError(t, bunx.New(db, bunx.WithCodec(codec)).Record(ctx, db, ev))
+	require.NoError(t, bunx.New(db, bunx.WithLocation(model.Location{Codec: codec})).Record(ctx, db, ev))
 	_, err = db.ExecContext(ctx, `UPDATE outbox_events SET dead_at = now(), attempts = 1, last_error = ? WHERE event_id = ?`,
 		`bunbox: malformed outbox row: payload encrypted with a key id the keyring does not hold (key id "k1")`, ev.EventID)
 	require.NoError(t, err)

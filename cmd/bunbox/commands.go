@@ -122,31 +122,33 @@ func (c *cli) status(ctx context.Context, args []string) error {
 		return err
 	}
 	defer db.Close()
-	ctx = c.inSchema(ctx)
 	// One snapshot for every count (REPEATABLE READ): pending includes the stream's waiting rows, so it is
 	// never below them, and the per-event table adds up to the totals, under traffic too.
 	var rep statusReport
 	var b admin.Backlog
 	var st admin.StreamState
 	err = db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}, func(ctx context.Context, tx bun.Tx) error {
-		var err error
-		if b, err = admin.ReadBacklog(ctx, tx); err != nil {
+		ob, err := c.admin(tx) // every read in this one snapshot
+		if err != nil {
+			return err
+		}
+		if b, err = ob.ReadBacklog(ctx); err != nil {
 			return fmt.Errorf("read backlog: %w", err)
 		}
 		var published int64
 		if err := tx.NewRaw(c.names().SQL(publishedCountSQL)).Scan(ctx, &published); err != nil {
 			return fmt.Errorf("count published: %w", err)
 		}
-		if st, err = admin.ReadStream(ctx, tx); err != nil {
+		if st, err = ob.ReadStream(ctx); err != nil {
 			return fmt.Errorf("read the stream: %w", err)
 		}
 		rep = statusReport{Pending: b.Pending, OldestPendingAge: b.Lag.Seconds(), Published: published, Dead: b.Dead, Scheduled: b.Scheduled,
 			BlockedKeys: b.BlockedKeys, Stream: newStreamStatus(st)}
-		if rep.Events, err = readEventStatus(ctx, tx); err != nil {
+		if rep.Events, err = readEventStatus(ctx, ob); err != nil {
 			return err
 		}
 		if b.BlockedKeys > 0 {
-			if rep.Blocked, err = admin.BlockedKeys(ctx, tx, statusBlockedKeys); err != nil {
+			if rep.Blocked, err = ob.BlockedKeys(ctx, statusBlockedKeys); err != nil {
 				return fmt.Errorf("list blocked keys: %w", err)
 			}
 		}

@@ -42,7 +42,7 @@ type deadEventJSON struct {
 	CreatedAt time.Time  `json:"created_at"`
 	DeadAt    *time.Time `json:"dead_at"`
 	LastError string     `json:"last_error"`
-	// Payload describes an encoded payload (bunx.WithCodec), "encrypted (key id k1), 310 bytes", never its
+	// Payload describes an encoded payload (bunx.WithLocation's Codec), "encrypted (key id k1), 310 bytes", never its
 	// bytes; absent for a JSON payload.
 	Payload string `json:"payload,omitempty"`
 	// BadRow says what is wrong with a row written around bunx (metadata that is not a JSON object of
@@ -69,8 +69,11 @@ func (c *cli) deadList(ctx context.Context, args []string) error {
 		return err
 	}
 	defer db.Close()
-	ctx = c.inSchema(ctx)
-	events, err := admin.ListDead(ctx, db, *limit)
+	ob, err := c.admin(db)
+	if err != nil {
+		return err
+	}
+	events, err := ob.ListDead(ctx, *limit)
 	if err != nil {
 		return fmt.Errorf("list dead events: %w", err)
 	}
@@ -144,14 +147,17 @@ func (c *cli) deadRetry(ctx context.Context, args []string) error {
 		return err
 	}
 	defer db.Close()
-	ctx = c.inSchema(ctx)
+	ob, err := c.admin(db)
+	if err != nil {
+		return err
+	}
 	var where map[uuid.UUID]eventWhere
 	if len(f.EventIDs) > 0 {
 		if where, err = c.whereAre(ctx, db, f.EventIDs); err != nil {
 			return err
 		}
 	}
-	n, err := admin.RetryDeadWhere(ctx, db, f)
+	n, err := ob.RetryDeadWhere(ctx, f)
 	if err != nil {
 		return fmt.Errorf("retry dead events: %w", err)
 	}
@@ -210,15 +216,18 @@ func (c *cli) deadPurge(ctx context.Context, args []string) error {
 		return err
 	}
 	defer db.Close()
-	ctx = c.inSchema(ctx)
+	ob, err := c.admin(db)
+	if err != nil {
+		return err
+	}
 	if !*yes {
-		n, err := admin.CountDead(ctx, db, f)
+		n, err := ob.CountDead(ctx, f)
 		if err != nil {
 			return fmt.Errorf("count dead events: %w", err)
 		}
 		return usageError(c.stderr, "dead purge would delete %s for good: add -yes to confirm", plural(n, "dead event", "dead events"))
 	}
-	n, err := admin.PurgeDead(ctx, db, f)
+	n, err := ob.PurgeDead(ctx, f)
 	if err != nil {
 		if errors.Is(err, admin.ErrEmptyDeadFilter) {
 			return usageError(c.stderr, "%v", err)

@@ -38,6 +38,7 @@ import (
 
 	"github.com/bunbox/bunbox/connect"
 	"github.com/bunbox/bunbox/internal/pgerr"
+	"github.com/bunbox/bunbox/model"
 )
 
 const usage = `usage: bunbox [-database-url URL] [-database-driver pgdriver|pgx] [-redis-url URL | -redis-addr host:port] [-schema S] <command> [arguments]
@@ -87,7 +88,7 @@ commands:
                           it also runs the reconciler, one relay per database at a time
                           (-reconcile=false: off; -reconcile-window W, -reconcile-interval D);
                           -codec-keys-file F (or OUTBOX_CODEC_KEYS_FILE): decode encoded payloads
-                          (bunx.WithCodec) with the keyring file F, lines current=ID and ID=base64 key
+                          (bunx.WithLocation's Codec) with the keyring file F, lines current=ID and ID=base64 key
   ui [-addr 127.0.0.1:8080] [-redis=false] [-open-reads] [-trust-proxy]
                           serve the operator page: backlog, pending, scheduled and dead events, blocked
                           keys, asynq's queues; read-only and open unless BUNBOX_UI_TOKEN is set, which
@@ -141,10 +142,12 @@ type cli struct {
 	redisURL    string // wins over redisAddr
 	redisAddr   string
 	uiToken     string // BUNBOX_UI_TOKEN, for bunbox ui
-	dbSchema    string // -schema, OUTBOX_SCHEMA: the schema of the outbox ("" for today's tables)
-	dbPrefix    string // -table-prefix, OUTBOX_TABLE_PREFIX: the prefix of its table names
-	stdout      io.Writer
-	stderr      io.Writer
+	// loc is the one Location every part takes: Schema from -schema (else OUTBOX_SCHEMA), TablePrefix from
+	// -table-prefix (else OUTBOX_TABLE_PREFIX), Codec from -codec-keys-file (else OUTBOX_CODEC_KEYS_FILE)
+	// where the command decodes payloads (relay, reconcile).
+	loc    model.Location
+	stdout io.Writer
+	stderr io.Writer
 }
 
 // run runs the command line args and returns the exit code.
@@ -153,8 +156,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// value (a blank REDIS_URL does not hide OUTBOX_REDIS_URL).
 	rawGetenv := getenv
 	getenv = func(k string) string { return strings.TrimSpace(rawGetenv(k)) }
-	c := &cli{stdout: stdout, stderr: stderr, uiToken: getenv(uiTokenEnv), dbSchema: getenv(outboxSchemaEnv),
-		dbPrefix: getenv(outboxTablePrefixEnv)}
+	c := &cli{stdout: stdout, stderr: stderr, uiToken: getenv(uiTokenEnv),
+		loc: model.Location{Schema: getenv(outboxSchemaEnv), TablePrefix: getenv(outboxTablePrefixEnv)}}
 	fs := flag.NewFlagSet("bunbox", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage) }

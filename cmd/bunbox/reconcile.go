@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/bunbox/bunbox/internal/relayenv"
-	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
 )
 
@@ -49,6 +48,7 @@ func (c *cli) reconcile(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	c.loc.Codec = cfg.Location.Codec // OUTBOX_CODEC_KEYS_FILE
 	redisOpt, redisName, err := c.redis()
 	if err != nil {
 		return err
@@ -59,7 +59,7 @@ func (c *cli) reconcile(ctx context.Context, args []string) error {
 	}
 	defer db.Close()
 	rc, err := relay.NewReconciler(db, redisOpt, relay.ReconcilerConfig{
-		Window: *window, TaskRetention: cfg.TaskRetention, Routes: cfg.Routes, Location: model.Location{Schema: c.dbSchema, TablePrefix: c.dbPrefix},
+		Window: *window, TaskRetention: cfg.TaskRetention, Routes: cfg.Routes, Location: c.loc,
 		Logger: slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {

@@ -41,8 +41,6 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level}))
-	cfg.Location.Schema = c.dbSchema      // -schema, else OUTBOX_SCHEMA, as relayenv.Config read it
-	cfg.Location.TablePrefix = c.dbPrefix // -table-prefix, else OUTBOX_TABLE_PREFIX
 	if *reconcileWindow < 0 {
 		return usageError(c.stderr, "-reconcile-window must not be negative, got %s", *reconcileWindow)
 	}
@@ -51,6 +49,10 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 	if err := c.applyCodecKeys(&cfg, *codecKeysFile); err != nil {
 		return err
 	}
+	// The one Location of this relay: -schema and -table-prefix (else OUTBOX_SCHEMA and OUTBOX_TABLE_PREFIX,
+	// as relayenv.Config read them too), the Codec of -codec-keys-file (else OUTBOX_CODEC_KEYS_FILE).
+	c.loc.Codec = cfg.Location.Codec
+	cfg.Location = c.loc // its reconciler takes the same one
 
 	redisOpt, redisName, err := c.redis()
 	if err != nil {
@@ -61,7 +63,7 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 		return err
 	}
 	defer db.Close()
-	metrics, err := relaymetrics.NewMetrics(relaymetrics.MetricsConfig{DB: db})
+	metrics, err := relaymetrics.NewMetrics(relaymetrics.MetricsConfig{DB: db, Location: c.loc})
 	if err != nil {
 		return err
 	}

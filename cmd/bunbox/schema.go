@@ -233,7 +233,7 @@ func (c *cli) schema(args []string) error {
 		return c.writeSchemaFiles(*dir, map[string]string{v + "_bunbox.up.sql": up, v + "_bunbox.down.sql": down})
 	}
 	if *after == "" {
-		text, err := bunboxmigrate.SchemaSQLFor(c.migrateOptions()...)
+		text, err := bunboxmigrate.SchemaSQL(c.migrateOptions()...)
 		if err != nil {
 			return err
 		}

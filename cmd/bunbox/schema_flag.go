@@ -1,13 +1,13 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 
 	"github.com/bunbox/bunbox/admin"
 	"github.com/bunbox/bunbox/internal/tables"
 	bunboxmigrate "github.com/bunbox/bunbox/migrate"
+	"github.com/uptrace/bun"
 )
 
 // outboxSchemaEnv names the schema of the outbox the commands work on, as relayenv.Config reads it.
@@ -19,13 +19,13 @@ const outboxTablePrefixEnv = "OUTBOX_TABLE_PREFIX"
 
 // schemaFlag adds -schema and -table-prefix to fs: every command accepts them, before or after its name.
 func (c *cli) schemaFlag(fs *flag.FlagSet) {
-	fs.StringVar(&c.dbSchema, "schema", c.dbSchema, "the schema of the outbox (bunboxmigrate.WithSchema, relay.Config.Schema); default $"+outboxSchemaEnv+", else today's unqualified tables")
-	fs.StringVar(&c.dbPrefix, "table-prefix", c.dbPrefix, "the prefix of the outbox's table names (bunboxmigrate.WithTablePrefix, relay.Config.TablePrefix); default $"+outboxTablePrefixEnv+", else none")
+	fs.StringVar(&c.loc.Schema, "schema", c.loc.Schema, "the schema of the outbox (model.Location.Schema); default $"+outboxSchemaEnv+", else today's unqualified tables")
+	fs.StringVar(&c.loc.TablePrefix, "table-prefix", c.loc.TablePrefix, "the prefix of the outbox's table names (model.Location.TablePrefix); default $"+outboxTablePrefixEnv+", else none")
 }
 
 // checkSchema refuses a schema name or table prefix bunbox cannot use, naming it.
 func (c *cli) checkSchema() error {
-	_, err := tables.New(c.dbSchema, c.dbPrefix)
+	_, err := tables.New(c.loc.Schema, c.loc.TablePrefix)
 	switch {
 	case errors.Is(err, tables.ErrInvalidSchema):
 		return usageError(c.stderr, "-schema (%s): %v", outboxSchemaEnv, err)
@@ -37,19 +37,13 @@ func (c *cli) checkSchema() error {
 
 // names are the table names of -schema and -table-prefix, checked by checkSchema.
 func (c *cli) names() tables.Names {
-	n, _ := tables.New(c.dbSchema, c.dbPrefix)
+	n, _ := tables.New(c.loc.Schema, c.loc.TablePrefix)
 	return n
 }
 
-// inSchema points the admin queries run with ctx at the outbox of -schema and -table-prefix.
-func (c *cli) inSchema(ctx context.Context) context.Context {
-	if c.dbSchema != "" {
-		ctx = admin.WithSchema(ctx, c.dbSchema)
-	}
-	if c.dbPrefix != "" {
-		ctx = admin.WithTablePrefix(ctx, c.dbPrefix)
-	}
-	return ctx
+// admin returns the operator's queries on the outbox of -schema and -table-prefix, run on db.
+func (c *cli) admin(db bun.IDB) (*admin.Outbox, error) {
+	return admin.New(db, c.loc)
 }
 
 // schemaMigrations returns ms for the outbox of -schema: the statements with the table names qualified,
@@ -77,5 +71,5 @@ func (c *cli) schemaMigrations(ms []migrationSQL) []migrationSQL {
 
 // migrateOptions are the bunboxmigrate options of -schema and -table-prefix.
 func (c *cli) migrateOptions() []bunboxmigrate.Option {
-	return []bunboxmigrate.Option{bunboxmigrate.WithSchema(c.dbSchema), bunboxmigrate.WithTablePrefix(c.dbPrefix)}
+	return []bunboxmigrate.Option{bunboxmigrate.WithLocation(c.loc)}
 }

@@ -32,7 +32,7 @@ func TestSchemaFlag(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	require.NotContains(t, stdout, "\tno")
 
-	ob := bunx.New(db, bunx.WithSchema(s))
+	ob := bunx.New(db, bunx.WithLocation(model.Location{Schema: s}))
 	dead, err := model.NewEvent("tenant.dead", nil)
 	require.NoError(t, err)
 	pending, err := model.NewEvent("tenant.pending", nil)

@@ -19,6 +19,8 @@ import (
 
 func TestSchemaUsage(t *testing.T) {
 	t.Parallel()
+	plain, err := bunboxmigrate.SchemaSQL()
+	require.NoError(t, err)
 	tests := []struct {
 		name       string
 		args       []string
@@ -26,8 +28,8 @@ func TestSchemaUsage(t *testing.T) {
 		wantStdout string
 		wantStderr string
 	}{
-		{"Plain", []string{"schema"}, 0, bunboxmigrate.SchemaSQL(), ""},
-		{"PlainFormat", []string{"schema", "-format", "sql"}, 0, bunboxmigrate.SchemaSQL(), ""},
+		{"Plain", []string{"schema"}, 0, plain, ""},
+		{"PlainFormat", []string{"schema", "-format", "sql"}, 0, plain, ""},
 		{"Goose", []string{"schema", "-format", "goose"}, 0, "-- +goose Up\n-- 20261129000001_bunbox_outbox_events\nCREATE TABLE IF NOT EXISTS outbox_events", ""},
 		{"GooseDollarQuoted", []string{"schema", "-format", "goose"}, 0, "-- +goose StatementBegin\n-- Guarded", ""},
 		{"UnknownFormat", []string{"schema", "-format", "flyway"}, 2, "", `-format "flyway": want sql, goose or golang-migrate`},

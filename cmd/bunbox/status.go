@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/admin"
 )
@@ -22,8 +21,8 @@ type eventStatus struct {
 	Dead             int64   `json:"dead"`
 }
 
-func readEventStatus(ctx context.Context, db bun.IDB) ([]eventStatus, error) {
-	by, err := admin.ReadBacklogByEvent(ctx, db)
+func readEventStatus(ctx context.Context, ob *admin.Outbox) ([]eventStatus, error) {
+	by, err := ob.ReadBacklogByEvent(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read backlog by event: %w", err)
 	}

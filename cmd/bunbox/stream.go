@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"text/tabwriter"
 
-	"github.com/bunbox/bunbox/admin"
-	"github.com/bunbox/bunbox/model"
 	"github.com/bunbox/bunbox/relay"
 )
 
@@ -38,7 +36,7 @@ func (c *cli) stream(ctx context.Context, args []string) error {
 		return err
 	}
 	defer db.Close()
-	loc := model.Location{Schema: c.dbSchema, TablePrefix: c.dbPrefix}
+	loc := c.loc
 	outbox := c.names().Outbox()
 	switch sub {
 	case "on":
@@ -55,7 +53,11 @@ func (c *cli) stream(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.stdout, "stream off for %s: new events, and the streamed ones not yet delivered, are on the per-row path\n", outbox)
 		return nil
 	}
-	st, err := admin.ReadStream(c.inSchema(ctx), db)
+	ob, err := c.admin(db)
+	if err != nil {
+		return err
+	}
+	st, err := ob.ReadStream(ctx)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,7 @@ import (
 )
 
 // publishedCountSQL counts the published rows: those the per-row path marked, and the streamed rows the
-// snapshot cursor has delivered (a waiting streamed row is pending, see admin.ReadBacklog).
+// snapshot cursor has delivered (a waiting streamed row is pending, see admin.Outbox.ReadBacklog).
 const publishedCountSQL = `SELECT count(*) FROM outbox_events e ` + streamsql.Cursor + `
 WHERE e.published_at IS NOT NULL AND (e.published_at <> 'infinity' OR ` + streamsql.Delivered + `)`
 

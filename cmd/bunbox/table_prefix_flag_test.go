@@ -51,7 +51,7 @@ func TestTablePrefixFlag(t *testing.T) {
 	record := func(prefix, name string) *model.Event {
 		ev, err := model.NewEvent(name, nil, model.WithQueue(queue))
 		require.NoError(t, err)
-		require.NoError(t, bunx.New(db, bunx.WithSchema(s), bunx.WithTablePrefix(prefix)).Record(ctx, db, ev))
+		require.NoError(t, bunx.New(db, bunx.WithLocation(model.Location{Schema: s, TablePrefix: prefix})).Record(ctx, db, ev))
 		return ev
 	}
 	dead := record("orders_", "orders.dead")

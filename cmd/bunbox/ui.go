@@ -47,7 +47,7 @@ func (c *cli) ui(ctx context.Context, args []string) error {
 		return err
 	}
 	defer db.Close()
-	cfg := ui.Config{Token: strings.TrimSpace(c.uiToken), Logger: slog.New(slog.NewTextHandler(c.stderr, nil)), Schema: c.dbSchema, TablePrefix: c.dbPrefix,
+	cfg := ui.Config{Token: strings.TrimSpace(c.uiToken), Logger: slog.New(slog.NewTextHandler(c.stderr, nil)), Location: c.loc,
 		OpenReads: *openReads, TrustProxy: *trustProxy}
 	if *withRedis {
 		opt, _, err := c.redis()

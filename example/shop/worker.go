@@ -90,7 +90,7 @@ func NewServer(redis asynq.RedisConnOpt, db bun.IDB, cfg WorkerConfig) (*asynq.S
 	mux := asynq.NewServeMux()
 	// The handler's span continues the trace of the request that placed the order (a no-op until the
 	// application sets an OpenTelemetry TracerProvider and propagator).
-	mux.Use(worker.TraceMiddleware())
+	mux.Use(worker.TraceMiddleware(nil))
 	mux.Handle(EventOrderPlaced, HandleOrderPlaced(db))
 	return srv, mux
 }

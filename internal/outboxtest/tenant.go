@@ -8,10 +8,11 @@ import (
 	"github.com/uptrace/bun"
 
 	bunboxmigrate "github.com/bunbox/bunbox/migrate"
+	"github.com/bunbox/bunbox/model"
 )
 
 // TenantSchema returns a fresh schema name, prefix followed by random hex digits, migrated into db with
-// bunboxmigrate.WithSchema (which creates it; no search_path involved, so it works in the pooler pass as in
+// bunboxmigrate.WithLocation (which creates it; no search_path involved, so it works in the pooler pass as in
 // the direct one), and drops the schema when the test ends.
 func TenantSchema(tb testing.TB, db *bun.DB, prefix string) string {
 	tb.Helper()
@@ -21,14 +22,14 @@ func TenantSchema(tb testing.TB, db *bun.DB, prefix string) string {
 			tb.Logf("drop schema %s: %v", name, err)
 		}
 	})
-	if err := migrateTenant(db, bunboxmigrate.WithSchema(name)); err != nil {
+	if err := migrateTenant(db, bunboxmigrate.WithLocation(model.Location{Schema: name})); err != nil {
 		tb.Fatalf("migrate schema %s: %v", name, err)
 	}
 	return name
 }
 
-// TenantTables migrates into db the outbox whose tables are named with prefix in schema (bunboxmigrate
-// WithSchema and WithTablePrefix; schema "" is the one search_path finds, so use it only outside the
+// TenantTables migrates into db the outbox whose tables are named with prefix in schema
+// (bunboxmigrate.WithLocation of that Schema and TablePrefix; schema "" is the one search_path finds, so use it only outside the
 // pooler pass), and drops its tables when the test ends (the schema's own cleanup may drop them first).
 func TenantTables(tb testing.TB, db *bun.DB, schema, prefix string) {
 	tb.Helper()
@@ -48,7 +49,7 @@ func TenantTables(tb testing.TB, db *bun.DB, schema, prefix string) {
 			tb.Logf("drop the notify function: %v", err)
 		}
 	})
-	if err := migrateTenant(db, bunboxmigrate.WithSchema(schema), bunboxmigrate.WithTablePrefix(prefix)); err != nil {
+	if err := migrateTenant(db, bunboxmigrate.WithLocation(model.Location{Schema: schema, TablePrefix: prefix})); err != nil {
 		tb.Fatalf("migrate %s: %v", q("outbox_events"), err)
 	}
 }

@@ -25,7 +25,7 @@ type Builder struct {
 }
 
 // Task returns the task the relay enqueues for ev, with its options: type = event name, payload = the
-// JSON payload (or the encoded bytes of PayloadEncoded, see bunx.WithCodec), headers = the event's
+// JSON payload (or the encoded bytes of PayloadEncoded, see bunx.WithLocation), headers = the event's
 // metadata plus the bunbox headers, TaskID = id (the event id as a string, which the caller has at hand),
 // queue = the event's queue, retention (the dedupe window) = taskRetention or the event's longer
 // Retention, and the event's delivery options (model.WithProcessAt and the options after it), each as

@@ -48,7 +48,7 @@ func IsBytes(metadata map[string]string) bool {
 
 // Metadata keys (and so task headers) of an encoded payload (see Codec). Both are set by the Outbox that
 // encoded it and read by whoever decodes it: the relay (relay.Config.Codec) or the consumer
-// (worker.WithInboxCodec, worker.DecodeTask).
+// (worker.WithLocation, worker.DecodeTask).
 const (
 	// HeaderPayloadEncoding names how the payload was encoded, the steps in the order they were applied,
 	// joined by "+": "gzip", "aes-gcm" or "gzip+aes-gcm". Absent for a plain JSON payload.

@@ -15,11 +15,11 @@ import (
 	"github.com/bunbox/bunbox/relay"
 )
 
-// MaxLabelValuesDefault is the default of MetricsConfig.MaxLabelValues.
-const MaxLabelValuesDefault = 50
+// maxLabelValuesDefault is the default of MetricsConfig.MaxLabelValues.
+const maxLabelValuesDefault = 50
 
-// OtherLabelValue is the queue or event_name label of the values past MetricsConfig.MaxLabelValues.
-const OtherLabelValue = "other"
+// otherLabelValue is the queue or event_name label of the values past MetricsConfig.MaxLabelValues.
+const otherLabelValue = "other"
 
 // MetricsConfig tunes Metrics. The zero value is ready to use.
 type MetricsConfig struct {
@@ -84,12 +84,16 @@ type Metrics struct {
 
 var _ prometheus.Collector = (*Metrics)(nil)
 
-// NewMetrics returns Metrics with no observations yet. A negative MaxLabelValues is an error.
+// NewMetrics returns Metrics with no observations yet. A negative MaxLabelValues, or a Location that
+// model.Location.Validate refuses, is an error naming it.
 func NewMetrics(cfg MetricsConfig) (*Metrics, error) {
 	if cfg.MaxLabelValues < 0 {
 		return nil, fmt.Errorf("relaymetrics: MaxLabelValues must be at least 1, got %d", cfg.MaxLabelValues)
 	}
-	maxValues := cmp.Or(cfg.MaxLabelValues, MaxLabelValuesDefault)
+	if err := cfg.Location.Validate(); err != nil {
+		return nil, fmt.Errorf("relaymetrics: %w", err)
+	}
+	maxValues := cmp.Or(cfg.MaxLabelValues, maxLabelValuesDefault)
 	counter := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	}
@@ -200,7 +204,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// labels admits at most max distinct values of one label; the others become OtherLabelValue.
+// labels admits at most max distinct values of one label; the others become otherLabelValue.
 type labels struct {
 	max  int
 	mu   sync.RWMutex
@@ -222,7 +226,7 @@ func (l *labels) value(v string) string {
 		return v
 	}
 	if len(l.seen) >= l.max {
-		return OtherLabelValue
+		return otherLabelValue
 	}
 	l.seen[v] = struct{}{}
 	return v

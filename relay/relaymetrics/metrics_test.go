@@ -34,7 +34,7 @@ func TestMetricsBoundLabelValues(t *testing.T) {
 	}
 	require.Equal(t, 2.0, enqueued("q-a", "a"))
 	require.Equal(t, 1.0, enqueued("q-b", "b"))
-	require.Equal(t, 2.0, enqueued(relaymetrics.OtherLabelValue, relaymetrics.OtherLabelValue), "c and d are past the cap")
+	require.Equal(t, 2.0, enqueued("other", "other"), "c and d are past the cap")
 	require.Equal(t, 1.0, testutil.ToFloat64(mustCounter(t, m, "bunbox_relay_enqueue_errors_total", "other", "other")))
 	// 2 admitted + "other": the series count stays bounded whatever the names.
 	require.Equal(t, 3, testutil.CollectAndCount(m, "bunbox_relay_enqueued_total"))
@@ -125,4 +125,16 @@ func TestMetricsAfterDrain(t *testing.T) {
 	require.Equal(t, float64(n), byName["bunbox_relay_enqueued_total"])
 	require.GreaterOrEqual(t, byName["bunbox_relay_round_duration_seconds"], float64(n/7))
 	require.Equal(t, 3, testutil.CollectAndCount(m, "bunbox_relay_enqueued_total"), "one series per event name")
+}
+
+// TestNewMetricsRefusesABadLocation: a Location bunbox refuses is an error naming the field, rather than a
+// bunbox_outbox_up of 0 at every scrape.
+func TestNewMetricsRefusesABadLocation(t *testing.T) {
+	t.Parallel()
+	_, err := relaymetrics.NewMetrics(relaymetrics.MetricsConfig{Location: model.Location{Schema: "a b"}})
+	require.ErrorContains(t, err, `relaymetrics: model: Location.Schema: invalid schema name "a b"`)
+	_, err = relaymetrics.NewMetrics(relaymetrics.MetricsConfig{Location: model.Location{TablePrefix: "Orders_"}})
+	require.ErrorContains(t, err, `Location.TablePrefix: invalid table prefix "Orders_"`)
+	_, err = relaymetrics.NewMetrics(relaymetrics.MetricsConfig{Location: model.Location{Schema: "tenant_a", TablePrefix: "orders_"}})
+	require.NoError(t, err)
 }

@@ -77,13 +77,11 @@ func collectTable(ch chan<- prometheus.Metric, m *Metrics) {
 	if r := m.relay.Load(); loc.Schema == "" && loc.TablePrefix == "" && r != nil {
 		loc = r.Location()
 	}
-	if loc.Schema != "" {
-		ctx = admin.WithSchema(ctx, loc.Schema)
+	var b admin.Backlog
+	ob, err := admin.New(m.db, loc)
+	if err == nil {
+		b, err = ob.ReadBacklog(ctx)
 	}
-	if loc.TablePrefix != "" {
-		ctx = admin.WithTablePrefix(ctx, loc.TablePrefix)
-	}
-	b, err := admin.ReadBacklog(ctx, m.db)
 	if err != nil {
 		ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, 0)
 	} else {
