@@ -45,15 +45,6 @@ func FS() fs.FS {
 	return sub
 }
 
-// Migrations returns bunbox's migrations as a new *migrate.Migrations.
-func Migrations() (*bunmigrate.Migrations, error) {
-	m := bunmigrate.NewMigrations()
-	if err := Register(m); err != nil {
-		return nil, err
-	}
-	return m, nil
-}
-
 // Register adds bunbox's migrations to an application's migrations, so that the application's migrator
 // applies them along with its own. Their names start with the date they were written (20261129000001_bunbox_…).
 func Register(m *bunmigrate.Migrations) error {
