@@ -52,10 +52,10 @@ func TestListenOnlyWhenDirect(t *testing.T) {
 	t.Run("DirectIsTold", func(t *testing.T) {
 		b := setupWith(t, pd.direct, asynq.RedisClientOpt{Addr: outboxtest.RedisAddr()})
 		r := b.newRelay(t, Config{DisableNotify: true})
-		reason, err := r.notDirect(ctx, pd.direct)
+		reason, err := r.listener.NotDirect(ctx, pd.direct)
 		require.NoError(t, err)
 		require.Empty(t, reason, "a direct connection of %T", pd.direct.Driver())
-		reason, err = r.notDirect(ctx, pooled)
+		reason, err = r.listener.NotDirect(ctx, pooled)
 		require.NoError(t, err)
 		require.Contains(t, reason, "go through a pooler")
 	})

@@ -37,7 +37,6 @@ SELECT gen_random_uuid(), 'published', '{}', now() - g * interval '1 second' FRO
 		sql  string
 		args []any
 	}{
-		"cleanup":    {cleanupSQL, []any{now.Add(-time.Hour), 1000}},
 		"reconciler": {reconcilePageSQL, []any{now.Add(-10 * time.Minute), now.Add(-5 * time.Minute), now.Add(-10 * time.Minute), 0, empty, empty, 500}},
 	} {
 		var plan string

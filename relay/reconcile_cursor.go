@@ -12,6 +12,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/bunbox/bunbox/internal/taskmap"
 )
 
 // reconcileCursor is what a Reconciler remembers between passes, in memory: a new Reconciler sweeps.
@@ -170,7 +172,7 @@ func (r *Reconciler) writeMarkers(ctx context.Context, queues []string) (lost []
 	for i, q := range queues {
 		// SET ... GET (Redis 6.2, which asynq's scripts need too) writes and reads back in one command.
 		sets[i] = pipe.Do(ctx, "set", c.markerKey(q), value, "px", ttl.Milliseconds(), "get")
-		pipe.SAdd(ctx, asynqQueuesKey, q)
+		pipe.SAdd(ctx, taskmap.QueuesKey, q)
 	}
 	_, _ = pipe.Exec(ctx) // the errors are in the commands
 	var errs []error

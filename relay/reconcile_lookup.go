@@ -9,13 +9,15 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/bunbox/bunbox/internal/taskmap"
 )
 
 // taskLookups lists the tasks of rows: one per row, or one per listener of its event with Routes.
-func (r *Reconciler) taskLookups(rows []reconcileRow) []taskLookup {
-	lookups := make([]taskLookup, 0, len(rows))
+func (r *Reconciler) taskLookups(rows []reconcileRow) []taskmap.Lookup {
+	lookups := make([]taskmap.Lookup, 0, len(rows))
 	for i, row := range rows {
-		lookups = appendTaskLookups(lookups, r.cfg.Routes, i, row.EventID, row.Name)
+		lookups = taskmap.AppendLookups(lookups, r.cfg.Routes, i, row.EventID, row.Name)
 	}
 	return lookups
 }
@@ -64,14 +66,14 @@ func (r *Reconciler) exist(ctx context.Context, res *ReconcileResult, rows []rec
 	pipe := r.rdb.Pipeline()
 	cmds := make([]*redis.IntCmd, len(lookups))
 	for i, lk := range lookups {
-		cmds[i] = pipe.Exists(ctx, asynqTaskKey(rows[lk.row].Queue, lk.taskID))
+		cmds[i] = pipe.Exists(ctx, taskmap.TaskKey(rows[lk.Row].Queue, lk.TaskID))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("relay: reconciler: look up tasks in Redis: %w", err)
 	}
 	for i, lk := range lookups {
 		if cmds[i].Val() == 0 {
-			gone[lk.row] = true
+			gone[lk.Row] = true
 		}
 	}
 	return nil
@@ -103,16 +105,16 @@ func (r *Reconciler) inspect(ctx context.Context, rows []reconcileRow, gone []bo
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			row := &rows[lk.row]
-			_, err := r.ins.GetTaskInfo(row.Queue, lk.taskID)
+			row := &rows[lk.Row]
+			_, err := r.ins.GetTaskInfo(row.Queue, lk.TaskID)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
 			case err == nil:
 			case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
-				gone[lk.row] = true
+				gone[lk.Row] = true
 			case firstErr == nil:
-				firstErr = fmt.Errorf("relay: reconciler: look up task %s in queue %q: %w", lk.taskID, row.Queue, err)
+				firstErr = fmt.Errorf("relay: reconciler: look up task %s in queue %q: %w", lk.TaskID, row.Queue, err)
 			}
 		})
 	}
