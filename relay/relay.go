@@ -182,7 +182,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		wg.Go(func() { _ = r.keys.Run(ctx) })
 	}
 	if !r.cfg.DisableReconciler {
-		wg.Go(func() { r.reconcileLoop(ctx) })
+		wg.Go(func() { r.runReconciler(ctx) })
 	}
 	wg.Go(func() { _ = r.canceller.Run(ctx) })
 	if r.keys == nil {

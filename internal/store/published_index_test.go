@@ -33,12 +33,12 @@ SELECT gen_random_uuid(), 'published', '{}', now() - g * interval '1 second' FRO
 
 	now := time.Now()
 	empty := pgdialect.Array([]string{})
-	_ = empty
 	for name, q := range map[string]struct {
 		sql  string
 		args []any
 	}{
-		"cleanup": {deletePublishedSQL, []any{now.Add(-time.Hour), 1000}},
+		"cleanup":    {deletePublishedSQL, []any{now.Add(-time.Hour), 1000}},
+		"reconciler": {reconcilePageSQL, []any{now.Add(-10 * time.Minute), now.Add(-5 * time.Minute), now.Add(-10 * time.Minute), 0, empty, empty, 500}},
 	} {
 		var plan string
 		require.NoError(t, db.NewRaw("EXPLAIN (FORMAT JSON) "+q.sql, q.args...).Scan(ctx, &plan), name)

@@ -1,4 +1,4 @@
-package relay
+package reconcile
 
 import (
 	"context"
@@ -10,11 +10,12 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/bunbox/bunbox/internal/store"
 	"github.com/bunbox/bunbox/internal/taskmap"
 )
 
 // taskLookups lists the tasks of rows: one per row, or one per listener of its event with Routes.
-func (r *Reconciler) taskLookups(rows []reconcileRow) []taskmap.Lookup {
+func (r *Reconciler) taskLookups(rows []store.ReconcileRow) []taskmap.Lookup {
 	lookups := make([]taskmap.Lookup, 0, len(rows))
 	for i, row := range rows {
 		lookups = taskmap.AppendLookups(lookups, r.cfg.Routes, i, row.EventID, row.Name)
@@ -24,15 +25,15 @@ func (r *Reconciler) taskLookups(rows []reconcileRow) []taskmap.Lookup {
 
 // findMissing looks the rows' tasks up and returns the rows of which a task is gone. Any other error
 // (Redis unreachable) aborts: an unanswered look-up must never count as missing.
-func (r *Reconciler) findMissing(ctx context.Context, res *ReconcileResult, rows []reconcileRow) ([]reconcileRow, error) {
+func (r *Reconciler) findMissing(ctx context.Context, res *Result, rows []store.ReconcileRow) ([]store.ReconcileRow, error) {
 	gone := make([]bool, len(rows))
 	var err error
-	if r.ins != nil {
+	if r.cfg.Inspector != nil {
 		err = r.inspect(ctx, rows, gone)
 	} else {
 		err = r.exist(ctx, res, rows, gone)
 	}
-	var missing []reconcileRow
+	var missing []store.ReconcileRow
 	for i, row := range rows {
 		if gone[i] {
 			missing = append(missing, row)
@@ -45,7 +46,7 @@ func (r *Reconciler) findMissing(ctx context.Context, res *ReconcileResult, rows
 // one pipeline of EXISTS on asynq's task keys: one round trip per Redis node. A task key exists while
 // asynq has the task in any state (it deletes the key when it drops the task, and lets it expire with a
 // completed task's retention).
-func (r *Reconciler) exist(ctx context.Context, res *ReconcileResult, rows []reconcileRow, gone []bool) error {
+func (r *Reconciler) exist(ctx context.Context, res *Result, rows []store.ReconcileRow, gone []bool) error {
 	queues := make([]string, 0, 1)
 	for i := range rows {
 		if !slices.Contains(queues, rows[i].Queue) {
@@ -63,7 +64,7 @@ func (r *Reconciler) exist(ctx context.Context, res *ReconcileResult, rows []rec
 	r.cursor.seen(rows)
 
 	lookups := r.taskLookups(rows)
-	pipe := r.rdb.Pipeline()
+	pipe := r.cfg.Redis.Pipeline()
 	cmds := make([]*redis.IntCmd, len(lookups))
 	for i, lk := range lookups {
 		cmds[i] = pipe.Exists(ctx, taskmap.TaskKey(rows[lk.Row].Queue, lk.TaskID))
@@ -79,9 +80,9 @@ func (r *Reconciler) exist(ctx context.Context, res *ReconcileResult, rows []rec
 	return nil
 }
 
-// inspect looks the tasks up through ReconcilerConfig.Inspector, at most Concurrency at once, and sets
+// inspect looks the tasks up through Config.Inspector, at most Concurrency at once, and sets
 // gone for the rows with a task it does not find (a queue it does not know counts as gone).
-func (r *Reconciler) inspect(ctx context.Context, rows []reconcileRow, gone []bool) error {
+func (r *Reconciler) inspect(ctx context.Context, rows []store.ReconcileRow, gone []bool) error {
 	var (
 		mu       sync.Mutex
 		firstErr error
@@ -106,7 +107,7 @@ func (r *Reconciler) inspect(ctx context.Context, rows []reconcileRow, gone []bo
 		wg.Go(func() {
 			defer func() { <-sem }()
 			row := &rows[lk.Row]
-			_, err := r.ins.GetTaskInfo(row.Queue, lk.TaskID)
+			_, err := r.cfg.Inspector.GetTaskInfo(row.Queue, lk.TaskID)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
