@@ -31,7 +31,7 @@ func (c Config) reconcilerDefaults() ReconcilerConfig {
 // runReconciler is the reconciler that Run runs unless Config.DisableReconciler
 // (reconcile.Leased): under the lease "bunbox.reconciler" in bunbox_leases, one relay per outbox at a
 // time, at once and then every Reconciler.Interval. It says so when it cannot run.
-func (r *Relay) runReconciler(ctx context.Context) {
+func runReconciler(ctx context.Context, r *Relay) {
 	cfg := r.cfg.Reconciler
 	if cfg.Inspector == nil && r.redisOpt == nil {
 		r.log.LogAttrs(ctx, slog.LevelWarn, "bunbox relay: its reconciler does not run: it has neither the Redis "+

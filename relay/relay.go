@@ -94,7 +94,7 @@ func NewContext(ctx context.Context, db *bun.DB, redis asynq.RedisConnOpt, cfg C
 		r.rdb, r.enq = rdb, client
 	}
 	r.stmts = newStatements(ctx, db, cfg.PreparedStatements, r.names)
-	if err := r.newServices(redis); err != nil {
+	if err := newServices(r, redis); err != nil {
 		_ = r.Close()
 		return nil, err
 	}
@@ -169,22 +169,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer cancel()
 
 	wake := r.wakeCh
-	if r.listener != nil {
-		wg.Go(func() { _ = r.listener.Run(ctx) })
-	}
-	if r.watcher != nil {
-		wg.Go(func() { _ = r.watcher.Run(ctx) })
-	}
-	if r.cleaner != nil {
-		wg.Go(func() { _ = r.cleaner.Run(ctx) })
-	}
-	if r.keys != nil {
-		wg.Go(func() { _ = r.keys.Run(ctx) })
-	}
-	if !r.cfg.DisableReconciler {
-		wg.Go(func() { r.runReconciler(ctx) })
-	}
-	wg.Go(func() { _ = r.canceller.Run(ctx) })
+	r.startServices(ctx, &wg) // listener, wake-up, cleanup, key tracker, reconciler, cancel (services.go)
 	if r.keys == nil {
 		keytrack.WarnWithoutTracker(ctx, r.db, r.names, r.log)
 	}

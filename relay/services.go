@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"sync"
 
 	"github.com/hibiken/asynq"
 
@@ -29,6 +30,35 @@ type services struct {
 	listener  *listen.Listener  // LISTENs on the outbox's channel; nil with DisableNotify
 	owned     []io.Closer       // what New made for them, closed by Close
 	wakeCh    chan struct{}     // wakes the loop: a hint that rows may wait
+
+	all []service // those that run, in the order Run starts them
+}
+
+// service is what Run starts: it runs until its ctx is done.
+type service interface {
+	Run(ctx context.Context) error
+}
+
+// serviceFunc is a func as a service.
+type serviceFunc func(ctx context.Context) error
+
+func (f serviceFunc) Run(ctx context.Context) error { return f(ctx) }
+
+// startServices starts every service on wg; each stops when ctx is done, and wg.Wait waits for all.
+func (s *services) startServices(ctx context.Context, wg *sync.WaitGroup) {
+	for _, svc := range s.all {
+		wg.Go(func() { _ = svc.Run(ctx) })
+	}
+}
+
+// closeServices releases what New made for the services.
+func (s *services) closeServices() error {
+	var errs []error
+	for _, c := range s.owned {
+		errs = append(errs, c.Close())
+	}
+	s.owned = nil
+	return errors.Join(errs...)
 }
 
 // signal wakes the relay's loop without blocking: a wake-up already pending is enough.
@@ -41,8 +71,10 @@ func signal(wake chan<- struct{}) func() {
 	}
 }
 
-// newServices builds the services, which signal wakeCh when rows may wait.
-func (r *Relay) newServices(redis asynq.RedisConnOpt) error {
+// newServices builds r's services, which signal wakeCh when rows may wait, in the order Run starts them:
+// the listener, the wake-up, the cleanup, the key tracker, the reconciler (unless
+// Config.DisableReconciler), the cancel.
+func newServices(r *Relay, redis asynq.RedisConnOpt) error {
 	r.wakeCh = make(chan struct{}, 1)
 	if r.cfg.PublishedRetention > 0 {
 		c, err := cleanup.New(r.db, r.names, cleanup.Config{
@@ -55,10 +87,10 @@ func (r *Relay) newServices(redis asynq.RedisConnOpt) error {
 		}
 		r.cleaner = c
 	}
-	if err := r.newKeyTracker(redis); err != nil {
+	if err := newKeyTracker(r, redis); err != nil {
 		return err
 	}
-	if err := r.newWakeUps(); err != nil {
+	if err := newWakeUps(r); err != nil {
 		return err
 	}
 	ccfg := cancel.Config{
@@ -77,12 +109,30 @@ func (r *Relay) newServices(redis asynq.RedisConnOpt) error {
 		}
 	}
 	var err error
-	r.canceller, err = cancel.New(r.db, r.names, ccfg)
-	return err
+	if r.canceller, err = cancel.New(r.db, r.names, ccfg); err != nil {
+		return err
+	}
+	if r.listener != nil {
+		r.all = append(r.all, r.listener)
+	}
+	if r.watcher != nil {
+		r.all = append(r.all, r.watcher)
+	}
+	if r.cleaner != nil {
+		r.all = append(r.all, r.cleaner)
+	}
+	if r.keys != nil {
+		r.all = append(r.all, r.keys)
+	}
+	if !r.cfg.DisableReconciler {
+		r.all = append(r.all, serviceFunc(func(ctx context.Context) error { runReconciler(ctx, r); return nil }))
+	}
+	r.all = append(r.all, r.canceller)
+	return nil
 }
 
 // newWakeUps builds the wake-up and the listener, unless they are turned off.
-func (r *Relay) newWakeUps() error {
+func newWakeUps(r *Relay) error {
 	var err error
 	if r.cfg.WakeInterval > 0 {
 		r.watcher, err = wakeup.New(r.db, r.names, wakeup.Config{
@@ -104,7 +154,7 @@ func (r *Relay) newWakeUps() error {
 
 // newKeyTracker builds the key tracker on Config.Inspector, or on an inspector and a pipelined Redis
 // client of its own made from the Redis options; none without either (keyed rows wait; Run says so).
-func (r *Relay) newKeyTracker(opt asynq.RedisConnOpt) error {
+func newKeyTracker(r *Relay, opt asynq.RedisConnOpt) error {
 	cfg := keytrack.Config{
 		Inspector: r.cfg.Inspector, CheckInterval: r.cfg.KeyCheckInterval, PollInterval: r.cfg.PollInterval,
 		Concurrency: r.cfg.Concurrency, Routes: r.cfg.Routes, Bounds: r.cfg.bounds().sql, Backoff: r.cfg.roundBackoff,
@@ -140,14 +190,4 @@ func (r *Relay) newKeyTracker(opt asynq.RedisConnOpt) error {
 	}
 	r.keys = t
 	return nil
-}
-
-// closeServices releases what New made for the services.
-func (r *Relay) closeServices() error {
-	var errs []error
-	for _, c := range r.owned {
-		errs = append(errs, c.Close())
-	}
-	r.owned = nil
-	return errors.Join(errs...)
 }
