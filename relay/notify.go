@@ -6,7 +6,7 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"github.com/bunbox/bunbox/internal/tables"
+	"github.com/bunbox/bunbox/internal/store"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -22,25 +22,8 @@ func EnableNotifyTrigger(ctx context.Context, db bun.IDB, loc model.Location) er
 	if err := validateTables(loc); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return enableNotifyTrigger(ctx, db, mustNames(loc))
-}
-
-func enableNotifyTrigger(ctx context.Context, db bun.IDB, names tables.Names) error {
-	fn := names.Qualify("bunbox_outbox_notify")
-	return db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		for _, q := range []string{
-			`CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN PERFORM pg_notify('` + names.Channel(notifyChannel) + `', ''); RETURN NULL; END $$`,
-			names.SQL(`DROP TRIGGER IF EXISTS bunbox_outbox_notify ON outbox_events`),
-			names.SQL(`CREATE TRIGGER bunbox_outbox_notify AFTER INSERT ON outbox_events
-FOR EACH STATEMENT EXECUTE FUNCTION `) + fn + `()`,
-		} {
-			if _, err := tx.ExecContext(ctx, q); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	names := mustNames(loc)
+	return store.CreateNotifyTrigger(ctx, db, names, names.Channel(notifyChannel))
 }
 
 // DisableNotifyTrigger removes the trigger of EnableNotifyTrigger from the outbox at loc; its relays fall back to polling.
@@ -48,7 +31,5 @@ func DisableNotifyTrigger(ctx context.Context, db bun.IDB, loc model.Location) e
 	if err := validateTables(loc); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	names := mustNames(loc)
-	_, err := db.ExecContext(ctx, names.SQL(`DROP TRIGGER IF EXISTS bunbox_outbox_notify ON outbox_events`))
-	return err
+	return store.DropNotifyTrigger(ctx, db, mustNames(loc))
 }
