@@ -298,7 +298,7 @@ func TestCancelledRowsCleanedUp(t *testing.T) {
 		Exec(context.Background())
 	require.NoError(t, err)
 	r := b.newRelay(t, Config{})
-	n, err := r.cleanupCancelled(context.Background())
+	n, err := r.cleaner.CancelledOnce(context.Background())
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	require.Zero(t, outboxtest.Count(t, b.db, "outbox_events", "event_id = ?", old.EventID))

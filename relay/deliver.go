@@ -83,7 +83,7 @@ func (r *Relay) enqueueTask(ctx context.Context, ev *model.Event, task *asynq.Ta
 	_, err := r.enq.EnqueueContext(ctx, task, opts...)
 	switch {
 	case errors.Is(err, asynq.ErrTaskIDConflict) && ev.OrderingKey != "":
-		return r.rerunArchived(ctx, task, opts) // a keyed event retried by the operator
+		return r.keys.RerunArchived(ctx, r.enq, task, opts) // a keyed event retried by the operator
 	case errors.Is(err, asynq.ErrTaskIDConflict), errors.Is(err, asynq.ErrDuplicateTask):
 		return nil // already delivered
 	}

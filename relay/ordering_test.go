@@ -15,6 +15,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/fanout"
+	"github.com/bunbox/bunbox/internal/maintenance/keytrack"
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
@@ -411,9 +412,9 @@ func TestOrderingMissingTaskEnqueuedAgain(t *testing.T) {
 	require.Equal(t, 1, res.Published, "only the head of the key")
 	require.NoError(t, b.inspector.DeleteTask(b.queue, events[0].EventID.String()))
 
-	tr, err := r.trackOnce(ctx)
+	tr, err := r.keys.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, trackResult{InFlight: 1, Requeued: 1}, tr)
+	require.Equal(t, keytrack.Result{InFlight: 1, Requeued: 1}, tr)
 	res = r.runOnce(ctx)
 	require.NoError(t, res.Err)
 	require.Equal(t, 1, res.Published, "the lost head again, not its follower")
@@ -459,7 +460,7 @@ WHERE ordering_key = 'done' OR ordering_key IS NULL OR id = (SELECT min(id) FROM
 	require.NoError(t, err)
 	_, err = b.db.ExecContext(ctx, `UPDATE outbox_events SET completed_at = now() WHERE ordering_key = 'done'`)
 	require.NoError(t, err)
-	n, err := b.newRelay(t, Config{PublishedRetention: time.Hour}).cleanup(ctx)
+	n, err := b.newRelay(t, Config{PublishedRetention: time.Hour}).cleaner.RunOnce(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n, "the completed keyed row and the unkeyed one")
 	require.EqualValues(t, 2, outboxtest.Count(t, b.db, "outbox_events", "ordering_key = 'inflight'"))

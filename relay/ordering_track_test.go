@@ -7,7 +7,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bunbox/bunbox/internal/maintenance/keytrack"
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/taskmap"
 )
 
 // TestOrderingTrackerRedisErrorIsNoMissingTask: the tracker reads the states of the tasks in flight in one
@@ -26,17 +28,17 @@ func TestOrderingTrackerRedisErrorIsNoMissingTask(t *testing.T) {
 	admin := redis.NewClient(&redis.Options{Addr: outboxtest.RedisAddr()})
 	t.Cleanup(func() { _ = admin.Close() })
 	require.NoError(t, b.inspector.DeleteTask(b.queue, events[0].EventID.String())) // missing: Nil
-	require.NoError(t, admin.Set(ctx, asynqTaskKey(b.queue, events[1].EventID.String()), "not a hash", 0).Err())
+	require.NoError(t, admin.Set(ctx, taskmap.TaskKey(b.queue, events[1].EventID.String()), "not a hash", 0).Err())
 
-	_, err := r.trackOnce(ctx)
+	_, err := r.keys.RunOnce(ctx)
 	require.ErrorContains(t, err, "WRONGTYPE")
 	require.ErrorContains(t, err, events[1].EventID.String())
 	require.EqualValues(t, 2, outboxtest.Count(t, b.db, "outbox_events", "published_at IS NOT NULL"), "nothing requeued")
 	require.Zero(t, outboxtest.Count(t, b.db, "outbox_events", "completed_at IS NOT NULL OR dead_at IS NOT NULL"))
 
 	// Redis answers again: the lost tasks are found missing and enqueued again, in their keys' order.
-	require.NoError(t, admin.Del(ctx, asynqTaskKey(b.queue, events[1].EventID.String())).Err())
-	tr, err := r.trackOnce(ctx)
+	require.NoError(t, admin.Del(ctx, taskmap.TaskKey(b.queue, events[1].EventID.String())).Err())
+	tr, err := r.keys.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, trackResult{InFlight: 2, Requeued: 2}, tr)
+	require.Equal(t, keytrack.Result{InFlight: 2, Requeued: 2}, tr)
 }

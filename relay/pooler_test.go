@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 
+	"github.com/bunbox/bunbox/internal/maintenance/listen"
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	bunboxmigrate "github.com/bunbox/bunbox/migrate"
 	"github.com/bunbox/bunbox/model"
@@ -50,12 +51,12 @@ func TestListenOnlyWhenDirect(t *testing.T) {
 	pooled := outboxtest.OpenPooled(t, pd.name, nil)
 
 	t.Run("DirectIsTold", func(t *testing.T) {
-		b := setupWith(t, pd.direct, asynq.RedisClientOpt{Addr: outboxtest.RedisAddr()})
-		r := b.newRelay(t, Config{DisableNotify: true})
-		reason, err := r.notDirect(ctx, pd.direct)
+		l, err := listen.New(pd.direct, listen.Config{Channel: notifyChannel, Wake: func() {}})
+		require.NoError(t, err)
+		reason, err := l.NotDirect(ctx, pd.direct)
 		require.NoError(t, err)
 		require.Empty(t, reason, "a direct connection of %T", pd.direct.Driver())
-		reason, err = r.notDirect(ctx, pooled)
+		reason, err = l.NotDirect(ctx, pooled)
 		require.NoError(t, err)
 		require.Contains(t, reason, "go through a pooler")
 	})

@@ -20,13 +20,6 @@ const (
 	reconcileLeaseTTLDefault    = 30 * time.Second
 )
 
-// reconcileLeaseName is the row of bunbox_leases that the relays' reconcilers share: one holds it at a time.
-const reconcileLeaseName = "bunbox.reconciler"
-
-// reconcileLastError is what a requeued row's last_error says, for the operator who wonders why a
-// published event was enqueued again.
-const reconcileLastError = "bunbox reconciler: the task was missing from Redis (data loss?); requeued"
-
 // ReconcilerConfig tunes a Reconciler. The zero value is ready to use.
 type ReconcilerConfig struct {
 	// Window is how far back the reconciler looks: a sweep (the first pass, a pass after Redis lost data,

@@ -11,7 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 
+	"github.com/bunbox/bunbox/internal/maintenance/reconcile"
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/store"
+	"github.com/bunbox/bunbox/internal/tables"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -72,7 +75,7 @@ func TestReconcilerSweepStartsAtARecordedMark(t *testing.T) {
 	outboxtest.WaitFor(t, 10*time.Second, "the mark older than a window", func() bool {
 		var past bool
 		require.NoError(t, b.db.NewRaw("SELECT now() > ?::timestamptz + make_interval(secs => ?::float8)",
-			at, (window+markMargin).Seconds()).Scan(ctx, &past))
+			at, (window+reconcile.MarkMargin).Seconds()).Scan(ctx, &past))
 		return past
 	})
 
@@ -85,20 +88,20 @@ func TestReconcilerSweepStartsAtARecordedMark(t *testing.T) {
 	second := b.reconciler(t, cfg)
 	var now time.Time
 	require.NoError(t, b.db.NewRaw("SELECT now()").Scan(ctx, &now))
-	rg := scanRange{from: now.Add(-window), to: now}
-	start, ok, err := second.streamStart(ctx, rg, nil)
+	rg := reconcile.Range{From: now.Add(-window), To: now}
+	start, ok, err := second.impl.StreamStart(ctx, rg, nil)
 	require.NoError(t, err)
 	require.True(t, ok)
-	var least string
-	require.NoError(t, b.db.NewRaw(reconcileStreamFirstSQL, rg.from, rg.to).Scan(ctx, &least))
-	require.NotEqual(t, least, start)
+	least, err := store.FirstStreamedXID(ctx, b.db, tables.Default(), rg.From, rg.To)
+	require.NoError(t, err)
+	require.NotEqual(t, least.String, start)
 	require.Equal(t, recorded, start, "the recorded mark, not the least xid of the window's rows")
 
 	above := &sql.NullString{String: "18446744073709551000:18446744073709551001:", Valid: true}
-	start, _, err = second.streamStart(ctx, rg, above)
+	start, _, err = second.impl.StreamStart(ctx, rg, above)
 	require.NoError(t, err)
 	require.Equal(t, "18446744073709551000", start, "an incremental pass: the cursor's xmin above the mark")
-	start, _, err = second.streamStart(ctx, rg, &sql.NullString{String: "3:3:", Valid: true})
+	start, _, err = second.impl.StreamStart(ctx, rg, &sql.NullString{String: "3:3:", Valid: true})
 	require.NoError(t, err)
 	require.Equal(t, recorded, start, "an incremental pass: the mark above the cursor's xmin")
 

@@ -11,13 +11,15 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
+	"github.com/bunbox/bunbox/internal/maintenance/reconcile"
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/store"
 )
 
 // A reconciler's page of streamed rows within its window is read from the stream's index in its order,
 // whatever the statistics and the costs say, and is not compiled: with a random_page_cost that makes the
 // index look dear and jit_above_cost at 0, the read without its settings sorts, scans by bitmap or is
-// compiled; with reconcileStreamBounds it does none of these.
+// compiled; with reconcile.StreamPageBounds it does none of these.
 func TestReconcilerStreamPageKeepsToTheIndex(t *testing.T) {
 	outboxtest.SkipShort(t)
 	t.Parallel()
@@ -38,7 +40,7 @@ func TestReconcilerStreamPageKeepsToTheIndex(t *testing.T) {
 		require.NoError(t, err)
 		var plan json.RawMessage
 		none := pgdialect.Array([]string{})
-		require.NoError(t, tx.QueryRowContext(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+reconcileStreamPageSQL(false),
+		require.NoError(t, tx.QueryRowContext(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+store.StreamedPageSQL(false),
 			now.Add(-time.Hour), now, afterXID, 0, none, none, 500, sql.NullString{}).Scan(&plan))
 		t.Logf("%d buffers", planBuffers(t, plan))
 		return string(plan)
@@ -46,7 +48,7 @@ func TestReconcilerStreamPageKeepsToTheIndex(t *testing.T) {
 	bad := explain(sessionBounds{})
 	require.True(t, strings.Contains(bad, `"Sort"`) || strings.Contains(bad, `"Bitmap Heap Scan"`) || strings.Contains(bad, `"JIT"`),
 		"the planner keeps to the index anyway: the test shows nothing")
-	plan := explain(reconcileStreamBounds)
+	plan := explain(sessionBounds{sql: reconcile.StreamPageBounds})
 	require.NotContains(t, plan, `"Sort"`, "the page sorts the window's rows")
 	require.NotContains(t, plan, `"Bitmap Heap Scan"`, "the page scans the window's rows by bitmap")
 	require.NotContains(t, plan, `"JIT"`, "the page is compiled")

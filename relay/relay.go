@@ -13,6 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
 
+	"github.com/bunbox/bunbox/internal/maintenance/keytrack"
+	"github.com/bunbox/bunbox/internal/maintenance/wakeup"
 	"github.com/bunbox/bunbox/internal/schemaversion"
 	"github.com/bunbox/bunbox/internal/tables"
 	"github.com/bunbox/bunbox/model"
@@ -37,7 +39,6 @@ type Relay struct {
 	rdb     redis.UniversalClient // the connections of the client New made, closed by Close; nil with Config.Enqueuer
 	running atomic.Bool
 	sem     chan struct{} // bounds the enqueues in flight, over all workers
-	keys    *keyTracker   // hands out keyed events in order (ordering.go); nil without an inspector
 	sizer   claimSizer    // how many rows the next claim asks for, under Config.BatchBytes
 	decoded decodedBudget // bounds the payloads decoded at once with Config.Location.Codec (decoded.go)
 
@@ -45,7 +46,7 @@ type Relay struct {
 
 	redisOpt asynq.RedisConnOpt // the Redis options given to New, for the reconciler Run runs (reconcile_relay.go)
 	queues   *fairQueues        // Config.Queues as the claim uses it (queues.go); nil without
-	wake     wakeState          // shared with the wake-up (wake.go)
+	wake     wakeup.State       // shared with the wake-up (internal/maintenance/wakeup)
 
 	counters counters
 	rounds   roundHealth // since when the rounds fail, for Ready (health.go)
@@ -53,6 +54,8 @@ type Relay struct {
 	names tables.Names // Config.Location: the outbox's tables, qualified (internal/tables)
 
 	stream streamState // the snapshot cursor (stream.go)
+
+	services // cleanup, cancel, key tracker, wake-up, listener, reconciler (services.go)
 }
 
 // New checks that the outbox table exists and that Redis answers, and returns a Relay ready to Run.
@@ -91,7 +94,7 @@ func NewContext(ctx context.Context, db *bun.DB, redis asynq.RedisConnOpt, cfg C
 		r.rdb, r.enq = rdb, client
 	}
 	r.stmts = newStatements(ctx, db, cfg.PreparedStatements, r.names)
-	if err := r.newKeyTracker(redis); err != nil {
+	if err := newServices(r, redis); err != nil {
 		_ = r.Close()
 		return nil, err
 	}
@@ -140,7 +143,7 @@ func (r *Relay) Location() model.Location { return r.cfg.Location }
 // Close releases the Redis connections of the client that New made (none when Config.Enqueuer was
 // given). Call it after Run has returned.
 func (r *Relay) Close() error {
-	err := errors.Join(r.keys.close(), r.stmts.close())
+	err := errors.Join(r.closeServices(), r.stmts.close())
 	if r.rdb == nil {
 		return err
 	}
@@ -165,24 +168,11 @@ func (r *Relay) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	wake := make(chan struct{}, 1)
-	if !r.cfg.DisableNotify {
-		wg.Go(func() { r.listen(ctx, wake) })
+	wake := r.wakeCh
+	r.startServices(ctx, &wg) // listener, wake-up, cleanup, key tracker, reconciler, cancel (services.go)
+	if r.keys == nil {
+		keytrack.WarnWithoutTracker(ctx, r.db, r.names, r.log)
 	}
-	if r.cfg.WakeInterval > 0 {
-		wg.Go(func() { r.watchInserts(ctx, wake) })
-	}
-	if r.cfg.PublishedRetention > 0 {
-		wg.Go(func() { r.cleanupLoop(ctx) })
-	}
-	if r.keys != nil {
-		wg.Go(func() { r.trackKeys(ctx, wake) })
-	}
-	if !r.cfg.DisableReconciler {
-		wg.Go(func() { r.reconcileLoop(ctx) })
-	}
-	wg.Go(func() { r.cancelLoop(ctx, wake) })
-	r.warnKeyedWithoutInspector(ctx, r.db)
 	r.warnEviction(ctx)
 	r.log.LogAttrs(ctx, slog.LevelInfo, "bunbox relay started", append(r.startAttrs(ctx),
 		slog.Int("batch_size", r.cfg.BatchSize), slog.Int("concurrency", r.cfg.Concurrency), slog.Int("workers", r.cfg.Workers),

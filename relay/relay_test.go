@@ -325,7 +325,7 @@ func TestCleanupDeletesExpiredPublishedRows(t *testing.T) {
 	require.NoError(t, err)
 
 	r := b.newRelay(t, Config{PublishedRetention: time.Hour, CleanupBatchSize: 10})
-	n, err := r.cleanup(ctx)
+	n, err := r.cleaner.RunOnce(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 25, n)
 	require.EqualValues(t, 5, outboxtest.Count(t, b.db, "outbox_events", ""))

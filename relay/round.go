@@ -75,7 +75,7 @@ func (r *Relay) claimBatch(ctx context.Context, tx bun.Tx, res *BatchEvent) ([]m
 		return nil, nil
 	}
 	res.Claimed = len(events)
-	r.wake.note(events)
+	r.wake.Note(events)
 	res.full = r.sizer.observe(events, limit, r.cfg.BatchBytes)
 	return events, bad
 }
@@ -162,7 +162,7 @@ func (r *Relay) settle(ctx context.Context, tx bun.Tx, events []model.Event, d d
 // in res, a log line per failed row, OnDead per dead one.
 func (r *Relay) reportSettled(ctx context.Context, events []model.Event, d delivery, fails []failure, res *BatchEvent) {
 	res.Failed = len(fails)
-	r.keys.published(events)
+	r.keys.Published(events)
 	j := 0 // fails holds the task-own failures of d.failed, in order: the outages between them are skipped
 	for _, f := range fails {
 		for events[d.failed[j]].ID != f.id {

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
-
-	"github.com/bunbox/bunbox/internal/tables"
 )
 
 // Defaults of the server-side bounds of the relay's transactions (see Config.IdleInTransactionTimeout).
@@ -135,24 +133,6 @@ func keepAlive(ctx context.Context, tx bun.Tx, b sessionBounds) (stop func()) {
 		close(done)
 		<-finished
 	}
-}
-
-// requeueBounded is requeue in a transaction of its own with the default bounds, so that it neither waits
-// without end for a lock held by a partitioned relay nor holds its own locks past a partition.
-func requeueBounded(ctx context.Context, db *bun.DB, names tables.Names, rows []reconcileRow) (int, error) {
-	tx, err := beginBounded(ctx, db, defaultBounds())
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = tx.Rollback() }()
-	n, err := requeue(ctx, tx, names, rows)
-	if err != nil {
-		return 0, err
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, err
-	}
-	return n, nil
 }
 
 // validateBound checks a bound field: negative (none) or at least least.

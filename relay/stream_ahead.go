@@ -199,7 +199,7 @@ func (r *Relay) readStreamBatch(ctx context.Context, tx bun.Tx, c streamCursor) 
 	if err != nil {
 		return read, err
 	}
-	r.wake.note(read.events)
+	r.wake.Note(read.events)
 	r.stream.sizer.observe(read.events, limit, r.cfg.BatchBytes)
 	return read, nil
 }

@@ -48,9 +48,9 @@ func TestStreamRollingDeploy(t *testing.T) {
 	b.waitQueued(t, len(classic))
 	requireDeliveredOnce(t, b.inspector, b.queue, classic)
 	more := b.record(t, b.db, 20) // with the old relay idle: the wake-up and the poll both find nothing
-	reads := old.wake.reads.Load()
+	reads := old.wake.Reads.Load()
 	outboxtest.WaitFor(t, streamWait, "the old relay looking after the rows committed", func() bool {
-		return old.wake.reads.Load() > reads+20
+		return old.wake.Reads.Load() > reads+20
 	})
 	streamed = append(streamed, more...)
 	c := countStream(t, b.db)

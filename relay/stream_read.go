@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -265,16 +264,6 @@ func (r *Relay) streamDue(ctx context.Context) bool {
 	err = r.db.QueryRowContext(ctx, r.names.SQL(streamDueSQL), snapshotXip(c.from.String), snapshotXip(c.to.String),
 		fromXmax, from, to, afterXid, afterID, startID).Scan(&due)
 	return err != nil || due
-}
-
-// snapshotXmin returns the xmin of a pg_snapshot in its text form ("xmin:xmax:xip,..."), as a decimal.
-func snapshotXmin(snap string) (uint64, error) {
-	xmin, _, _ := strings.Cut(snap, ":")
-	v, err := strconv.ParseUint(xmin, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("relay: reconciler: the stream's cursor %q is not a snapshot: %w", snap, err)
-	}
-	return v, nil
 }
 
 // snapshotXmax returns the xmax of a pg_snapshot in its text form, xmin:xmax:xip,...

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 
 	"github.com/bunbox/bunbox/fanout"
@@ -53,44 +52,10 @@ func listenerTask(ev *model.Event, task *asynq.Task, opts []asynq.Option, l stri
 }
 
 // listenerTaskID is the TaskID of a listener's task: "<event id>:<listener>".
-func listenerTaskID(eventID, listener string) string { return eventID + ":" + listener }
+func listenerTaskID(eventID, listener string) string {
+	return taskmap.ListenerTaskID(eventID, listener)
+}
 
 // listenerGroup is the asynq group of a listener's task when the event has a group: "<group>:<listener>",
 // so that asynq aggregates each listener's tasks apart, as their task types ("<event>:<listener>") are.
 func listenerGroup(group, listener string) string { return group + ":" + listener }
-
-// taskIDs are the ids of the tasks the relay makes for event id of name: the event id, or one
-// listenerTaskID per listener of routes.
-func taskIDs(routes fanout.Routes, id uuid.UUID, name string) []string {
-	ls := routes[name]
-	if len(ls) == 0 {
-		return []string{id.String()}
-	}
-	ids := make([]string, len(ls))
-	for i, l := range ls {
-		ids[i] = listenerTaskID(id.String(), l)
-	}
-	return ids
-}
-
-// taskLookup is one task of a row to look up: the row's index and the task's id.
-type taskLookup struct {
-	row    int
-	taskID string
-}
-
-// appendTaskLookups appends a look-up of every task (taskIDs) of row i, event id of name.
-func appendTaskLookups(lookups []taskLookup, routes fanout.Routes, i int, id uuid.UUID, name string) []taskLookup {
-	for _, tid := range taskIDs(routes, id, name) {
-		lookups = append(lookups, taskLookup{i, tid})
-	}
-	return lookups
-}
-
-// asynqTaskKey is the Redis hash in which asynq v0.26 keeps a task (its "state" field says pending,
-// active, scheduled, retry, archived, completed or aggregating); see asynq's internal/base.TaskKey. The
-// ordering tests fail if a new asynq moves it.
-func asynqTaskKey(queue, id string) string { return "asynq:{" + queue + "}:t:" + id }
-
-// asynqQueuesKey is asynq's set of queue names (base.AllQueues).
-const asynqQueuesKey = "asynq:queues"

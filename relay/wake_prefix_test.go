@@ -21,7 +21,7 @@ func TestWakeUpWatchesItsTablePrefix(t *testing.T) {
 		cfg := quietConfig()
 		cfg.Location.Schema, cfg.Location.TablePrefix = s, prefix
 		r := b.newRelay(t, cfg)
-		seq, ok := r.wakeSequence(context.Background())
+		seq, ok := r.watcher.Sequence(context.Background())
 		require.True(t, ok)
 		require.Contains(t, []string{s + "." + prefix + "outbox_events_id_seq", `"` + s + `".` + prefix + "outbox_events_id_seq"}, seq)
 		seqs[seq] = true

@@ -9,6 +9,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bunbox/bunbox/internal/maintenance/wakeup"
 	"github.com/bunbox/bunbox/internal/outboxtest"
 )
 
@@ -22,8 +23,8 @@ func quietConfig() Config {
 // for at least n wake intervals.
 func waitIdle(t *testing.T, r *Relay, n int64) {
 	t.Helper()
-	from := r.wake.reads.Load()
-	outboxtest.WaitFor(t, 30*time.Second, "the relay idle", func() bool { return r.wake.reads.Load() >= from+n })
+	from := r.wake.Reads.Load()
+	outboxtest.WaitFor(t, 30*time.Second, "the relay idle", func() bool { return r.wake.Reads.Load() >= from+n })
 }
 
 // With the default settings, an event committed after a quiet spell is relayed by the wake-up, well
@@ -78,7 +79,7 @@ func TestWakeUpOff(t *testing.T) {
 	outboxtest.WaitFor(t, 30*time.Second, "the event relayed by the poll", func() bool {
 		return published(t, b.db) == 1
 	})
-	require.Zero(t, r.wake.reads.Load())
+	require.Zero(t, r.wake.Reads.Load())
 }
 
 // A role that may not read the sequence gets a warning that says what to grant, and the poll relays.
@@ -123,7 +124,7 @@ func TestWakeUpWithoutSequencePrivilege(t *testing.T) {
 	outboxtest.WaitFor(t, 30*time.Second, "the event relayed by the poll", func() bool {
 		return published(t, db) == 1
 	})
-	require.Zero(t, r.wake.reads.Load())
+	require.Zero(t, r.wake.Reads.Load())
 }
 
 func TestWakeIntervalDefault(t *testing.T) {
@@ -140,7 +141,7 @@ func TestWakeUpWatchesItsSchema(t *testing.T) {
 	cfg := quietConfig()
 	cfg.Location.Schema = s
 	r := b.newRelay(t, cfg)
-	seq, ok := r.wakeSequence(context.Background())
+	seq, ok := r.watcher.Sequence(context.Background())
 	require.True(t, ok)
 	require.Contains(t, []string{s + ".outbox_events_id_seq", `"` + s + `".outbox_events_id_seq`}, seq)
 }
@@ -158,14 +159,14 @@ func TestWakeUpSleepsWhileRowsCome(t *testing.T) {
 	waitIdle(t, r, 5)
 	insertEvents(t, b.db, b.queue, 1)
 	outboxtest.WaitFor(t, 30*time.Second, "the event relayed", func() bool { return published(t, b.db) == 1 })
-	claimedAt := time.Unix(0, r.wake.rowsAt.Load())
-	wakes, reads := r.wake.wakes.Load(), r.wake.reads.Load()
+	claimedAt := time.Unix(0, r.wake.RowsAt.Load())
+	wakes, reads := r.wake.Wakes.Load(), r.wake.Reads.Load()
 	outboxtest.WaitFor(t, 30*time.Second, "most of the hot window gone", func() bool {
 		return time.Since(claimedAt) >= hotWindow*3/4
 	})
 	if time.Since(claimedAt) < hotWindow { // not a slow machine that overslept the window
-		require.LessOrEqual(t, r.wake.wakes.Load()-wakes, int64(2), "the watcher woke while the relay was hot")
-		require.LessOrEqual(t, r.wake.reads.Load()-reads, int64(1), "the watcher read while the relay was hot")
+		require.LessOrEqual(t, r.wake.Wakes.Load()-wakes, int64(2), "the watcher woke while the relay was hot")
+		require.LessOrEqual(t, r.wake.Reads.Load()-reads, int64(1), "the watcher read while the relay was hot")
 	}
 	waitIdle(t, r, 5) // reading again after the window
 	insertEvents(t, b.db, b.queue, 1)
@@ -177,14 +178,17 @@ func TestWakeUpSleepsWhileRowsCome(t *testing.T) {
 func TestWakeHotFor(t *testing.T) {
 	t.Parallel()
 	cfg := Config{}.withDefaults()
-	var w wakeState
+	var w wakeup.State
+	hotFor := func(now time.Time) time.Duration {
+		return w.HotFor(cfg.MinPollInterval, cfg.WakeInterval, hotWindow, now)
+	}
 	now := time.Now()
-	require.Zero(t, w.hotFor(cfg, now), "no rows claimed yet")
-	w.rowsAt.Store(now.Add(-300 * time.Millisecond).UnixNano())
-	require.Equal(t, hotWindow-300*time.Millisecond, w.hotFor(cfg, now))
-	w.rowsAt.Store(now.Add(-hotWindow).UnixNano())
-	require.Zero(t, w.hotFor(cfg, now), "the window ended")
-	w.rowsAt.Store(now.UnixNano())
+	require.Zero(t, hotFor(now), "no rows claimed yet")
+	w.RowsAt.Store(now.Add(-300 * time.Millisecond).UnixNano())
+	require.Equal(t, hotWindow-300*time.Millisecond, hotFor(now))
+	w.RowsAt.Store(now.Add(-hotWindow).UnixNano())
+	require.Zero(t, hotFor(now), "the window ended")
+	w.RowsAt.Store(now.UnixNano())
 	cfg.MinPollInterval = 2 * cfg.WakeInterval
-	require.Zero(t, w.hotFor(cfg, now), "a loop that polls less often than the wake-up looks")
+	require.Zero(t, hotFor(now), "a loop that polls less often than the wake-up looks")
 }

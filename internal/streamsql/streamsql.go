@@ -99,3 +99,13 @@ const Lag = `SELECT s.name IS NOT NULL,
   (SELECT min(e.xid)::text FROM outbox_events e WHERE ` + Pending + `),
   coalesce(extract(epoch FROM clock_timestamp() - s.moved_at)::float8, 0)
 FROM (SELECT 1) AS one ` + Cursor
+
+// IndexOrderSettings are the planner settings, as rows of (name, setting) for set_config, under which a
+// statement that asks for the next rows in an index's order (ORDER BY the index's columns LIMIT n) reads
+// them from that index whatever the statistics say, and is not compiled: no bitmap scan, no sort, no JIT.
+// After an ANALYZE that sampled few of the newest rows of a large table the planner took them for a few
+// and chose a bitmap scan and a sort of all of them, at each read; and with 10 M rows kept its estimates
+// passed jit_above_cost, so each read of a reconciler's page was compiled first: 18 ms a page on average
+// against 2.3 on an empty table (pg_stat_statements, the keptdrain bench), for a few buffers each. The
+// stream's rounds and the reconciler's pages of streamed rows read with them.
+const IndexOrderSettings = "('jit', 'off'), ('enable_bitmapscan', 'off'), ('enable_sort', 'off')"

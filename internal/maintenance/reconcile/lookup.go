@@ -1,4 +1,4 @@
-package relay
+package reconcile
 
 import (
 	"context"
@@ -9,28 +9,31 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/bunbox/bunbox/internal/store"
+	"github.com/bunbox/bunbox/internal/taskmap"
 )
 
 // taskLookups lists the tasks of rows: one per row, or one per listener of its event with Routes.
-func (r *Reconciler) taskLookups(rows []reconcileRow) []taskLookup {
-	lookups := make([]taskLookup, 0, len(rows))
+func (r *Reconciler) taskLookups(rows []store.ReconcileRow) []taskmap.Lookup {
+	lookups := make([]taskmap.Lookup, 0, len(rows))
 	for i, row := range rows {
-		lookups = appendTaskLookups(lookups, r.cfg.Routes, i, row.EventID, row.Name)
+		lookups = taskmap.AppendLookups(lookups, r.cfg.Routes, i, row.EventID, row.Name)
 	}
 	return lookups
 }
 
 // findMissing looks the rows' tasks up and returns the rows of which a task is gone. Any other error
 // (Redis unreachable) aborts: an unanswered look-up must never count as missing.
-func (r *Reconciler) findMissing(ctx context.Context, res *ReconcileResult, rows []reconcileRow) ([]reconcileRow, error) {
+func (r *Reconciler) findMissing(ctx context.Context, res *Result, rows []store.ReconcileRow) ([]store.ReconcileRow, error) {
 	gone := make([]bool, len(rows))
 	var err error
-	if r.ins != nil {
+	if r.cfg.Inspector != nil {
 		err = r.inspect(ctx, rows, gone)
 	} else {
 		err = r.exist(ctx, res, rows, gone)
 	}
-	var missing []reconcileRow
+	var missing []store.ReconcileRow
 	for i, row := range rows {
 		if gone[i] {
 			missing = append(missing, row)
@@ -43,7 +46,7 @@ func (r *Reconciler) findMissing(ctx context.Context, res *ReconcileResult, rows
 // one pipeline of EXISTS on asynq's task keys: one round trip per Redis node. A task key exists while
 // asynq has the task in any state (it deletes the key when it drops the task, and lets it expire with a
 // completed task's retention).
-func (r *Reconciler) exist(ctx context.Context, res *ReconcileResult, rows []reconcileRow, gone []bool) error {
+func (r *Reconciler) exist(ctx context.Context, res *Result, rows []store.ReconcileRow, gone []bool) error {
 	queues := make([]string, 0, 1)
 	for i := range rows {
 		if !slices.Contains(queues, rows[i].Queue) {
@@ -61,25 +64,25 @@ func (r *Reconciler) exist(ctx context.Context, res *ReconcileResult, rows []rec
 	r.cursor.seen(rows)
 
 	lookups := r.taskLookups(rows)
-	pipe := r.rdb.Pipeline()
+	pipe := r.cfg.Redis.Pipeline()
 	cmds := make([]*redis.IntCmd, len(lookups))
 	for i, lk := range lookups {
-		cmds[i] = pipe.Exists(ctx, asynqTaskKey(rows[lk.row].Queue, lk.taskID))
+		cmds[i] = pipe.Exists(ctx, taskmap.TaskKey(rows[lk.Row].Queue, lk.TaskID))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("relay: reconciler: look up tasks in Redis: %w", err)
 	}
 	for i, lk := range lookups {
 		if cmds[i].Val() == 0 {
-			gone[lk.row] = true
+			gone[lk.Row] = true
 		}
 	}
 	return nil
 }
 
-// inspect looks the tasks up through ReconcilerConfig.Inspector, at most Concurrency at once, and sets
+// inspect looks the tasks up through Config.Inspector, at most Concurrency at once, and sets
 // gone for the rows with a task it does not find (a queue it does not know counts as gone).
-func (r *Reconciler) inspect(ctx context.Context, rows []reconcileRow, gone []bool) error {
+func (r *Reconciler) inspect(ctx context.Context, rows []store.ReconcileRow, gone []bool) error {
 	var (
 		mu       sync.Mutex
 		firstErr error
@@ -103,16 +106,16 @@ func (r *Reconciler) inspect(ctx context.Context, rows []reconcileRow, gone []bo
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			row := &rows[lk.row]
-			_, err := r.ins.GetTaskInfo(row.Queue, lk.taskID)
+			row := &rows[lk.Row]
+			_, err := r.cfg.Inspector.GetTaskInfo(row.Queue, lk.TaskID)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
 			case err == nil:
 			case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
-				gone[lk.row] = true
+				gone[lk.Row] = true
 			case firstErr == nil:
-				firstErr = fmt.Errorf("relay: reconciler: look up task %s in queue %q: %w", lk.taskID, row.Queue, err)
+				firstErr = fmt.Errorf("relay: reconciler: look up task %s in queue %q: %w", lk.TaskID, row.Queue, err)
 			}
 		})
 	}

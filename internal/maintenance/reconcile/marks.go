@@ -1,13 +1,12 @@
-package relay
+package reconcile
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"log/slog"
 	"time"
 
 	"github.com/bunbox/bunbox/internal/pgerr"
+	"github.com/bunbox/bunbox/internal/store"
 )
 
 // Time marks kept in the database (bunbox_stream_marks, migration 20261206000001). A Reconciler keeps the
@@ -18,44 +17,35 @@ import (
 // and a sweep with no mark of its own before the window reads the latest recorded one before it.
 //
 // A recorded mark is a fact about the database's transaction ids, true from then on, whoever wrote it:
-// it is read with a margin (markMargin) for the clocks of two servers (a failover) that disagree a
+// it is read with a margin (MarkMargin) for the clocks of two servers (a failover) that disagree a
 // little. Without the table (its migration not applied) or the privilege to write it, the reconciler
 // says so once at Warn and sweeps as before: slower, not less.
 
-// markEvery is the least time between two recorded marks; markMargin is how much earlier than the
+// markEvery is the least time between two recorded marks; MarkMargin is how much earlier than the
 // window's start a recorded mark must be to be used.
 const (
 	markEvery  = 30 * time.Second
-	markMargin = time.Second
+	MarkMargin = time.Second
 )
-
-// recordMarkSQL records the mark (?0 at, ?1 next xid) unless one was recorded less than markEvery before
-// it, and deletes the marks recorded before ?2.
-const recordMarkSQL = `WITH gone AS (DELETE FROM bunbox_stream_marks WHERE at < ?2)
-INSERT INTO bunbox_stream_marks (at, next_xid) SELECT ?0, ?1::xid8
-WHERE NOT EXISTS (SELECT 1 FROM bunbox_stream_marks WHERE at > ?0::timestamptz - make_interval(secs => ?3))
-ON CONFLICT (at) DO NOTHING`
-
-// recordedMarkSQL reads the latest recorded mark before ?0 (no row: none).
-const recordedMarkSQL = `SELECT next_xid::text, at FROM bunbox_stream_marks WHERE at < ?0 ORDER BY at DESC LIMIT 1`
 
 // recordMark writes m to bunbox_stream_marks and deletes the marks older than TaskRetention (every
 // Window is shorter). A missing table or privilege is said once and is no error of the pass.
 func (r *Reconciler) recordMark(ctx context.Context, m xidMark) error {
-	_, err := r.db.NewRaw(r.names.SQL(recordMarkSQL), m.at, m.xmax, m.at.Add(-r.cfg.TaskRetention),
-		markEvery.Seconds()).Exec(ctx)
+	err := store.RecordMark(ctx, r.db, r.names, m.at, m.xmax, m.at.Add(-r.cfg.TaskRetention), markEvery)
 	if err == nil || !r.marksUnusable(ctx, err) {
 		return err
 	}
 	return nil
 }
 
-// recordedMark returns the latest mark recorded more than markMargin before from, and false without one.
+// recordedMark returns the latest mark recorded more than MarkMargin before from, and false without one.
 func (r *Reconciler) recordedMark(ctx context.Context, from time.Time) (xidMark, bool, error) {
 	var m xidMark
-	err := r.db.NewRaw(r.names.SQL(recordedMarkSQL), from.Add(-markMargin)).Scan(ctx, &m.xmax, &m.at)
+	var ok bool
+	var err error
+	m.xmax, m.at, ok, err = store.RecordedMark(ctx, r.db, r.names, from.Add(-MarkMargin))
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
+	case err == nil && !ok:
 		return m, false, nil
 	case err != nil && r.marksUnusable(ctx, err):
 		return m, false, nil
@@ -73,7 +63,7 @@ func (r *Reconciler) marksUnusable(ctx context.Context, err error) bool {
 	}
 	if !r.cursor.marksLogged {
 		r.cursor.marksLogged = true
-		r.log.LogAttrs(ctx, slog.LevelWarn, "bunbox reconciler: cannot keep the stream's time marks in "+
+		r.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "bunbox reconciler: cannot keep the stream's time marks in "+
 			r.names.Qualify("bunbox_stream_marks")+" (apply bunbox's migrations, and GRANT SELECT, INSERT, DELETE on it "+
 			"to the reconciler's role): until it has run for its Window, each sweep looks for the window's first "+
 			"streamed row among every streamed row the table keeps", slog.Any("err", err))

@@ -1,4 +1,4 @@
-package relay
+package reconcile
 
 import (
 	"context"
@@ -12,9 +12,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/bunbox/bunbox/internal/store"
+	"github.com/bunbox/bunbox/internal/taskmap"
 )
 
-// reconcileCursor is what a Reconciler remembers between passes, in memory: a new Reconciler sweeps.
+// cursor is what a Reconciler remembers between passes, in memory: a new Reconciler sweeps.
 //
 // Why a pass may skip the rows published before horizon: a marker of the previous pass that is still in
 // Redis proves that every write Redis took before it is still there (Redis keeps or loses writes in
@@ -23,7 +26,7 @@ import (
 // (published_at = now()), and that transaction was either open when the horizon was read (so it began
 // at or after the horizon, the earliest start of the transactions open then) or began later. Either way
 // the row's published_at is at or after the horizon, so the next pass reads it.
-type reconcileCursor struct {
+type cursor struct {
 	instance string // in this reconciler's marker keys
 	pass     uint64 // the value of the markers of the current pass
 
@@ -31,7 +34,7 @@ type reconcileCursor struct {
 	// completed. Zero until a pass has completed: then the pass sweeps.
 	horizon time.Time
 	// streamFrom is the stream cursor's snap_from read by the last pass that completed, before it wrote
-	// its markers: the streamed rows delivered since are at or above its xmin (see reconcile_stream.go).
+	// its markers: the streamed rows delivered since are at or above its xmin (see stream.go).
 	// NULL when there was no cursor row: every delivered streamed row is read.
 	streamFrom sql.NullString
 	// xidMarks are the marks of the passes within the window, and the latest before it (see xidMark).
@@ -58,29 +61,10 @@ type reconcileCursor struct {
 	marksLogged bool
 }
 
-func newReconcileCursor() reconcileCursor {
-	return reconcileCursor{instance: uuid.NewString(), markers: map[string]uint64{}, lastSeen: map[string]time.Time{},
+func newCursor() cursor {
+	return cursor{instance: uuid.NewString(), markers: map[string]uint64{}, lastSeen: map[string]time.Time{},
 		written: map[string]bool{}, sweep: map[string]bool{}, hiddenSince: map[string]time.Time{}}
 }
-
-// reconcileHorizonSQL reads the database's clock and the horizon: the clock, or the start of the earliest
-// client transaction open in this database when that is earlier (a relay's round stamps its rows with
-// it, and they become visible at its commit). Background workers (autovacuum) cannot publish rows.
-//
-// It also reads the transactions whose start the reconciler's role cannot see: pg_stat_activity shows
-// the sessions of other roles with a NULL xact_start and backend_type unless the role is superuser or
-// has the privileges of pg_read_all_stats. pg_locks has no such filter: every transaction holds the lock
-// on its own virtual transaction id while it runs, so those transactions are listed by pid and virtual
-// id ("pid/vxid"); see reconcileCursor.holdForHidden. read_at is the statement's start, before either view
-// was read.
-const reconcileHorizonSQL = `WITH c AS (SELECT clock_timestamp() AS now)
-SELECT now, least(now, (SELECT min(xact_start) FROM pg_stat_activity
-  WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid())),
-  statement_timestamp(),
-  ARRAY(SELECT l.pid::text || '/' || l.virtualxid FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
-    WHERE l.locktype = 'virtualxid' AND l.granted AND l.pid <> pg_backend_pid()
-      AND a.datname = current_database() AND a.backend_type IS NULL)
-FROM c`
 
 // hiddenStartMargin covers the moment between a backend reading the clock for its transaction's start
 // (now()) and taking the lock on its virtual transaction id, in which a read of pg_locks cannot see the
@@ -95,7 +79,7 @@ const hiddenStartMargin = 10 * time.Second
 // pass reads every row published within Window, as a sweep does). Rows published by a transaction open
 // for longer than Window are not checked, as with the privilege. The bounds of the transactions still
 // open are kept for the next pass.
-func (c *reconcileCursor) holdForHidden(horizon, readAt, from time.Time, hidden []string) time.Time {
+func (c *cursor) holdForHidden(horizon, readAt, from time.Time, hidden []string) time.Time {
 	next := make(map[string]time.Time, len(hidden))
 	for _, id := range hidden {
 		bound, known := c.hiddenSince[id]
@@ -116,7 +100,7 @@ func (c *reconcileCursor) holdForHidden(horizon, readAt, from time.Time, hidden 
 }
 
 // begin starts a pass: a new marker value, and the queues whose rows all left the window forgotten.
-func (c *reconcileCursor) begin(from time.Time) {
+func (c *cursor) begin(from time.Time) {
 	c.pass++
 	clear(c.written)
 	for q, at := range c.lastSeen {
@@ -128,12 +112,12 @@ func (c *reconcileCursor) begin(from time.Time) {
 	}
 }
 
-func (c *reconcileCursor) knownQueues() []string { return slices.Sorted(maps.Keys(c.lastSeen)) }
+func (c *cursor) knownQueues() []string { return slices.Sorted(maps.Keys(c.lastSeen)) }
 
-func (c *reconcileCursor) sweepQueues() []string { return slices.Sorted(maps.Keys(c.sweep)) }
+func (c *cursor) sweepQueues() []string { return slices.Sorted(maps.Keys(c.sweep)) }
 
 // seen records the queues of rows read.
-func (c *reconcileCursor) seen(rows []reconcileRow) {
+func (c *cursor) seen(rows []store.ReconcileRow) {
 	for i := range rows {
 		t := rows[i].PublishedAt
 		if p := rows[i].ProcessAt; p != nil && p.After(t) {
@@ -147,7 +131,7 @@ func (c *reconcileCursor) seen(rows []reconcileRow) {
 
 // markerKey is the key of this reconciler's marker in queue's hash slot: asynq keeps a queue's keys
 // under "asynq:{<queue>}:", so on a Cluster the marker lives on the node of the queue's tasks.
-func (c *reconcileCursor) markerKey(queue string) string {
+func (c *cursor) markerKey(queue string) string {
 	return "bunbox:reconciler:{" + queue + "}:" + c.instance
 }
 
@@ -165,12 +149,12 @@ func (r *Reconciler) writeMarkers(ctx context.Context, queues []string) (lost []
 	}
 	ttl := r.cfg.Window + 2*r.cfg.Interval
 	value := strconv.FormatUint(c.pass, 10)
-	pipe := r.rdb.Pipeline()
+	pipe := r.cfg.Redis.Pipeline()
 	sets := make([]*redis.Cmd, len(queues))
 	for i, q := range queues {
 		// SET ... GET (Redis 6.2, which asynq's scripts need too) writes and reads back in one command.
 		sets[i] = pipe.Do(ctx, "set", c.markerKey(q), value, "px", ttl.Milliseconds(), "get")
-		pipe.SAdd(ctx, asynqQueuesKey, q)
+		pipe.SAdd(ctx, taskmap.QueuesKey, q)
 	}
 	_, _ = pipe.Exec(ctx) // the errors are in the commands
 	var errs []error

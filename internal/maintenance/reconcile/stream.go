@@ -1,14 +1,16 @@
-package relay
+package reconcile
 
 import (
 	"context"
 	"database/sql"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
-	"github.com/uptrace/bun/dialect/pgdialect"
+	"github.com/uptrace/bun"
 
+	"github.com/bunbox/bunbox/internal/store"
 	"github.com/bunbox/bunbox/internal/streamsql"
 )
 
@@ -22,7 +24,7 @@ import (
 //
 // Waiting streamed rows are never read: their tasks do not exist yet, and the stream delivers them.
 //
-// The incremental pass (see reconcileCursor) reads, among the streamed rows, only those the cursor may
+// The incremental pass (see cursor) reads, among the streamed rows, only those the cursor may
 // have delivered since the previous pass read it: a task lost since that pass's marker was written after
 // it, so after that read; the stream round that enqueued it had not committed its cursor move past the
 // row at that read, so the row was not visible in the snap_from read then, and its xid is at or above
@@ -33,11 +35,6 @@ import (
 // (see reconcile_marks.go). Only without either does it look for the least xid of the streamed rows
 // created within the window, a read of every streamed row the table keeps (PublishedRetention). The rows
 // created before the window whose ProcessAt is within it or ahead are read from the index's start.
-
-// reconcileStreamFromSQL reads the cursor's last finished snapshot as text (NULL without a cursor row), and
-// an xidMark: the xmax of the statement's snapshot (taken as the statement began), then the clock.
-const reconcileStreamFromSQL = `SELECT (SELECT snap_from::text FROM bunbox_stream WHERE name = 'outbox'),
-  pg_snapshot_xmax(pg_current_snapshot())::text, clock_timestamp()`
 
 // xidMark pairs a time with the transaction id PostgreSQL was about to assign at or before it: every
 // transaction that starts after at has an xid of at least xmax (ids are assigned in order, at a
@@ -51,7 +48,7 @@ type xidMark struct {
 }
 
 // markXID records m and forgets the marks no sweep needs: all but the latest at or before from.
-func (c *reconcileCursor) markXID(m xidMark, from time.Time) {
+func (c *cursor) markXID(m xidMark, from time.Time) {
 	c.xidMarks = append(c.xidMarks, m)
 	keep := 0
 	for i, old := range c.xidMarks {
@@ -63,7 +60,7 @@ func (c *reconcileCursor) markXID(m xidMark, from time.Time) {
 }
 
 // adoptMark keeps m, a mark recorded in the database before the first of the cursor's own, as the earliest.
-func (c *reconcileCursor) adoptMark(m xidMark) {
+func (c *cursor) adoptMark(m xidMark) {
 	if len(c.xidMarks) == 0 || m.at.Before(c.xidMarks[0].at) {
 		c.xidMarks = append([]xidMark{m}, c.xidMarks...)
 	}
@@ -71,7 +68,7 @@ func (c *reconcileCursor) adoptMark(m xidMark) {
 
 // sweepFromXID returns the xid a sweep of the window starting at from reads the stream's index from: the
 // xmax of the latest mark at or before from, or "0".
-func (c *reconcileCursor) sweepFromXID(from time.Time) string {
+func (c *cursor) sweepFromXID(from time.Time) string {
 	xid := "0"
 	for _, m := range c.xidMarks {
 		if !m.at.After(from) {
@@ -81,43 +78,20 @@ func (c *reconcileCursor) sweepFromXID(from time.Time) string {
 	return xid
 }
 
-// reconcileStreamFirstSQL reads the least xid of the streamed rows created within [?0, ?1] (NULL: none).
-const reconcileStreamFirstSQL = `SELECT min(e.xid)::text FROM outbox_events e
-WHERE e.published_at = 'infinity' AND e.created_at >= ?0 AND e.created_at <= ?1`
-
-// reconcileStreamPageSQL reads a page of the delivered streamed rows created within [?0, ?1], and with
-// scheduled those created before ?0 whose process_at is at or after it, keyset-paginated on (xid, id)
-// after (?2, ?3), of the queues ?4 (all when empty) but ?5, ?6 at most, delivered since the cursor had
-// the snap_from ?7 (NULL: any). Grouped and cancelled events are left out, as in reconcilePageSQL.
-func reconcileStreamPageSQL(scheduled bool) string {
-	window := `e.created_at >= ?0 AND e.created_at <= ?1`
-	if scheduled {
-		window = `e.process_at >= ?0 AND e.created_at < ?0`
-	}
-	return `SELECT e.id, e.event_id, e.event_name, e.queue, e.created_at AS published_at, e.process_at,
-  e.created_at AS page_key, true AS streamed, e.xid::text AS page_xid
-FROM outbox_events e ` + streamsql.Cursor + `
-WHERE e.published_at = 'infinity' AND (e.xid, e.id) > (?2::xid8, ?3::bigint) AND ` + streamsql.DeliveredSince("?7") + `
-  AND ` + streamsql.Delivered + ` AND ` + window + ` AND e.task_group IS NULL AND e.cancelled_at IS NULL
-  AND (cardinality(?4::text[]) = 0 OR e.queue = ANY(?4::text[])) AND NOT (e.queue = ANY(?5::text[]))
-ORDER BY e.xid, e.id
-LIMIT ?6`
-}
-
-// streamStart returns the xid from which a scan of rg (not scheduled) reads the stream's index: the
+// StreamStart returns the xid from which a scan of rg (not scheduled) reads the stream's index: the
 // greatest of the lower bounds it knows of the xids of the rows it looks for. Those are the mark of this
 // Reconciler's own taken before the window began, else the latest recorded one (see recordedMark), and
 // in an incremental pass (since valid) the xmin of the cursor read by the previous pass. Without any, it
 // finds the least xid of the streamed rows created within the window (the read of every streamed row
 // the table keeps that the marks are there to avoid), and returns false when there is none.
-func (r *Reconciler) streamStart(ctx context.Context, rg scanRange, since *sql.NullString) (string, bool, error) {
+func (r *Reconciler) StreamStart(ctx context.Context, rg Range, since *sql.NullString) (string, bool, error) {
 	c := &r.cursor
-	from, err := strconv.ParseUint(c.sweepFromXID(rg.from), 10, 64)
+	from, err := strconv.ParseUint(c.sweepFromXID(rg.From), 10, 64)
 	if err != nil {
 		return "", false, fmt.Errorf("relay: reconciler: a time mark of the stream: %w", err)
 	}
 	if from == 0 {
-		m, ok, err := r.recordedMark(ctx, rg.from)
+		m, ok, err := r.recordedMark(ctx, rg.From)
 		if err != nil {
 			return "", false, fmt.Errorf("relay: reconciler: read a time mark of the stream: %w", err)
 		}
@@ -138,71 +112,52 @@ func (r *Reconciler) streamStart(ctx context.Context, rg scanRange, since *sql.N
 	if from > 0 {
 		return strconv.FormatUint(from, 10), true, nil
 	}
-	var first sql.NullString
-	if err := r.db.NewRaw(r.names.SQL(reconcileStreamFirstSQL), rg.from, rg.to).Scan(ctx, &first); err != nil {
+	first, err := store.FirstStreamedXID(ctx, r.db, r.names, rg.From, rg.To)
+	if err != nil {
 		return "", false, fmt.Errorf("relay: reconciler: read delivered streamed rows: %w", err)
 	}
 	return first.String, first.Valid, nil
 }
 
-// indexOrderSettings are the planner settings, as rows of (name, setting) for set_config, under which a
-// statement that asks for the next rows in an index's order (ORDER BY the index's columns LIMIT n) reads
-// them from that index whatever the statistics say, and is not compiled: no bitmap scan, no sort, no JIT.
-// After an ANALYZE that sampled few of the newest rows of a large table the planner took them for a few
-// and chose a bitmap scan and a sort of all of them, at each read; and with 10 M rows kept its estimates
-// passed jit_above_cost, so each read of a reconciler's page was compiled first: 18 ms a page on average
-// against 2.3 on an empty table (pg_stat_statements, the keptdrain bench), for a few buffers each.
-const indexOrderSettings = "('jit', 'off'), ('enable_bitmapscan', 'off'), ('enable_sort', 'off')"
-
-// reconcileStreamBounds are the settings of a page's read of the streamed rows within the window, in the
-// index's order, local to its transaction (safe behind a transaction pooler; any role may set them); the
-// scheduled rows' read (from the index on process_at, then sorted: few rows) only turns JIT off.
-var (
-	reconcileStreamBounds          = sessionBounds{sql: setLocalSQL(indexOrderSettings)}
-	reconcileStreamScheduledBounds = sessionBounds{sql: "SELECT set_config('jit', 'off', true)"}
+// StreamPageBounds are the settings of a page's read of the streamed rows within the window, in the
+// index's order, local to its transaction (safe behind a transaction pooler; any role may set them), a
+// statement for store.Begin; the scheduled rows' read (from the index on process_at, then sorted: few
+// rows) only turns JIT off (streamScheduledPageBounds).
+const (
+	StreamPageBounds          = "SELECT set_config(name, setting, true) FROM (VALUES " + streamsql.IndexOrderSettings + ") AS s(name, setting)"
+	streamScheduledPageBounds = "SELECT set_config('jit', 'off', true)"
 )
-
-// readStreamPage runs a page's read (reconcileStreamPageSQL) in a transaction of its own with the bounds b.
-func (r *Reconciler) readStreamPage(ctx context.Context, b sessionBounds, query string, args ...any) ([]reconcileRow, error) {
-	tx, err := beginBounded(ctx, r.db, b)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = tx.Rollback() }()
-	var rows []reconcileRow
-	if err := tx.NewRaw(query, args...).Scan(ctx, &rows); err != nil {
-		return nil, err
-	}
-	return rows, tx.Commit()
-}
 
 // scanStream pages through the delivered streamed rows of rg in (xid, id) order, looks their tasks up and
 // requeues the rows whose task is gone (a requeued streamed row leaves the stream: a pending row of the
 // per-row path). since is the cursor's snap_from read by the previous pass (incremental), nil for a sweep.
-func (r *Reconciler) scanStream(ctx context.Context, res *ReconcileResult, rg scanRange, since *sql.NullString) error {
+// Each page is read in a transaction of its own with the planner settings of StreamPageBounds.
+func (r *Reconciler) scanStream(ctx context.Context, res *Result, rg Range, since *sql.NullString) error {
 	// (xid, id) > (x, 0): the xids from x on (ids are positive). The rows created before the window (with
 	// scheduled) are read from the index's start.
-	afterXID, afterID := "0", int64(0)
-	if !rg.scheduled {
+	p := rg.page(r.cfg.BatchSize)
+	p.AfterXID = "0"
+	if !rg.Scheduled {
 		var ok bool
 		var err error
-		if afterXID, ok, err = r.streamStart(ctx, rg, since); err != nil || !ok {
+		if p.AfterXID, ok, err = r.StreamStart(ctx, rg, since); err != nil || !ok {
 			return err
 		}
 	}
-	queues, notQueues := pgdialect.Array(nonNil(rg.queues)), pgdialect.Array(nonNil(rg.notQueues))
-	var bound sql.NullString
 	if since != nil {
-		bound = *since
+		p.Since = *since
 	}
-	query := r.names.SQL(reconcileStreamPageSQL(rg.scheduled))
-	bounds := reconcileStreamBounds
-	if rg.scheduled {
-		bounds = reconcileStreamScheduledBounds
+	bounds := StreamPageBounds
+	if rg.Scheduled {
+		bounds = streamScheduledPageBounds
 	}
 	for {
-		rows, err := r.readStreamPage(ctx, bounds, query, rg.from, rg.to, afterXID, afterID, queues, notQueues,
-			r.cfg.BatchSize, bound)
+		var rows []store.ReconcileRow
+		err := store.InTx(ctx, r.db, bounds, func(tx bun.Tx) error {
+			var err error
+			rows, err = store.ReadStreamedPage(ctx, tx, r.names, p)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("relay: reconciler: read delivered streamed rows: %w", err)
 		}
@@ -210,7 +165,7 @@ func (r *Reconciler) scanStream(ctx context.Context, res *ReconcileResult, rg sc
 			return nil
 		}
 		last := &rows[len(rows)-1]
-		afterXID, afterID = last.PageXID, last.ID
+		p.AfterXID, p.AfterID = last.PageXID, last.ID
 		if err := r.checkPage(ctx, res, rows); err != nil {
 			return err
 		}
@@ -218,4 +173,14 @@ func (r *Reconciler) scanStream(ctx context.Context, res *ReconcileResult, rg sc
 			return nil
 		}
 	}
+}
+
+// snapshotXmin returns the xmin of a pg_snapshot in its text form ("xmin:xmax:xip,..."), as a decimal.
+func snapshotXmin(snap string) (uint64, error) {
+	xmin, _, _ := strings.Cut(snap, ":")
+	v, err := strconv.ParseUint(xmin, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("relay: reconciler: the stream's cursor %q is not a snapshot: %w", snap, err)
+	}
+	return v, nil
 }

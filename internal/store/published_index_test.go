@@ -1,4 +1,4 @@
-package relay
+package store
 
 import (
 	"context"
@@ -19,16 +19,16 @@ import (
 func TestPublishedIndexServesCleanupAndReconciler(t *testing.T) {
 	t.Parallel()
 	outboxtest.SkipShort(t)
-	b := setup(t)
+	db, _ := outboxtest.Schema(t)
 	ctx := context.Background()
-	_, err := b.db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, payload, published_at, xid, created_at)
+	_, err := db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, payload, published_at, xid, created_at)
 SELECT gen_random_uuid(), 'streamed', '{}', 'infinity', pg_current_xact_id(), now() - g * interval '1 second'
 FROM generate_series(1, 20000) g`)
 	require.NoError(t, err)
-	_, err = b.db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, payload, published_at)
+	_, err = db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, payload, published_at)
 SELECT gen_random_uuid(), 'published', '{}', now() - g * interval '1 second' FROM generate_series(1, 5000) g`)
 	require.NoError(t, err)
-	_, err = b.db.ExecContext(ctx, "ANALYZE outbox_events")
+	_, err = db.ExecContext(ctx, "ANALYZE outbox_events")
 	require.NoError(t, err)
 
 	now := time.Now()
@@ -37,11 +37,11 @@ SELECT gen_random_uuid(), 'published', '{}', now() - g * interval '1 second' FRO
 		sql  string
 		args []any
 	}{
-		"cleanup":    {cleanupSQL, []any{now.Add(-time.Hour), 1000}},
+		"cleanup":    {deletePublishedSQL, []any{now.Add(-time.Hour), 1000}},
 		"reconciler": {reconcilePageSQL, []any{now.Add(-10 * time.Minute), now.Add(-5 * time.Minute), now.Add(-10 * time.Minute), 0, empty, empty, 500}},
 	} {
 		var plan string
-		require.NoError(t, b.db.NewRaw("EXPLAIN (FORMAT JSON) "+q.sql, q.args...).Scan(ctx, &plan), name)
+		require.NoError(t, db.NewRaw("EXPLAIN (FORMAT JSON) "+q.sql, q.args...).Scan(ctx, &plan), name)
 		var indexes []string
 		for _, m := range regexp.MustCompile(`"Index Name": "([^"]+)"`).FindAllStringSubmatch(plan, -1) {
 			indexes = append(indexes, m[1])

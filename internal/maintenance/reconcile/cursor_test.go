@@ -1,4 +1,4 @@
-package relay
+package reconcile
 
 import (
 	"testing"
@@ -10,7 +10,7 @@ import (
 // A sweep reads the stream's index from the xmax of the latest mark taken at or before the window's
 // start, "0" without one; marks no sweep needs are forgotten.
 func TestXIDMarks(t *testing.T) {
-	c := newReconcileCursor()
+	c := newCursor()
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	require.Equal(t, "0", c.sweepFromXID(t0))
 	for i, xmax := range []string{"100", "200", "300", "400"} {

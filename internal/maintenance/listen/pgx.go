@@ -1,4 +1,4 @@
-package relay
+package listen
 
 import (
 	"context"
@@ -13,34 +13,28 @@ import (
 	"github.com/uptrace/bun"
 )
 
-// listenPgx is listen for a *bun.DB over pgx's database/sql driver (github.com/jackc/pgx/v5/stdlib). It
+// runPgx is Run for a *bun.DB over pgx's database/sql driver (github.com/jackc/pgx/v5/stdlib). It
 // LISTENs on a connection of its own, outside the pool (as pgdriver's Listener does), dialed with the
-// configuration of one of db's connections (db is the relay's database or Config.ListenURL's, see
-// listenDB), so TLS, credentials and runtime parameters are db's. A notification sent while it reconnects is lost: the poll interval covers that, and every
+// configuration of one of db's connections (db is the relay's database or URL's, see
+// open), so TLS, credentials and runtime parameters are db's. A notification sent while it reconnects is lost: the poll interval covers that, and every
 // (re)connect wakes the loop once.
-func (r *Relay) listenPgx(ctx context.Context, db *bun.DB, wake chan<- struct{}) {
-	signal := func() {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	}
+func (l *Listener) runPgx(ctx context.Context, db *bun.DB) {
 	failures := 0
 	for ctx.Err() == nil {
-		err := r.listenPgxOnce(ctx, db, signal, func() { failures = 0 })
+		err := l.runPgxOnce(ctx, db, func() { failures = 0 })
 		if ctx.Err() != nil {
 			return
 		}
 		failures++
-		if !r.listenerBackoff(ctx, failures, err) {
+		if !l.backoff(ctx, failures, err) {
 			return
 		}
 	}
 }
 
-// listenPgxOnce connects, LISTENs and forwards notifications until ctx ends (nil) or the connection
+// runPgxOnce connects, LISTENs and forwards notifications until ctx ends (nil) or the connection
 // fails (the error). listening is called once the LISTEN is in effect.
-func (r *Relay) listenPgxOnce(ctx context.Context, db *bun.DB, signal, listening func()) error {
+func (l *Listener) runPgxOnce(ctx context.Context, db *bun.DB, listening func()) error {
 	cfg, err := pgxConfig(ctx, db)
 	if err != nil {
 		return err
@@ -60,22 +54,22 @@ func (r *Relay) listenPgxOnce(ctx context.Context, db *bun.DB, signal, listening
 		_ = conn.Close(cctx)
 	}()
 	// Exec waits for the server's reply: once it returns, the LISTEN is in effect.
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{r.names.Channel(notifyChannel)}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.cfg.Channel}.Sanitize()); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	listening()
-	r.log.LogAttrs(ctx, slog.LevelDebug, "bunbox relay: listening for notifications",
-		slog.String("channel", r.names.Channel(notifyChannel)))
+	l.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "bunbox relay: listening for notifications",
+		slog.String("channel", l.cfg.Channel))
 	// What was committed before the LISTEN took effect sent no notification we can see: look now.
-	signal()
+	l.cfg.Wake()
 	for {
-		wctx, cancel := context.WithTimeout(ctx, r.cfg.PollInterval)
+		wctx, cancel := context.WithTimeout(ctx, l.cfg.PollInterval)
 		_, err := conn.WaitForNotification(wctx)
 		timedOut := wctx.Err() != nil
 		cancel()
 		switch {
 		case err == nil:
-			signal()
+			l.cfg.Wake()
 		case ctx.Err() != nil:
 			return nil
 		case timedOut && pgconn.Timeout(err) && !conn.IsClosed():
