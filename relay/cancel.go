@@ -147,7 +147,7 @@ var cancelPageStreamed = fmt.Sprintf(cancelPageSQL, `
 // cancelPageSQL is the cancel page's statement: with cancelPageStreamed's filter wherever the cursor's
 // table exists, as it is before the migration otherwise.
 func (r *Relay) cancelPageSQL(ctx context.Context) string {
-	if _, cursor := r.streamCatalog(ctx); cursor {
+	if _, cursor := r.rounds.stream.catalog(ctx); cursor {
 		return cancelPageStreamed
 	}
 	return fmt.Sprintf(cancelPageSQL, "")

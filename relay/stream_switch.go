@@ -7,6 +7,7 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/bunbox/bunbox/internal/store"
 	"github.com/bunbox/bunbox/internal/streamsql"
 	"github.com/bunbox/bunbox/internal/tables"
 	"github.com/bunbox/bunbox/model"
@@ -68,16 +69,8 @@ func DisableStream(ctx context.Context, db bun.IDB, loc model.Location) error {
 			return err
 		}
 		// A waiting row cancelled meanwhile was never enqueued (the stream settles the cancel as it
-		// passes it): its cancel is settled here as bunx settles a pending row's (handOverWaitingSet).
-		_, err := tx.ExecContext(ctx, names.SQL(`UPDATE outbox_events e `+handOverWaitingSet+`
-FROM bunbox_stream s WHERE s.name = 'outbox' AND `+streamsql.Waiting), cancelNeverPublished)
-		if err != nil {
-			return err
-		}
-		// Streamed rows with no cursor row cannot have been delivered (EnableStream writes the row).
-		_, err = tx.ExecContext(ctx, names.SQL(`UPDATE outbox_events SET published_at = NULL
-WHERE published_at = 'infinity' AND NOT EXISTS (SELECT 1 FROM bunbox_stream WHERE name = 'outbox')`))
-		return err
+		// passes it): its cancel is settled as bunx settles a pending row's.
+		return store.NewStream(names).HandOverWaiting(ctx, tx, cancelNeverPublished)
 	})
 }
 
