@@ -29,7 +29,7 @@ func TestStreamReadIsBoundedByThePair(t *testing.T) {
 	_, err := db.ExecContext(ctx, `ANALYZE outbox_events`)
 	require.NoError(t, err)
 
-	r := &Relay{db: db}
+	r := bareRelay(db)
 	require.True(t, r.rounds.stream.due(ctx))
 	var c streamCursor
 	require.NoError(t, db.QueryRowContext(ctx, store.ReadCursorSQL).Scan(&c.From, &c.To, &c.AfterXid, &c.AfterID))
@@ -123,7 +123,7 @@ func TestStreamReadMidPairStartsAtThePosition(t *testing.T) {
 	const big = 4000
 	insertStreamed(t, db, "big", big) // one transaction
 
-	r := &Relay{db: db}
+	r := bareRelay(db)
 	var ids []int64
 	tx, err := db.BeginTx(ctx, nil) // a round that reads three quarters of the big transaction
 	require.NoError(t, err)
@@ -232,7 +232,7 @@ func TestStreamReadKeepsToTheIndex(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := streamWithNewRowsAnalyzed(t)
-	r := &Relay{db: db}
+	r := bareRelay(db)
 	explain := func(bounds sessionBounds) string {
 		tx, err := beginBounded(ctx, db, bounds)
 		require.NoError(t, err)
