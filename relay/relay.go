@@ -121,8 +121,8 @@ func fromRedisOpt[T any](redis asynq.RedisConnOpt, mk func(asynq.RedisConnOpt) T
 // error naming both versions when it is at another bunbox schema version than this relay's (newer: run the
 // release that applied it; older: apply the migrations).
 func checkSchema(ctx context.Context, db bun.IDB, names tables.Names) error {
-	var exists bool
-	if err := db.NewRaw(names.SQL("SELECT to_regclass('outbox_events') IS NOT NULL")).Scan(ctx, &exists); err != nil {
+	exists, err := store.OutboxExists(ctx, db, names)
+	if err != nil {
 		return fmt.Errorf("relay: PostgreSQL: %w", err)
 	}
 	if !exists && names.Prefix() != "" {

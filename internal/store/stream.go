@@ -354,6 +354,49 @@ func (s *Stream) ResetCursor(ctx context.Context, tx bun.Tx, lockTimeout, cancel
 	return n, err
 }
 
+// enableSQL and disableSQL turn the stream on and off: a row written while it is on carries the id of
+// its transaction and waits in the stream (published_at 'infinity').
+const (
+	enableSQL = `ALTER TABLE outbox_events
+  ALTER COLUMN xid SET DEFAULT pg_current_xact_id(),
+  ALTER COLUMN published_at SET DEFAULT ` + streamsql.Sentinel
+	disableSQL = `ALTER TABLE outbox_events
+  ALTER COLUMN xid DROP DEFAULT,
+  ALTER COLUMN published_at DROP DEFAULT`
+)
+
+// Switch turns the stream on or off in tx (enableSQL, disableSQL), waiting at most lockTimeout
+// (PostgreSQL's text, "5s") for the outbox table's lock. alterErr wraps the error of the ALTER itself.
+func (s *Stream) Switch(ctx context.Context, tx bun.Tx, on bool, lockTimeout string, alterErr func(error) error) error {
+	if _, err := tx.ExecContext(ctx, "SET LOCAL lock_timeout = '"+lockTimeout+"'"); err != nil {
+		return err
+	}
+	alter := disableSQL
+	if on {
+		alter = enableSQL
+	}
+	if _, err := tx.ExecContext(ctx, s.names.SQL(alter)); err != nil {
+		return alterErr(err)
+	}
+	return nil
+}
+
+// InsertCursor writes the cursor row, at a snapshot taken now, unless it exists: a cursor row left by an
+// earlier EnableStream is kept as it is.
+func (s *Stream) InsertCursor(ctx context.Context, tx bun.Tx) error {
+	_, err := tx.ExecContext(ctx, s.names.SQL(`INSERT INTO bunbox_stream (name, snap_from, system_id, max_id)
+VALUES ('outbox', pg_current_snapshot(), (SELECT system_identifier FROM pg_control_system()),
+  (SELECT max(id) FROM outbox_events)) ON CONFLICT (name) DO NOTHING`))
+	return err
+}
+
+// Enabled reports whether the stream is on for the outbox (streamsql.Enabled).
+func (s *Stream) Enabled(ctx context.Context, db bun.IDB) (bool, error) {
+	var on bool
+	err := db.NewRaw(s.names.SQL(streamsql.Enabled)).Scan(ctx, &on)
+	return on, err
+}
+
 // HandOverWaiting gives every row still waiting in the stream to the per-row path, in tx which holds the
 // cursor row (DisableStream): a waiting row cancelled meanwhile was never enqueued, and its cancel is
 // settled with cancelResult as bunx settles a pending row's; streamed rows with no cursor row cannot have
