@@ -38,7 +38,7 @@ type streamState struct {
 	sizer claimSizer      // how many rows the next read asks for, under Config.BatchBytes
 	busy  chan<- struct{} // Run's call to the helpers
 	// active is true while a worker of this relay runs a stream round: the others then do not poll for
-	// streamed rows (streamDue), which that worker (and the helper a full round calls in) delivers. Polling
+	// streamed rows (streamReader.due), which that worker (and the helper a full round calls in) delivers. Polling
 	// for them meanwhile cost an empty per-row round every few milliseconds: 41 µs of PostgreSQL CPU per
 	// streamed event with the default two workers, against 18 with one (bunbench -parts drain).
 	active atomic.Bool

@@ -27,7 +27,7 @@ import (
 // largest id a round of this cluster read): a row written after a restore has a larger id, since the
 // identity sequence is restored with the table, whatever its xid says.
 
-// streamCluster checks the cluster of tx's round against its cursor (see lockCursor) and, when the
+// cluster checks the cluster of tx's round against its cursor (see store.Stream.LockCursor) and, when the
 // database now runs on another cluster or transaction id space, starts the cursor anew and commits tx;
 // moved reports that it did.
 func (sr *streamReader) cluster(ctx context.Context, tx bun.Tx, cur streamCursor) (moved bool, err error) {

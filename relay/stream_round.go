@@ -30,10 +30,11 @@ var errHandOver = errors.New("relay: handed to the per-row path")
 //  4. enqueue them as a per-row round does (deliver: the same tasks, options, spans and Observer calls),
 //     with no mark per row, while reading the pair's next batch, up to streamRoundBatches batches
 //     (readAhead, stream_ahead.go);
-//  5. hand to the per-row path (published_at NULL) the keyed rows and the rows whose enqueue failed, the
-//     latter charged an attempt as a per-row round charges them (markFailed) when the failure is the
-//     task's own (chargeRow, outcome.go), and not charged when it is an outage; settle the cancels of the rows it read cancelled,
-//     which it never enqueues (cancelNeverPublished);
+//  5. classify each row's outcome (tallyBatch, outcome.go) and hand to the per-row path (published_at
+//     NULL) the keyed rows and the rows whose enqueue failed, the latter charged an attempt as a per-row
+//     round charges them (chargeRow) when the failure is the task's own, and not charged when it is an
+//     outage; settle the cancels of the rows it read cancelled, which it never enqueues
+//     (cancelNeverPublished);
 //  6. move the cursor past the rows read (a pair read to its end is finished: from := to) and commit.
 //
 // A round that dies before its commit (a crash, a partition ended by the session bounds, a terminated
