@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/store"
 )
 
 // BenchmarkDrainBigEventsRSS drains events of 1 MiB each and reports the process's peak RSS (VmHWM, reset
@@ -108,8 +109,8 @@ SELECT gen_random_uuid(), 'bench.big', ?, to_jsonb(repeat('x', ?)) FROM generate
 }
 
 // BenchmarkClaim runs the claim of 500 small rows out of 10,000 pending, rolled back each time, with the
-// byte budget's window (claimBudgetSQL, what the relay runs when rows may be large), with the row sizes
-// only (claimSizedSQL, what it runs while rows are small) and without either (claimSQL). The three
+// byte budget's window (store.ClaimBudgetSQL, what the relay runs when rows may be large), with the row sizes
+// only (store.ClaimSizedSQL, what it runs while rows are small) and without either (store.ClaimSQL). The three
 // alternate, one claim each in turn, so that all see the same load on a shared machine; it reports the
 // mean time of each and their ratios to the plain claim.
 //
@@ -131,9 +132,9 @@ FROM generate_series(1, 10000)`, queue); err != nil {
 		args      []any
 		total     time.Duration
 	}{
-		{name: "plain", sql: claimSQL, args: []any{batchSizeDefault}},
-		{name: "budget", sql: claimBudgetSQL, args: []any{batchSizeDefault, batchBytesDefault}},
-		{name: "sized", sql: claimSizedSQL, args: []any{batchSizeDefault}},
+		{name: "plain", sql: store.ClaimSQL, args: []any{batchSizeDefault}},
+		{name: "budget", sql: store.ClaimBudgetSQL, args: []any{batchSizeDefault, batchBytesDefault}},
+		{name: "sized", sql: store.ClaimSizedSQL, args: []any{batchSizeDefault}},
 	}
 	for b.Loop() {
 		for i := range arms {

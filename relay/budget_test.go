@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 
+	"github.com/bunbox/bunbox/internal/store"
+	"github.com/bunbox/bunbox/internal/tables"
 	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
 )
@@ -30,11 +32,11 @@ func insertSized(t *testing.T, db bun.IDB, queue string, sizes ...int) []*model.
 	return events
 }
 
-// rowSizes reads the size claimBudgetSQL counts for each row, in id order.
+// rowSizes reads the size store.ClaimBudgetSQL counts for each row, in id order.
 func rowSizes(t *testing.T, db bun.IDB) []int64 {
 	t.Helper()
 	var sizes []int64
-	require.NoError(t, db.NewRaw("SELECT "+rowSizeSQL+" FROM outbox_events ORDER BY id").Scan(context.Background(), &sizes))
+	require.NoError(t, db.NewRaw("SELECT "+store.RowSize+" FROM outbox_events ORDER BY id").Scan(context.Background(), &sizes))
 	return sizes
 }
 
@@ -61,7 +63,7 @@ func TestClaimStopsAtTheByteBudget(t *testing.T) {
 			r := b.newRelay(t, Config{BatchBytes: tt.budget(rowSizes(t, b.db)), BatchSize: tt.batch})
 			var got []int
 			for range len(tt.want) + 1 {
-				res := r.runOnce(context.Background())
+				res := r.rounds.runOnce(context.Background())
 				require.NoError(t, res.Err)
 				if res.Claimed == 0 {
 					break
@@ -131,7 +133,7 @@ VALUES (gen_random_uuid(), ?, ?, '{}', ?::jsonb)`, tt.eventName, b.queue, tt.met
 			after := insertEvents(t, b.db, b.queue, 5)
 
 			r := b.newRelay(t, Config{MaxAttempts: 5})
-			res := r.runOnce(context.Background())
+			res := r.rounds.runOnce(context.Background())
 			require.NoError(t, res.Err)
 			require.Equal(t, 10, res.Published)
 			require.Equal(t, 1, res.Dead)
@@ -208,7 +210,7 @@ func TestClaimCutsAlikeWithAndWithoutTheWindow(t *testing.T) {
 			for _, windowed := range []bool{false, true} {
 				tx, err := b.db.BeginTx(context.Background(), nil)
 				require.NoError(t, err)
-				claimed, bad, err := claim(context.Background(), tx, tt.batch, budget, windowed)
+				claimed, bad, err := claim(context.Background(), tx, store.NewClaims(tables.Default(), store.NewPrepared(context.Background(), nil, false, tables.Default())), tt.batch, budget, windowed)
 				require.NoError(t, tx.Rollback())
 				require.NoError(t, err)
 				require.Empty(t, bad)
@@ -256,7 +258,7 @@ func TestFirstClaimRespectsTheByteBudget(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = tx.Rollback() })
 	var res BatchEvent
-	events, _ := r.claimBatch(ctx, tx, &res)
+	events, _ := r.rounds.rows.read(ctx, tx, &res)
 	require.NoError(t, res.Err)
 	require.Len(t, events, 3, "three rows of 512 KiB and a bit fit in 2 MiB")
 	var unlocked int
@@ -272,7 +274,7 @@ func TestFirstClaimRespectsTheByteBudget(t *testing.T) {
 	deadline := time.Now().Add(2 * time.Minute)
 	for published(t, b.db) < 30 {
 		require.True(t, time.Now().Before(deadline), "the rounds did not drain the rows in 2 minutes")
-		res := r.runOnce(ctx)
+		res := r.rounds.runOnce(ctx)
 		if res.Err != nil {
 			require.False(t, taskOwn(res.Err), "a round failed for the task's own fault: %v", res.Err)
 			t.Logf("a round met an outage and released its rows: %v", res.Err)

@@ -42,15 +42,15 @@ func readEncoded(ev *model.Event) error {
 // task is retried by asynq (worker.DecodeTask). The key is new and not yet deployed to every relay, and
 // the fix is that deploy; the other rows go on meanwhile. A payload that does not decode under a key the
 // Keyring holds (model.ErrCorruptPayload) wraps errMalformedRow, which marks the row dead at once.
-func (r *Relay) payload(ev *model.Event) error {
+func (d *deliverer) payload(ev *model.Event) error {
 	if ev.PayloadEncoded == nil {
 		return nil
 	}
-	if r.cfg.Location.Codec == nil {
+	if d.cfg.Location.Codec == nil {
 		ev.Payload, ev.PayloadEncoded = ev.PayloadEncoded, nil
 		return nil
 	}
-	if err := r.cfg.Location.Codec.DecodeEvent(ev); err != nil {
+	if err := d.cfg.Location.Codec.DecodeEvent(ev); err != nil {
 		if errors.Is(err, model.ErrUnknownKeyID) {
 			return fmt.Errorf("%w: relay.Config.Location.Codec: %w", ErrTaskRejected, err)
 		}

@@ -44,27 +44,27 @@ func (b *decodedBudget) decodes(ev *model.Event) bool {
 	return named
 }
 
-// publishDecoded publishes ev (publisher.publish) with its payload as its task carries it (Relay.payload).
+// publishDecoded publishes ev (publisher.publish) with its payload as its task carries it (deliverer.payload).
 // An encoded payload is decoded within the decoded budget, right before its task is built, and ev gets its
 // stored payload and metadata back once the enqueue is done, so that the decoded bytes are garbage from
 // then on, whatever the round does with its rows after. A payload that does not decode (over the Codec's
 // limit among others) is an error wrapping errMalformedRow; errReleased when ctx ends while the decode
 // waits for the budget.
-func (r *Relay) publishDecoded(ctx context.Context, p *publisher, ev *model.Event) error {
-	if !r.decoded.decodes(ev) {
-		if err := r.payload(ev); err != nil {
+func (d *deliverer) publishDecoded(ctx context.Context, p *publisher, ev *model.Event) error {
+	if !d.decoded.decodes(ev) {
+		if err := d.payload(ev); err != nil {
 			return err
 		}
 		return p.publish(ev)
 	}
-	b := &r.decoded
+	b := &d.decoded
 	if err := b.sem.Acquire(ctx, b.reserve); err != nil {
 		return errReleased
 	}
 	held := b.reserve
 	defer func() { b.sem.Release(held) }()
 	stored := *ev
-	if err := r.payload(ev); err != nil {
+	if err := d.payload(ev); err != nil {
 		return err
 	}
 	defer func() {

@@ -39,7 +39,7 @@ func BenchmarkDeliver(b *testing.B) {
 			batch[i] = model.Event{ID: int64(done + i + 1), EventID: uuid.New(), Name: "bench.event", Queue: queue,
 				Payload: payload, CreatedAt: now}
 		}
-		for i, err := range r.deliver(ctx, batch, nil, func(int64) {}) {
+		for i, err := range r.deliverer.deliver(ctx, batch, nil, func(int64) {}) {
 			if err != nil {
 				b.Fatalf("event %d: %v", i, err)
 			}

@@ -46,7 +46,7 @@ type Readiness struct {
 func (r *Relay) Ready(ctx context.Context) Readiness {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	rep := Readiness{Postgres: "ok", Schema: "ok", Redis: "ok", Rounds: r.rounds.state(r.cfg.UnreadyAfter, r.cfg.now())}
+	rep := Readiness{Postgres: "ok", Schema: "ok", Redis: "ok", Rounds: r.health.state(r.cfg.UnreadyAfter, r.cfg.now())}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if _, err := r.db.ExecContext(ctx, "SELECT 1"); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/store"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -259,4 +260,13 @@ func cmpLogger(a, b *slog.Logger) *slog.Logger {
 		return a
 	}
 	return b
+}
+
+// bareRelay is a Relay on db with the default Config and none of New's checks (no Redis), for the tests
+// of its reads.
+func bareRelay(db *bun.DB) *Relay {
+	r := &Relay{db: db, cfg: Config{}.withDefaults(), log: slog.New(slog.DiscardHandler)}
+	r.stmts = store.NewPrepared(context.Background(), db, false, r.names)
+	r.engine()
+	return r
 }

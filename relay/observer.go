@@ -94,21 +94,3 @@ func (r *Relay) Stats() Stats {
 		Completed:    c.completed.Load(),
 	}
 }
-
-func (r *Relay) record(ctx context.Context, ev BatchEvent) {
-	r.rounds.record(ev.Err, r.cfg.now()) // every round, an empty one too: Ready (health.go)
-	if ev.Claimed == 0 && ev.Err == nil {
-		return
-	}
-	c := &r.counters
-	c.rounds.Add(1)
-	if ev.Err != nil {
-		c.failedRounds.Add(1)
-	}
-	c.published.Add(int64(ev.Published))
-	c.failed.Add(int64(ev.Failed))
-	c.dead.Add(int64(ev.Dead))
-	if r.cfg.Observer.OnBatch != nil {
-		r.cfg.Observer.OnBatch(ctx, ev)
-	}
-}

@@ -17,11 +17,12 @@ func TestPreparedStatementsOffByDefault(t *testing.T) {
 	events := insertEvents(t, b.db, b.queue, 5)
 	r := b.newRelay(t, Config{BatchSize: 10})
 	for range 3 {
-		require.NoError(t, r.runOnce(ctx).Err)
+		require.NoError(t, r.rounds.runOnce(ctx).Err)
 	}
-	require.Nil(t, r.stmts.keyedClaim.stmt)
-	require.Nil(t, r.stmts.mark.stmt)
-	require.True(t, r.stmts.off.Load())
+	keyed, mark := r.stmts.Made()
+	require.False(t, keyed)
+	require.False(t, mark)
+	require.True(t, r.stmts.Off())
 	requireDeliveredOnce(t, b.inspector, b.queue, events)
 }
 
@@ -38,7 +39,7 @@ func TestKeyedClaimPreparedKeepsTheOrder(t *testing.T) {
 	r := b.newRelay(t, Config{BatchSize: 10, PreparedStatements: true})
 	var got [][]string
 	for range 4 {
-		res := r.runOnce(ctx)
+		res := r.rounds.runOnce(ctx)
 		require.NoError(t, res.Err)
 		var published []string
 		require.NoError(t, b.db.NewRaw(`SELECT event_id::text FROM outbox_events
@@ -49,9 +50,10 @@ WHERE published_at IS NOT NULL AND completed_at IS NULL ORDER BY id`).Scan(ctx, 
 	}
 	id := func(i int) string { return events[i].EventID.String() }
 	require.Equal(t, [][]string{{id(0), id(1)}, {id(2), id(4)}, {id(3)}, nil}, got, "the heads of each round")
-	require.NotNil(t, r.stmts.keyedClaim.stmt, "the rounds after the first ran the prepared claim")
-	require.False(t, r.stmts.off.Load())
-	require.NotNil(t, r.stmts.mark.stmt, "the marks ran prepared")
+	keyed, mark := r.stmts.Made()
+	require.True(t, keyed, "the rounds after the first ran the prepared claim")
+	require.False(t, r.stmts.Off())
+	require.True(t, mark, "the marks ran prepared")
 }
 
 // Where the server loses the relay's prepared statements (a pooler in transaction mode hands the
@@ -65,17 +67,18 @@ func TestPreparedStatementsLostFallBack(t *testing.T) {
 	b.db.SetMaxOpenConns(1) // one connection, so that DEALLOCATE reaches the relay's statements
 	r := b.newRelay(t, Config{BatchSize: 10, PreparedStatements: true})
 	first := insertEvents(t, b.db, b.queue, 3)
-	require.NoError(t, r.runOnce(ctx).Err) // the first claim is windowed; the marks run prepared
-	require.NotNil(t, r.stmts.mark.stmt)
+	require.NoError(t, r.rounds.runOnce(ctx).Err) // the first claim is windowed; the marks run prepared
+	_, mark := r.stmts.Made()
+	require.True(t, mark)
 	_, err := b.db.ExecContext(ctx, "DEALLOCATE ALL")
 	require.NoError(t, err)
 
 	second := insertEvents(t, b.db, b.queue, 3)
-	res := r.runOnce(ctx)
+	res := r.rounds.runOnce(ctx)
 	require.ErrorContains(t, res.Err, "prepared statement", "the statements are gone")
 	require.Zero(t, res.Published)
-	require.True(t, r.stmts.off.Load(), "the statements are turned off after %v", res.Err)
-	res = r.runOnce(ctx)
+	require.True(t, r.stmts.Off(), "the statements are turned off after %v", res.Err)
+	res = r.rounds.runOnce(ctx)
 	require.NoError(t, res.Err)
 	require.Equal(t, 3, res.Published)
 	requireDeliveredOnce(t, b.inspector, b.queue, append(first, second...))

@@ -32,7 +32,7 @@ var (
 // events share: the context that bounds their enqueues, the span name of their queue and what their
 // tasks can reuse (taskBuilder).
 type publisher struct {
-	r      *Relay
+	d      *deliverer
 	round  context.Context // the round's ctx, which Observer.OnEnqueue gets (with the publish span)
 	parent context.Context // round without its cancellation: a started enqueue finishes
 
@@ -56,7 +56,7 @@ const enqueueCtxShare = 100
 func (p *publisher) enqueueCtx(now time.Time) context.Context {
 	if p.ctx == nil || !now.Before(p.renewAt) {
 		p.close()
-		timeout := p.r.cfg.EnqueueTimeout
+		timeout := p.d.cfg.EnqueueTimeout
 		p.ctx, p.cancel = context.WithDeadline(p.parent, now.Add(timeout))
 		p.renewAt = now.Add(timeout / enqueueCtxShare)
 	}
@@ -70,7 +70,7 @@ func (p *publisher) close() {
 	}
 }
 
-// publish enqueues ev (see Relay.enqueue) in a publish span and reports it to Observer.OnEnqueue.
+// publish enqueues ev (see deliverer.enqueue) in a publish span and reports it to Observer.OnEnqueue.
 //
 // The span follows the OpenTelemetry messaging conventions: kind producer, named "send <queue>", with
 // messaging.system "asynq", messaging.destination.name the queue, messaging.message.id the event id and
@@ -79,7 +79,7 @@ func (p *publisher) close() {
 // round's ctx holds (usually none: one relay round carries many producers' events, hence the link). The
 // task keeps the producer's trace context, so the handler's span continues the producer's trace.
 func (p *publisher) publish(ev *model.Event) error {
-	r := p.r
+	d := p.d
 	start := time.Now()
 	ctx := p.enqueueCtx(start)
 	opts := make([]trace.SpanStartOption, 0, 4)
@@ -100,15 +100,15 @@ func (p *publisher) publish(ev *model.Event) error {
 		semconv.MessagingMessageBodySize(len(ev.Payload)),
 		attribute.String("bunbox.event_name", ev.Name),
 	))
-	ctx, span := r.cfg.tracer.Start(ctx, p.spanName, opts...)
-	err := r.enqueue(ctx, ev, id, &p.tasks)
+	ctx, span := d.cfg.tracer.Start(ctx, p.spanName, opts...)
+	err := d.enqueue(ctx, ev, id, &p.tasks)
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End()
-	if r.cfg.Observer.OnEnqueue != nil {
-		r.cfg.Observer.OnEnqueue(trace.ContextWithSpan(p.round, span), EnqueueEvent{
+	if d.cfg.Observer.OnEnqueue != nil {
+		d.cfg.Observer.OnEnqueue(trace.ContextWithSpan(p.round, span), EnqueueEvent{
 			ID: ev.ID, EventID: id, EventName: ev.Name, Queue: ev.Queue,
 			CreatedAt: ev.CreatedAt, Duration: time.Since(start), Err: err,
 		})

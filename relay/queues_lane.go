@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/dialect/pgdialect"
 
+	"github.com/bunbox/bunbox/internal/store"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -85,25 +85,14 @@ func (l *laneState) serve() ([]string, bool) {
 	return slices.Clone(l.queues), l.busy
 }
 
-// laneTopSQL is the highest id of a pending unkeyed row in the queues of its one argument (a text array),
-// 0 when there is none: one backward descent of outbox_events_queue_claim_idx per queue. Rows waiting for
-// a retry count too, so that the look costs the same however many of them a queue holds; a new row has a
-// higher id than they.
-const laneTopSQL = `SELECT coalesce(max(m.id), 0) FROM unnest(?::text[]) AS q(name) CROSS JOIN LATERAL (
-  SELECT id FROM outbox_events
-  WHERE (queue, id) > (q.name, 0) AND queue <= q.name
-    AND published_at IS NULL AND dead_at IS NULL AND ordering_key IS NULL AND cancelled_at IS NULL
-  ORDER BY queue DESC, id DESC
-  LIMIT 1) m`
-
 // laneBatch is how many rows a lane round claims at most: one wave of enqueues.
-func (r *Relay) laneBatch() int { return min(r.cfg.BatchSize, r.cfg.Concurrency) }
+func (c *rowReader) laneBatch() int { return min(c.cfg.BatchSize, c.cfg.Concurrency) }
 
 // lane runs the lane until ctx is done: idle while the workers have no backlog, and otherwise, every
 // MinPollInterval, a look for rows in the quiet queues newer than the last it saw, and rounds of them
 // while it finds some. Its errors back it off as a worker's do (RoundBackoff); the workers log them.
-func (r *Relay) lane(ctx context.Context) {
-	l := &r.queues.lane
+func (rs *rounds) lane(ctx context.Context) {
+	l := &rs.rows.queues.lane
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	var seen int64 // the highest id the lane looked at: rows up to it were claimed, or held by a round
@@ -124,18 +113,18 @@ func (r *Relay) lane(ctx context.Context) {
 				continue // look at the queues the claim that kicked noted
 			}
 		}
-		wait := r.cfg.MinPollInterval
+		wait := rs.cfg.MinPollInterval
 		if len(queues) == 0 {
 			failures = 0
 		} else {
-			top, res := r.laneRound(ctx, queues, seen)
+			top, res := rs.laneRound(ctx, queues, seen)
 			switch {
 			case ctx.Err() != nil:
 				return
 			case res.Err != nil:
 				failures++
-				wait = r.cfg.roundBackoff(failures)
-				r.log.LogAttrs(ctx, slog.LevelWarn, "bunbox relay: fair-queue lane round failed, backing off",
+				wait = rs.cfg.roundBackoff(failures)
+				rs.log.LogAttrs(ctx, slog.LevelWarn, "bunbox relay: fair-queue lane round failed, backing off",
 					slog.Int("attempt", failures), slog.Duration("delay", wait), slog.Any("err", res.Err))
 			case res.full:
 				failures, wait = 0, 0 // more may be waiting, up to top and past it: look again at once
@@ -151,9 +140,9 @@ func (r *Relay) lane(ctx context.Context) {
 // It returns the highest id it found pending (seen when it found nothing new), and the round's outcome
 // (none when it ran no round). A round that claimed fewer rows than were pending found the others held by
 // another round, which delivers or releases them: the lane need not look at them again.
-func (r *Relay) laneRound(ctx context.Context, queues []string, seen int64) (int64, BatchEvent) {
-	var top int64
-	if err := r.db.NewRaw(r.names.SQL(laneTopSQL), pgdialect.Array(queues)).Scan(ctx, &top); err != nil {
+func (rs *rounds) laneRound(ctx context.Context, queues []string, seen int64) (int64, BatchEvent) {
+	top, err := rs.rows.claims.LaneTop(ctx, rs.db, queues)
+	if err != nil {
 		if ctx.Err() != nil {
 			return seen, BatchEvent{}
 		}
@@ -162,21 +151,20 @@ func (r *Relay) laneRound(ctx context.Context, queues []string, seen int64) (int
 	if top <= seen {
 		return seen, BatchEvent{} // nothing new: what is pending was claimed, or a round holds it
 	}
-	return top, r.runRound(ctx, func(ctx context.Context, tx bun.Tx, res *BatchEvent) ([]model.Event, map[int]error) {
-		return r.laneClaim(ctx, tx, queues, res)
+	return top, rs.runRound(ctx, func(ctx context.Context, tx bun.Tx, res *BatchEvent) ([]model.Event, map[int]error) {
+		return rs.rows.laneClaim(ctx, tx, queues, res)
 	})
 }
 
 // laneClaim claims up to laneBatch rows of queues, in id order, within BatchBytes.
-func (r *Relay) laneClaim(ctx context.Context, tx bun.Tx, queues []string, res *BatchEvent) ([]model.Event, map[int]error) {
-	n, budget := r.laneBatch(), r.cfg.BatchBytes
-	windowed := r.sizer.windowed(n, budget)
-	query := queueClaimSizedSQL
-	if windowed {
-		query = queueClaimBudgetSQL
-	}
-	events, bad, err := claimBy(ctx, tx, make([]model.Event, 0, n), nil, r.names.SQL(query), windowed, budget,
-		pgdialect.Array(queues), int64(0), n, n)
+func (c *rowReader) laneClaim(ctx context.Context, tx bun.Tx, queues []string, res *BatchEvent) ([]model.Event, map[int]error) {
+	n, budget := c.laneBatch(), c.cfg.BatchBytes
+	windowed := c.sizer.windowed(n, budget)
+	rr := rowsRead{events: make([]model.Event, 0, n)}
+	err := rr.take(budget, func(rd store.Read) ([]model.Event, error) {
+		return c.claims.Queue(ctx, tx, rd, windowed, queues, 0, n)
+	})
+	events, bad := rr.events, rr.bad
 	if err != nil {
 		if ctx.Err() == nil {
 			res.Err = fmt.Errorf("fair-queue lane: claim: %w", err)

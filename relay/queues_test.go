@@ -18,6 +18,7 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/store"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -83,7 +84,7 @@ func claimCounts(t *testing.T, b *testBundle, r *Relay, n int) map[string]int {
 	tx, err := b.db.BeginTx(context.Background(), nil)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback() }()
-	events, bad, err := r.claimRound(context.Background(), tx, n)
+	events, bad, err := r.rounds.rows.claimRound(context.Background(), tx, n)
 	require.NoError(t, err)
 	require.Empty(t, bad)
 	counts := map[string]int{}
@@ -144,7 +145,7 @@ func TestQueuesKeepKeyedOrderAndByteBudget(t *testing.T) {
 	r := b.newRelay(t, Config{Queues: map[string]int{critical: 3, bulk: 1}})
 	tx, err := b.db.BeginTx(context.Background(), nil)
 	require.NoError(t, err)
-	events, _, err := r.claimRound(context.Background(), tx, 20)
+	events, _, err := r.rounds.rows.claimRound(context.Background(), tx, 20)
 	require.NoError(t, err)
 	require.NoError(t, tx.Rollback())
 	var keys []string
@@ -167,7 +168,7 @@ func TestQueuesKeepKeyedOrderAndByteBudget(t *testing.T) {
 		tx, err := b.db.BeginTx(context.Background(), nil)
 		require.NoError(t, err)
 		var res BatchEvent
-		events, _ := r.claimBatch(context.Background(), tx, &res)
+		events, _ := r.rounds.rows.read(context.Background(), tx, &res)
 		require.NoError(t, res.Err)
 		require.NoError(t, tx.Rollback())
 		total := claimedBytes(events)
@@ -360,7 +361,7 @@ func TestQueuesClaimReadsTheQueueIndex(t *testing.T) {
 	insertQueue(t, b, critical, 1)
 	for _, q := range [][]string{{critical}, {bulk}, {critical, bulk}} {
 		var plan string
-		require.NoError(t, b.db.NewRaw("EXPLAIN (FORMAT JSON) "+queueClaimSizedSQL, pgdialect.Array(q), 0, 428, 428).Scan(ctx, &plan))
+		require.NoError(t, b.db.NewRaw("EXPLAIN (FORMAT JSON) "+store.QueueClaimSizedSQL, pgdialect.Array(q), 0, 428, 428).Scan(ctx, &plan))
 		var indexes []string
 		for _, m := range regexp.MustCompile(`"Index Name": "([^"]+)"`).FindAllStringSubmatch(plan, -1) {
 			indexes = append(indexes, m[1])

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
@@ -16,6 +15,7 @@ import (
 	"github.com/bunbox/bunbox/internal/maintenance/keytrack"
 	"github.com/bunbox/bunbox/internal/maintenance/wakeup"
 	"github.com/bunbox/bunbox/internal/schemaversion"
+	"github.com/bunbox/bunbox/internal/store"
 	"github.com/bunbox/bunbox/internal/tables"
 	"github.com/bunbox/bunbox/model"
 )
@@ -38,24 +38,27 @@ type Relay struct {
 	pinger  pinger
 	rdb     redis.UniversalClient // the connections of the client New made, closed by Close; nil with Config.Enqueuer
 	running atomic.Bool
-	sem     chan struct{} // bounds the enqueues in flight, over all workers
-	sizer   claimSizer    // how many rows the next claim asks for, under Config.BatchBytes
-	decoded decodedBudget // bounds the payloads decoded at once with Config.Location.Codec (decoded.go)
+	sizer   claimSizer // how many rows the next claim asks for, under Config.BatchBytes
 
-	stmts *statements // the hottest statements, prepared (prepared.go)
+	stmts *store.Prepared // the hottest statements, prepared (internal/store)
 
 	redisOpt asynq.RedisConnOpt // the Redis options given to New, for the reconciler Run runs (reconcile_relay.go)
 	queues   *fairQueues        // Config.Queues as the claim uses it (queues.go); nil without
 	wake     wakeup.State       // shared with the wake-up (internal/maintenance/wakeup)
 
 	counters counters
-	rounds   roundHealth // since when the rounds fail, for Ready (health.go)
+	health   roundHealth // since when the rounds fail, for Ready (health.go)
 
 	names tables.Names // Config.Location: the outbox's tables, qualified (internal/tables)
 
 	stream streamState // the snapshot cursor (stream.go)
 
 	services // cleanup, cancel, key tracker, wake-up, listener, reconciler (services.go)
+
+	// The delivery engine: the rounds (round.go), the two reads they run (claim.go, stream.go) and the
+	// enqueues (deliver.go). Made by New.
+	rounds    *rounds
+	deliverer *deliverer
 }
 
 // New checks that the outbox table exists and that Redis answers, and returns a Relay ready to Run.
@@ -78,8 +81,7 @@ func NewContext(ctx context.Context, db *bun.DB, redis asynq.RedisConnOpt, cfg C
 	if err := checkWritable(ctx, db); err != nil {
 		return nil, err // a standby, or default_transaction_read_only: every round would fail
 	}
-	r := &Relay{db: db, cfg: cfg, log: cfg.Logger, enq: cfg.Enqueuer, sem: make(chan struct{}, cfg.Concurrency),
-		decoded: newDecodedBudget(cfg)}
+	r := &Relay{db: db, cfg: cfg, log: cfg.Logger, enq: cfg.Enqueuer}
 	r.redisOpt = redis
 	r.names = mustNames(cfg.Location) // validated by open
 	r.queues = newFairQueues(cfg)
@@ -93,11 +95,12 @@ func NewContext(ctx context.Context, db *bun.DB, redis asynq.RedisConnOpt, cfg C
 		}
 		r.rdb, r.enq = rdb, client
 	}
-	r.stmts = newStatements(ctx, db, cfg.PreparedStatements, r.names)
+	r.stmts = store.NewPrepared(ctx, db, cfg.PreparedStatements, r.names)
 	if err := newServices(r, redis); err != nil {
 		_ = r.Close()
 		return nil, err
 	}
+	r.engine()
 	r.pinger, _ = r.enq.(pinger)
 	if err := pingOpened(ctx, r.rdb, r.pinger); err != nil {
 		_ = r.Close()
@@ -121,8 +124,8 @@ func fromRedisOpt[T any](redis asynq.RedisConnOpt, mk func(asynq.RedisConnOpt) T
 // error naming both versions when it is at another bunbox schema version than this relay's (newer: run the
 // release that applied it; older: apply the migrations).
 func checkSchema(ctx context.Context, db bun.IDB, names tables.Names) error {
-	var exists bool
-	if err := db.NewRaw(names.SQL("SELECT to_regclass('outbox_events') IS NOT NULL")).Scan(ctx, &exists); err != nil {
+	exists, err := store.OutboxExists(ctx, db, names)
+	if err != nil {
 		return fmt.Errorf("relay: PostgreSQL: %w", err)
 	}
 	if !exists && names.Prefix() != "" {
@@ -143,7 +146,7 @@ func (r *Relay) Location() model.Location { return r.cfg.Location }
 // Close releases the Redis connections of the client that New made (none when Config.Enqueuer was
 // given). Call it after Run has returned.
 func (r *Relay) Close() error {
-	err := errors.Join(r.closeServices(), r.stmts.close())
+	err := errors.Join(r.closeServices(), r.stmts.Close())
 	if r.rdb == nil {
 		return err
 	}
@@ -179,98 +182,31 @@ func (r *Relay) Run(ctx context.Context) error {
 		slog.Duration("poll_interval", r.cfg.PollInterval))...)
 	var workers sync.WaitGroup
 	busy := make(chan struct{}, r.cfg.Workers)
-	r.stream.busy = busy // a full stream round calls a helper in at once (stream.go)
-	workers.Go(func() { r.loop(ctx, wake, busy) })
+	r.stream.busy = busy                                  // a full stream round calls a helper in at once (stream.go)
+	workers.Go(func() { r.rounds.loop(ctx, wake, busy) }) // loop.go
 	for range r.cfg.Workers - 1 {
-		workers.Go(func() { r.helper(ctx, busy) })
+		workers.Go(func() { r.rounds.helper(ctx, busy) })
 	}
 	if r.queues != nil {
-		workers.Go(func() { r.lane(ctx) }) // queues_lane.go
+		workers.Go(func() { r.rounds.lane(ctx) }) // queues_lane.go
 	}
 	workers.Wait()
 	r.log.LogAttrs(context.WithoutCancel(ctx), slog.LevelInfo, "bunbox relay stopped")
 	return nil
 }
 
-// loop is the poll loop: wait for the timer or a wake-up, run one round, decide the next wait. It is the
-// only worker that polls an idle table; a full batch calls the helpers in (busy).
-func (r *Relay) loop(ctx context.Context, wake <-chan struct{}, busy chan<- struct{}) {
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	failures, empties := 0, 0
-	for {
-		wakeCh := wake
-		if failures > 0 {
-			wakeCh = nil // a wake-up does not cut a backoff short
-		}
-		woken := false
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		case <-wakeCh:
-			woken = true
-		}
-		if empties > 0 && failures == 0 && !woken && (r.streamCovers() || !r.due(ctx) && !r.streamDue(ctx)) {
-			// Still idle, found with one cheap statement rather than a transaction, or with none while
-			// another worker streams (streamCovers).
-			empties++
-			timer.Reset(r.cfg.idleWait(empties))
-			continue
-		}
-		res := r.runRounds(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		var wait time.Duration
-		switch {
-		case res.Err != nil:
-			failures++
-			wait = r.cfg.roundBackoff(failures)
-			r.log.LogAttrs(ctx, slog.LevelWarn, "bunbox relay round failed, backing off",
-				slog.Int("attempt", failures), slog.Duration("delay", wait), slog.Any("err", res.Err))
-		case failures > 0:
-			r.log.LogAttrs(ctx, slog.LevelInfo, "bunbox relay recovered", slog.Int("failed_rounds", failures))
-			failures, empties = 0, 0
-		case res.Claimed > 0:
-			empties = 0 // more may be waiting: look again at once
-			switch {
-			case res.full:
-				select {
-				case busy <- struct{}{}:
-				default:
-				}
-			case res.streamed:
-				// The stream is caught up: what commits in the next MinPollInterval is read at once,
-				// rather than round after round of a few rows each (see stream.go).
-				wait = r.cfg.MinPollInterval
-			}
-		default:
-			empties++
-			wait = r.cfg.idleWait(empties)
-		}
-		timer.Reset(wait)
-	}
-}
-
-// helper is an extra worker: called in by a full batch, it runs rounds while they come back full, so
-// that one batch's enqueues overlap another's claim and marks. Errors leave the backoff to loop.
-func (r *Relay) helper(ctx context.Context, busy chan struct{}) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-busy:
-		}
-		for ctx.Err() == nil {
-			res := r.runRounds(ctx)
-			if res.Err != nil || !res.full {
-				break
-			}
-			select {
-			case busy <- struct{}{}: // call in the next helper, if any is idle
-			default:
-			}
-		}
-	}
+// engine makes the relay's delivery engine from what New set up: one deliverer, the two reads, and the
+// rounds that run them through one pipeline.
+func (r *Relay) engine() {
+	cfg := &r.cfg
+	r.deliverer = &deliverer{cfg: cfg, enq: r.enq, sem: make(chan struct{}, cfg.Concurrency),
+		decoded: newDecodedBudget(r.cfg), rerun: func(ctx context.Context, task *asynq.Task, opts []asynq.Option) error {
+			return r.keys.RerunArchived(ctx, r.enq, task, opts)
+		}}
+	rows := &rowReader{cfg: cfg, claims: store.NewClaims(r.names, r.stmts), sizer: &r.sizer, queues: r.queues,
+		keyed: r.keys != nil, wake: &r.wake}
+	stream := &streamReader{cfg: cfg, db: r.db, log: r.log, names: r.names, st: store.NewStream(r.names),
+		state: &r.stream, wake: &r.wake, deliverer: r.deliverer, queues: r.queues}
+	r.rounds = &rounds{cfg: cfg, db: r.db, log: r.log, rows: rows, stream: stream, deliverer: r.deliverer,
+		marks: store.NewMarks(r.names, r.stmts), keys: r.keys, counters: &r.counters, health: &r.health}
 }

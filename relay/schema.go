@@ -7,6 +7,7 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/bunbox/bunbox/internal/store"
 	"github.com/bunbox/bunbox/internal/tables"
 	"github.com/bunbox/bunbox/model"
 )
@@ -36,14 +37,8 @@ func checkSchemaOf(ctx context.Context, db bun.IDB, names tables.Names) error {
 	if err := checkWritable(ctx, db); err != nil {
 		return err
 	}
-	for _, query := range []string{claimSQL, keyedClaimSQL} {
-		rows, err := db.QueryContext(ctx, names.SQL(query), 0)
-		if err != nil {
-			return fmt.Errorf("relay: the outbox table does not have the relay's columns (apply the migrations): %w", err)
-		}
-		if err := rows.Close(); err != nil {
-			return err
-		}
+	if err := store.CheckClaims(ctx, db, names); err != nil {
+		return fmt.Errorf("relay: the outbox table does not have the relay's columns (apply the migrations): %w", err)
 	}
 	return nil
 }

@@ -96,7 +96,7 @@ func newServices(r *Relay, redis asynq.RedisConnOpt) error {
 	ccfg := cancel.Config{
 		CheckInterval: r.cfg.CancelCheckInterval, PollInterval: r.cfg.PollInterval, Routes: r.cfg.Routes,
 		Backoff: r.cfg.roundBackoff, Logger: r.log, Wake: signal(r.wakeCh), CleanupEvery: r.cfg.CleanupInterval,
-		Cursor: func(ctx context.Context) bool { _, cursor := r.streamCatalog(ctx); return cursor },
+		Cursor: func(ctx context.Context) bool { _, cursor := r.rounds.stream.catalog(ctx); return cursor },
 	}
 	if r.keys != nil {
 		ccfg.Inspector = r.keys // its look-ups register a queue Redis forgot

@@ -15,6 +15,8 @@ import (
 	bunboxmigrate "github.com/bunbox/bunbox/migrate"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/store"
+	"github.com/bunbox/bunbox/internal/tables"
 )
 
 func TestConfigSessionBounds(t *testing.T) {
@@ -90,7 +92,7 @@ func TestIdleInTransactionReleasesClaims(t *testing.T) {
 	dark := b.newRelay(t, Config{IdleInTransactionTimeout: time.Second})
 	tx, err := dark.begin(ctx)
 	require.NoError(t, err)
-	claimed, _, err := claim(ctx, tx, 100, 1<<20, false)
+	claimed, _, err := claim(ctx, tx, store.NewClaims(tables.Default(), store.NewPrepared(ctx, nil, false, tables.Default())), 100, 1<<20, false)
 	require.NoError(t, err)
 	require.Len(t, claimed, len(events))
 	start := time.Now()

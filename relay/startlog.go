@@ -15,7 +15,7 @@ import (
 // and the delivery mode (stream or per-row, see EnableStream).
 func (r *Relay) startAttrs(ctx context.Context) []slog.Attr {
 	mode := "per-row"
-	if r.streaming(ctx) {
+	if r.rounds.stream.streaming(ctx) {
 		mode = "stream"
 	}
 	return []slog.Attr{slog.String("database", r.databaseName(ctx)), slog.String("table", r.names.Outbox()),

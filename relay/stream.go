@@ -8,7 +8,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/bunbox/bunbox/internal/streamsql"
+	"github.com/uptrace/bun"
+
+	"github.com/bunbox/bunbox/internal/maintenance/wakeup"
+	"github.com/bunbox/bunbox/internal/store"
+	"github.com/bunbox/bunbox/internal/tables"
 )
 
 // The relay's side of the snapshot cursor (EnableStream; the design in internal/streamsql): while the
@@ -35,7 +39,7 @@ type streamState struct {
 	sizer claimSizer      // how many rows the next read asks for, under Config.BatchBytes
 	busy  chan<- struct{} // Run's call to the helpers
 	// active is true while a worker of this relay runs a stream round: the others then do not poll for
-	// streamed rows (streamDue), which that worker (and the helper a full round calls in) delivers. Polling
+	// streamed rows (streamReader.due), which that worker (and the helper a full round calls in) delivers. Polling
 	// for them meanwhile cost an empty per-row round every few milliseconds: 41 µs of PostgreSQL CPU per
 	// streamed event with the default two workers, against 18 with one (bunbench -parts drain).
 	active atomic.Bool
@@ -65,14 +69,26 @@ type streamState struct {
 	batches int
 }
 
-// streamCatalogSQL reads whether the stream is on and whether the cursor's table exists.
-const streamCatalogSQL = `SELECT (` + streamsql.Enabled + `), to_regclass('bunbox_stream') IS NOT NULL`
+// streamReader reads the stream's rows (the snapshot cursor, store.Stream) for the rounds: the catalog's
+// switch, the cursor's cluster, the reads of a round's batches and the enqueues they start (readAhead),
+// the check for rows due. What it reads goes through the rounds' one pipeline (stream_round.go).
+type streamReader struct {
+	cfg       *Config
+	db        *bun.DB
+	log       *slog.Logger
+	names     tables.Names
+	st        *store.Stream
+	state     *streamState
+	wake      *wakeup.State // told of the rows read (internal/maintenance/wakeup)
+	deliverer *deliverer    // starts the enqueues of each batch read
+	queues    *fairQueues   // for the warning that Config.Queues does not split the stream
+}
 
-// streamCatalog returns whether the stream is on for the relay's outbox and whether the cursor's table
+// catalog returns whether the stream is on for the relay's outbox and whether the cursor's table
 // exists, read from the catalog at most once per streamCheckInterval. A failed read keeps what was known:
 // the round that follows meets the same failure.
-func (r *Relay) streamCatalog(ctx context.Context) (on, cursor bool) {
-	s := &r.stream
+func (sr *streamReader) catalog(ctx context.Context) (on, cursor bool) {
+	s := sr.state
 	if s.legacy {
 		return false, false
 	}
@@ -81,21 +97,20 @@ func (r *Relay) streamCatalog(ctx context.Context) (on, cursor bool) {
 	if !s.checkedAt.IsZero() && time.Since(s.checkedAt) < streamCheckInterval {
 		return s.on, s.cursor
 	}
-	var on2, cursor2 bool
-	if err := r.db.NewRaw(r.names.SQL(streamCatalogSQL)).Scan(ctx, &on2, &cursor2); err == nil {
+	if on2, cursor2, err := sr.st.Catalog(ctx, sr.db); err == nil {
 		s.on, s.cursor = on2, cursor2
 		s.checkedAt = time.Now()
-		r.warnQueuesStreamed(ctx, on2)
+		sr.warnQueuesStreamed(ctx, on2)
 	}
 	return s.on, s.cursor
 }
 
 // warnQueuesStreamed logs at Warn, once each time the relay finds the stream turned on, that Config.Queues
 // does not split the streamed rows: the stream delivers them in commit order, all queues alike, so a
-// backlog in one queue delays the others as without Queues. Called with r.stream.mu held.
-func (r *Relay) warnQueuesStreamed(ctx context.Context, on bool) {
-	s := &r.stream
-	if !on || r.queues == nil {
+// backlog in one queue delays the others as without Queues. Called with sr.state.mu held.
+func (sr *streamReader) warnQueuesStreamed(ctx context.Context, on bool) {
+	s := sr.state
+	if !on || sr.queues == nil {
 		s.warned = false
 		return
 	}
@@ -103,62 +118,16 @@ func (r *Relay) warnQueuesStreamed(ctx context.Context, on bool) {
 		return
 	}
 	s.warned = true
-	r.log.LogAttrs(ctx, slog.LevelWarn, "bunbox relay: the stream is on for the outbox, and Config.Queues applies "+
+	sr.log.LogAttrs(ctx, slog.LevelWarn, "bunbox relay: the stream is on for the outbox, and Config.Queues applies "+
 		"only to the per-row path: streamed rows are delivered in commit order, all queues alike, so a backlog "+
 		"in one queue delays the others (relay.DisableStream turns the stream off)",
-		slog.String("table", r.names.Outbox()))
+		slog.String("table", sr.names.Outbox()))
 }
 
 // streaming reports whether the relay runs stream rounds.
-func (r *Relay) streaming(ctx context.Context) bool {
-	on, _ := r.streamCatalog(ctx)
+func (sr *streamReader) streaming(ctx context.Context) bool {
+	on, _ := sr.catalog(ctx)
 	return on
-}
-
-// runRounds is one iteration of a worker: while the stream is on and no other worker of this relay is in
-// one, a stream round, then the per-row round (runOnce), skipped after a stream round when no per-row row
-// is due. Their counts add up; either one's error is the iteration's, and either one coming back full
-// calls the helpers in. The stream round goes first: a helper called in by a full one takes the next
-// stream round while this worker runs its per-row round.
-func (r *Relay) runRounds(ctx context.Context) BatchEvent {
-	var s BatchEvent
-	if r.streaming(ctx) && r.stream.round.TryLock() {
-		r.stream.active.Store(true)
-		s = r.streamRound(ctx)
-		r.stream.active.Store(false)
-		r.stream.round.Unlock()
-		s.streamed = true
-		if s.full {
-			r.callHelper()
-		}
-	}
-	if ctx.Err() != nil {
-		return s
-	}
-	if s.streamed && !r.due(ctx) {
-		// Skip the per-row round's transaction (seven statements) when one cheap statement finds no
-		// per-row row due (an error says due): under steady traffic with the stream on, every iteration
-		// ran it for nothing. A per-row row that comes due meanwhile is claimed in the next iteration,
-		// which asks again, as an idle loop's poll does.
-		return s
-	}
-	return addRounds(r.runOnce(ctx), s)
-}
-
-// streamCovers reports whether an idle worker may skip its poll for per-row rows (due) because another
-// worker of this relay is in a stream round and the last one handed nothing to the per-row path: that
-// worker asks for per-row rows due itself after each round (runRounds), and polling beside it cost two
-// statements every MinPollInterval for the whole of a drain.
-func (r *Relay) streamCovers() bool {
-	return r.stream.active.Load() && !r.stream.handedOver.Load()
-}
-
-// callHelper calls an idle helper in, if any, to take the next stream round.
-func (r *Relay) callHelper() {
-	select {
-	case r.stream.busy <- struct{}{}:
-	default:
-	}
 }
 
 // addRounds adds up the outcomes of two rounds of one iteration.

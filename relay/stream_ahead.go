@@ -27,7 +27,7 @@ type streamBatch struct {
 
 // startBatch starts the enqueues of read's rows: every row but the cancelled ones (never enqueued) and
 // the keyed ones (handed to the per-row path), through deliver, under the relay's Concurrency bound.
-func (r *Relay) startBatch(ctx context.Context, read streamRead) *streamBatch {
+func (sr *streamReader) startBatch(ctx context.Context, read streamRead) *streamBatch {
 	skip := read.bad
 	for i := range read.events {
 		var why error
@@ -47,7 +47,7 @@ func (r *Relay) startBatch(ctx context.Context, read streamRead) *streamBatch {
 	b := &streamBatch{read: read, done: make(chan struct{})}
 	go func() {
 		defer close(b.done)
-		b.errs = r.deliver(ctx, read.events, skip, func(int64) {})
+		b.errs = sr.deliverer.deliver(ctx, read.events, skip, func(int64) {})
 	}()
 	return b
 }
@@ -61,16 +61,8 @@ func (b *streamBatch) drop() {
 	}
 }
 
-// outage reports whether an enqueue of the done batch met an outage (see taskOwn).
-func (b *streamBatch) outage() bool {
-	for _, err := range b.errs {
-		if err != nil && !errors.Is(err, errReleased) && !errors.Is(err, errCancelled) &&
-			!errors.Is(err, errHandOver) && !taskOwn(err) {
-			return true
-		}
-	}
-	return false
-}
+// outage reports whether an enqueue of the done batch met an outage (see classify).
+func (b *streamBatch) outage() bool { return anyOutage(b.errs) }
 
 // streamPass is what a stream round read and tried: its batches, in the order read.
 type streamPass struct {
@@ -100,11 +92,11 @@ func (p *streamPass) rows() int {
 // would end the round's transaction, and the rows enqueued before it must be settled. keepAlive runs only
 // while no read does: database/sql would send its statement on tx's connection while the read's rows are
 // still coming.
-func (r *Relay) readAhead(ctx context.Context, tx bun.Tx, bounds sessionBounds, cur streamCursor, first streamRead) streamPass {
+func (sr *streamReader) readAhead(ctx context.Context, tx bun.Tx, bounds sessionBounds, cur streamCursor, first streamRead) streamPass {
 	bg := context.WithoutCancel(ctx)
-	batches := []*streamBatch{r.startBatch(ctx, first)}
+	batches := []*streamBatch{sr.startBatch(ctx, first)}
 	full, readErr := first.full, error(nil)
-	most := cmp.Or(r.stream.batches, streamRoundBatches)
+	most := cmp.Or(sr.state.batches, streamRoundBatches)
 	stop := keepAlive(bg, tx, bounds)
 	for k := 1; k < most && full && ctx.Err() == nil; k++ {
 		if k >= 2 {
@@ -115,15 +107,15 @@ func (r *Relay) readAhead(ctx context.Context, tx bun.Tx, bounds sessionBounds, 
 				break // the round ends at that batch or before: reading more only adds rows to enqueue again
 			}
 		}
-		if r.stream.reading != nil {
-			r.stream.reading(k)
+		if sr.state.reading != nil {
+			sr.state.reading(k)
 		}
 		if ctx.Err() != nil {
 			break
 		}
-		cur = cur.past(batches[k-1].read)
+		cur = past(cur, batches[k-1].read)
 		stop()
-		read, err := r.readStreamBatch(bg, tx, cur)
+		read, err := sr.readBatch(bg, tx, cur)
 		stop = keepAlive(bg, tx, bounds)
 		if err != nil {
 			readErr = err
@@ -133,7 +125,7 @@ func (r *Relay) readAhead(ctx context.Context, tx bun.Tx, bounds sessionBounds, 
 		if len(read.events) == 0 {
 			break
 		}
-		batches = append(batches, r.startBatch(ctx, read))
+		batches = append(batches, sr.startBatch(ctx, read))
 	}
 	for _, b := range batches {
 		<-b.done
@@ -172,42 +164,26 @@ func (p *streamPass) settled() (cut int, outage error) {
 	return cut, nil
 }
 
-// outageOnly returns the outage of a batch's enqueues when Redis took none of its rows and none failed for
-// a reason of its own (see taskOwn), nil otherwise.
-func outageOnly(errs []error) error {
-	var outage error
-	for _, err := range errs {
-		switch {
-		case err == nil, taskOwn(err):
-			return nil
-		case errors.Is(err, errCancelled), errors.Is(err, errHandOver), errors.Is(err, errReleased):
-		default:
-			outage = cmpErr(outage, err)
-		}
-	}
-	return outage
-}
-
-// readStreamBatch reads the next batch of c's pair (readStream) within the sizer's limit and BatchBytes,
+// readBatch reads the next batch of c's pair (read) within the sizer's limit and BatchBytes,
 // and records it (the wake-up's claimed rows, the sizer's mean row).
-func (r *Relay) readStreamBatch(ctx context.Context, tx bun.Tx, c streamCursor) (streamRead, error) {
-	limit := r.stream.sizer.limit(r.cfg.BatchSize, r.cfg.BatchBytes)
-	if r.stream.sizer.meanRow.Load() <= 0 {
+func (sr *streamReader) readBatch(ctx context.Context, tx bun.Tx, c streamCursor) (streamRead, error) {
+	limit := sr.state.sizer.limit(sr.cfg.BatchSize, sr.cfg.BatchBytes)
+	if sr.state.sizer.meanRow.Load() <= 0 {
 		limit = min(limit, sampleRows) // the first read measures a few rows before it reads a batch of them
 	}
-	read, err := r.readStream(ctx, tx, c, limit, r.cfg.BatchBytes)
+	read, err := sr.read(ctx, tx, c, limit, sr.cfg.BatchBytes)
 	if err != nil {
 		return read, err
 	}
-	r.wake.Note(read.events)
-	r.stream.sizer.observe(read.events, limit, r.cfg.BatchBytes)
+	sr.wake.Note(read.events)
+	sr.state.sizer.observe(read.events, limit, sr.cfg.BatchBytes)
 	return read, nil
 }
 
 // past returns c with its position at the last row of read, which holds rows.
-func (c streamCursor) past(read streamRead) streamCursor {
+func past(c streamCursor, read streamRead) streamCursor {
 	last := len(read.events) - 1
-	c.afterXid.String, c.afterXid.Valid = read.xids[last], true
-	c.afterID.Int64, c.afterID.Valid = read.events[last].ID, true
+	c.AfterXid.String, c.AfterXid.Valid = read.xids[last], true
+	c.AfterID.Int64, c.AfterID.Valid = read.events[last].ID, true
 	return c
 }

@@ -13,7 +13,9 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/store"
 	"github.com/bunbox/bunbox/internal/streamsql"
+	"github.com/bunbox/bunbox/internal/tables"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -193,7 +195,7 @@ func TestStreamWaitingRowDoesNotHoldItsKey(t *testing.T) {
 	var headID int64
 	require.NoError(t, b.db.NewRaw(`SELECT id FROM outbox_events WHERE event_id = ?`, head.EventID).Scan(ctx, &headID))
 	require.NoError(t, b.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		return handOverRows(ctx, tx, (&Relay{}).names.SQL, []int64{headID}) // as a stream round hands it over
+		return store.NewMarks(tables.Default(), nil).HandedOver(ctx, tx, []int64{headID}) // as a stream round hands it over
 	}))
 	next := b.record(t, b.db, 1, model.WithOrderingKey("account-1"))[0]
 

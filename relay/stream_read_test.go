@@ -11,6 +11,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/store"
 	"github.com/bunbox/bunbox/internal/streamsql"
 	"github.com/bunbox/bunbox/model"
 )
@@ -28,25 +29,25 @@ func TestStreamReadIsBoundedByThePair(t *testing.T) {
 	_, err := db.ExecContext(ctx, `ANALYZE outbox_events`)
 	require.NoError(t, err)
 
-	r := &Relay{db: db}
-	require.True(t, r.streamDue(ctx))
+	r := bareRelay(db)
+	require.True(t, r.rounds.stream.due(ctx))
 	var c streamCursor
-	require.NoError(t, db.QueryRowContext(ctx, readCursorSQL).Scan(&c.from, &c.to, &c.afterXid, &c.afterID))
-	xmax := snapshotXmax(c.from.String)
-	require.Less(t, buffers(t, db, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+streamDueSQL,
-		snapshotXip(c.from.String), "{}", xmax, xmax, nil, nil, nil, int64(math.MinInt64+1)), 60, "the idle check reads the kept rows")
+	require.NoError(t, db.QueryRowContext(ctx, store.ReadCursorSQL).Scan(&c.From, &c.To, &c.AfterXid, &c.AfterID))
+	xmax := store.SnapshotXmax(c.From.String)
+	require.Less(t, buffers(t, db, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+store.StreamDueSQL,
+		store.SnapshotXip(c.From.String), "{}", xmax, xmax, nil, nil, nil, int64(math.MinInt64+1)), 60, "the idle check reads the kept rows")
 
 	err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		c := openPair(t, tx, r)
-		read, err := r.readStream(ctx, tx, c, 500, 1<<20)
+		read, err := r.rounds.stream.read(ctx, tx, c, 500, 1<<20)
 		require.NoError(t, err)
 		require.Len(t, read.events, 5)
 		for _, ev := range read.events {
 			require.Equal(t, "new", ev.Name)
 		}
 		var plan json.RawMessage
-		require.NoError(t, tx.QueryRowContext(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+streamReadSQL,
-			c.from.String, c.to.String, "0", "0", int64(-1<<62), 500, snapshotXip(c.from.String)).Scan(&plan))
+		require.NoError(t, tx.QueryRowContext(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+store.StreamReadSQL,
+			c.From.String, c.To.String, "0", "0", int64(-1<<62), 500, store.SnapshotXip(c.From.String)).Scan(&plan))
 		require.Less(t, planBuffers(t, plan), 60, "the first read of the pair reads the kept rows")
 		return nil
 	})
@@ -122,42 +123,42 @@ func TestStreamReadMidPairStartsAtThePosition(t *testing.T) {
 	const big = 4000
 	insertStreamed(t, db, "big", big) // one transaction
 
-	r := &Relay{db: db}
+	r := bareRelay(db)
 	var ids []int64
 	tx, err := db.BeginTx(ctx, nil) // a round that reads three quarters of the big transaction
 	require.NoError(t, err)
 	c := openPair(t, tx, r)
-	read, err := r.readStream(ctx, tx, c, big*3/4, 1<<30)
+	read, err := r.rounds.stream.read(ctx, tx, c, big*3/4, 1<<30)
 	require.NoError(t, err)
 	require.Len(t, read.events, big*3/4)
 	last := len(read.events) - 1
-	require.NoError(t, commitStream(ctx, tx, r.names.SQL, c, read.xids[last], read.events[last].ID, false, read.events[last].ID))
+	require.NoError(t, r.rounds.commitStream(ctx, tx, c, read.xids[last], read.events[last].ID, false, read.events[last].ID))
 	_, err = db.ExecContext(ctx, `ANALYZE outbox_events`)
 	require.NoError(t, err)
 
 	c = streamCursor{}
-	require.NoError(t, db.QueryRowContext(ctx, readCursorSQL).Scan(&c.from, &c.to, &c.afterXid, &c.afterID))
-	require.True(t, c.to.Valid, "a pair open, its position in the big transaction")
-	require.True(t, r.streamDue(ctx))
-	require.Less(t, buffers(t, db, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+streamDueSQL,
-		"{}", "{}", snapshotXmax(c.from.String), c.afterXid.String, c.to.String, c.afterXid.String, c.afterID.Int64,
-		c.afterID.Int64), 20, "the idle check walks the table or the passed rows")
+	require.NoError(t, db.QueryRowContext(ctx, store.ReadCursorSQL).Scan(&c.From, &c.To, &c.AfterXid, &c.AfterID))
+	require.True(t, c.To.Valid, "a pair open, its position in the big transaction")
+	require.True(t, r.rounds.stream.due(ctx))
+	require.Less(t, buffers(t, db, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+store.StreamDueSQL,
+		"{}", "{}", store.SnapshotXmax(c.From.String), c.AfterXid.String, c.To.String, c.AfterXid.String, c.AfterID.Int64,
+		c.AfterID.Int64), 20, "the idle check walks the table or the passed rows")
 
 	err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		c, ok, err := lockCursor(ctx, tx, r.names.SQL)
+		c, ok, err := r.rounds.stream.st.LockCursor(ctx, tx, false)
 		require.NoError(t, err)
 		require.True(t, ok)
-		read, err := r.readStream(ctx, tx, c, big, 1<<30)
+		read, err := r.rounds.stream.read(ctx, tx, c, big, 1<<30)
 		require.NoError(t, err)
 		require.Len(t, read.events, big/4, "the rest of the big transaction")
 		for _, ev := range read.events {
-			require.Greater(t, ev.ID, c.afterID.Int64)
+			require.Greater(t, ev.ID, c.AfterID.Int64)
 			ids = append(ids, ev.ID)
 		}
 		var plan json.RawMessage
-		require.NoError(t, tx.QueryRowContext(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+streamReadAfterSQL,
-			c.from.String, c.to.String, c.afterXid.String, c.afterXid.String, c.afterID.Int64, 10,
-			snapshotXip(c.from.String)).Scan(&plan))
+		require.NoError(t, tx.QueryRowContext(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+store.StreamReadAfterSQL,
+			c.From.String, c.To.String, c.AfterXid.String, c.AfterXid.String, c.AfterID.Int64, 10,
+			store.SnapshotXip(c.From.String)).Scan(&plan))
 		require.Less(t, planBuffers(t, plan), 10, "a read of 10 rows after the position walks the rows before it")
 		return nil
 	})
@@ -231,7 +232,7 @@ func TestStreamReadKeepsToTheIndex(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := streamWithNewRowsAnalyzed(t)
-	r := &Relay{db: db}
+	r := bareRelay(db)
 	explain := func(bounds sessionBounds) string {
 		tx, err := beginBounded(ctx, db, bounds)
 		require.NoError(t, err)
@@ -239,20 +240,21 @@ func TestStreamReadKeepsToTheIndex(t *testing.T) {
 		_, err = tx.ExecContext(ctx, "SET LOCAL random_page_cost = 1000")
 		require.NoError(t, err)
 		c := openPair(t, tx, r)
-		read, err := r.readStream(ctx, tx, c, 1500, 1<<30) // a position in the pair's second transaction
+		read, err := r.rounds.stream.read(ctx, tx, c, 1500, 1<<30) // a position in the pair's second transaction
 		require.NoError(t, err)
 		last := len(read.events) - 1
-		c.afterXid.String, c.afterXid.Valid = read.xids[last], true
-		c.afterID.Int64, c.afterID.Valid = read.events[last].ID, true
+		c.AfterXid.String, c.AfterXid.Valid = read.xids[last], true
+		c.AfterID.Int64, c.AfterID.Valid = read.events[last].ID, true
 		var plan json.RawMessage
-		require.NoError(t, tx.QueryRowContext(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+streamReadAfterSQL,
-			c.from.String, c.to.String, c.afterXid.String, c.afterXid.String, c.afterID.Int64, 500,
-			snapshotXip(c.from.String)).Scan(&plan))
+		require.NoError(t, tx.QueryRowContext(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+store.StreamReadAfterSQL,
+			c.From.String, c.To.String, c.AfterXid.String, c.AfterXid.String, c.AfterID.Int64, 500,
+			store.SnapshotXip(c.From.String)).Scan(&plan))
 		t.Logf("%d buffers", planBuffers(t, plan))
 		return string(plan)
 	}
 	require.True(t, strings.Contains(explain(Config{}.bounds()), `"Sort"`), "the planner keeps to the index anyway: the test shows nothing")
-	plan := explain((&Relay{cfg: Config{}.withDefaults()}).streamBounds())
+	defaults := Config{}.withDefaults()
+	plan := explain((&streamReader{cfg: &defaults}).bounds())
 	require.False(t, strings.Contains(plan, `"Sort"`), "the read sorts the pair's rows")
 	require.False(t, strings.Contains(plan, `"Bitmap Heap Scan"`), "the read scans the pair's rows by bitmap")
 }
@@ -261,11 +263,11 @@ func TestStreamReadKeepsToTheIndex(t *testing.T) {
 func openPair(t *testing.T, tx bun.Tx, r *Relay) streamCursor {
 	t.Helper()
 	ctx := context.Background()
-	c, ok, err := lockCursor(ctx, tx, r.names.SQL)
+	c, ok, err := r.rounds.stream.st.LockCursor(ctx, tx, false)
 	require.NoError(t, err)
 	require.True(t, ok)
-	to, err := currentSnapshot(ctx, tx)
+	to, err := r.rounds.stream.st.CurrentSnapshot(ctx, tx)
 	require.NoError(t, err)
-	c.to.String, c.to.Valid = to, true
+	c.To.String, c.To.Valid = to, true
 	return c
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/internal/outboxtest"
+	"github.com/bunbox/bunbox/internal/store"
 	"github.com/bunbox/bunbox/internal/streamsql"
 	"github.com/bunbox/bunbox/model"
 )
@@ -83,11 +84,11 @@ func TestStreamRestoreIntoAnotherCluster(t *testing.T) {
 func TestStreamClusterChange(t *testing.T) {
 	t.Parallel()
 	cur := func(cursorSys, sys int64, from, to, xmax string) streamCursor {
-		c := streamCursor{xmax: xmax}
-		c.from.String, c.from.Valid = from, from != ""
-		c.to.String, c.to.Valid = to, to != ""
-		c.cursorSystem.Int64, c.cursorSystem.Valid = cursorSys, cursorSys != 0
-		c.system.Int64, c.system.Valid = sys, true
+		c := streamCursor{Xmax: xmax}
+		c.From.String, c.From.Valid = from, from != ""
+		c.To.String, c.To.Valid = to, to != ""
+		c.CursorSystem.Int64, c.CursorSystem.Valid = cursorSys, cursorSys != 0
+		c.System.Int64, c.System.Valid = sys, true
 		return c
 	}
 	require.Empty(t, clusterChange(cur(7, 7, "100:105:101", "", "105")))
@@ -149,11 +150,11 @@ func TestStreamCursorOfAnotherSystemInATenant(t *testing.T) {
 	defer func() { _ = tx.Rollback() }()
 	_, err = tx.ExecContext(ctx, `SET LOCAL ROLE `+role)
 	require.NoError(t, err)
-	cur, ok, err := lockCursor(ctx, tx, names.SQL)
+	cur, ok, err := store.NewStream(names).LockCursor(ctx, tx, false)
 	require.NoError(t, err)
 	require.True(t, ok)
 	r := b.newRelay(t, cfg)
-	moved, err := r.streamCluster(ctx, tx, cur)
+	moved, err := r.rounds.stream.cluster(ctx, tx, cur)
 	require.NoError(t, err)
 	require.True(t, moved, "the cursor of another system started anew")
 	resets := b.logs.matching("runs on another cluster")

@@ -7,7 +7,7 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"github.com/bunbox/bunbox/internal/streamsql"
+	"github.com/bunbox/bunbox/internal/store"
 	"github.com/bunbox/bunbox/internal/tables"
 	"github.com/bunbox/bunbox/model"
 )
@@ -32,18 +32,13 @@ func EnableStream(ctx context.Context, db bun.IDB, loc model.Location) error {
 	if err != nil {
 		return err
 	}
-	return alterOutbox(ctx, db, names, "EnableStream", `ALTER TABLE outbox_events
-  ALTER COLUMN xid SET DEFAULT pg_current_xact_id(),
-  ALTER COLUMN published_at SET DEFAULT `+streamsql.Sentinel, func(ctx context.Context, tx bun.Tx) error {
+	return alterOutbox(ctx, db, names, "EnableStream", true, func(ctx context.Context, st *store.Stream, tx bun.Tx) error {
 		// The snapshot is taken after the ALTER holds the table: every streamed row is written by a
 		// transaction that is still running in it or starts after it, so none is visible in it.
 		// A cursor row left by an earlier EnableStream is kept as it is: it still tells which streamed rows
 		// were delivered, and every row written from now on is past it.
 		// A cursor row of another cluster (a restore) is started anew: see stream_cluster.go.
-		_, err := tx.ExecContext(ctx, names.SQL(`INSERT INTO bunbox_stream (name, snap_from, system_id, max_id)
-VALUES ('outbox', pg_current_snapshot(), (SELECT system_identifier FROM pg_control_system()),
-  (SELECT max(id) FROM outbox_events)) ON CONFLICT (name) DO NOTHING`))
-		if err != nil {
+		if err := st.InsertCursor(ctx, tx); err != nil {
 			return err
 		}
 		return checkCursor(ctx, tx, names, slog.Default())
@@ -59,25 +54,15 @@ func DisableStream(ctx context.Context, db bun.IDB, loc model.Location) error {
 	if err != nil {
 		return err
 	}
-	return alterOutbox(ctx, db, names, "DisableStream", `ALTER TABLE outbox_events
-  ALTER COLUMN xid DROP DEFAULT,
-  ALTER COLUMN published_at DROP DEFAULT`, func(ctx context.Context, tx bun.Tx) error {
+	return alterOutbox(ctx, db, names, "DisableStream", false, func(ctx context.Context, st *store.Stream, tx bun.Tx) error {
 		// Which rows wait is the cursor's word: a cursor of another cluster (a restore) is started anew
 		// first, handing over every row it cannot vouch for (stream_cluster.go).
 		if err := checkCursor(ctx, tx, names, slog.Default()); err != nil {
 			return err
 		}
 		// A waiting row cancelled meanwhile was never enqueued (the stream settles the cancel as it
-		// passes it): its cancel is settled here as bunx settles a pending row's (handOverWaitingSet).
-		_, err := tx.ExecContext(ctx, names.SQL(`UPDATE outbox_events e `+handOverWaitingSet+`
-FROM bunbox_stream s WHERE s.name = 'outbox' AND `+streamsql.Waiting), cancelNeverPublished)
-		if err != nil {
-			return err
-		}
-		// Streamed rows with no cursor row cannot have been delivered (EnableStream writes the row).
-		_, err = tx.ExecContext(ctx, names.SQL(`UPDATE outbox_events SET published_at = NULL
-WHERE published_at = 'infinity' AND NOT EXISTS (SELECT 1 FROM bunbox_stream WHERE name = 'outbox')`))
-		return err
+		// passes it): its cancel is settled as bunx settles a pending row's.
+		return st.HandOverWaiting(ctx, tx, cancelNeverPublished)
 	})
 }
 
@@ -87,9 +72,7 @@ func StreamEnabled(ctx context.Context, db bun.IDB, loc model.Location) (bool, e
 	if err != nil {
 		return false, err
 	}
-	var on bool
-	err = db.NewRaw(names.SQL(streamsql.Enabled)).Scan(ctx, &on)
-	return on, err
+	return store.NewStream(names).Enabled(ctx, db)
 }
 
 func streamNames(loc model.Location) (tables.Names, error) {
@@ -99,20 +82,18 @@ func streamNames(loc model.Location) (tables.Names, error) {
 	return mustNames(loc), nil
 }
 
-// alterOutbox runs alter (an ALTER TABLE of the outbox, in default names) in a transaction that waits at
-// most streamLockTimeout for the table's lock, then runs then in the same transaction. A failed ALTER's error
+// alterOutbox turns the stream on or off (store.Stream.Switch) in a transaction that waits at most
+// streamLockTimeout for the table's lock, then runs then in the same transaction. A failed ALTER's error
 // names op, the table, the owner role and the lock.
-func alterOutbox(ctx context.Context, db bun.IDB, names tables.Names, op, alter string,
-	then func(context.Context, bun.Tx) error,
+func alterOutbox(ctx context.Context, db bun.IDB, names tables.Names, op string, on bool,
+	then func(context.Context, *store.Stream, bun.Tx) error,
 ) error {
+	st := store.NewStream(names)
 	return db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		if _, err := tx.ExecContext(ctx, "SET LOCAL lock_timeout = '"+streamLockTimeout+"'"); err != nil {
+		if err := st.Switch(ctx, tx, on, streamLockTimeout, func(err error) error { return streamDDLError(op, names, err) }); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, names.SQL(alter)); err != nil {
-			return streamDDLError(op, names, err)
-		}
-		return then(ctx, tx)
+		return then(ctx, st, tx)
 	})
 }
 

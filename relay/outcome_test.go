@@ -202,3 +202,64 @@ func TestTaskAsynqRefusesEndsDead(t *testing.T) {
 	require.Empty(t, b.logs.matching(roundBackoffLog), "a task's own failure is not an outage")
 	requireDeliveredOnce(t, b.inspector, b.queue, others)
 }
+
+// Every enqueue outcome is classified once, into one of a closed set, whichever way its row was read.
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	redisDown := errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+	for _, tt := range []struct {
+		name string
+		err  error
+		want outcome
+	}{
+		{"Delivered", nil, delivered},
+		{"Released", errReleased, released},
+		{"ReleasedWrapped", fmt.Errorf("decode: %w", errReleased), released},
+		{"HandedOver", errHandOver, handedOver},
+		{"Cancelled", errCancelled, cancelled},
+		{"Malformed", fmt.Errorf("%w: column payload is empty", errMalformedRow), charged},
+		{"Rejected", fmt.Errorf("%w: too large", ErrTaskRejected), charged},
+		{"AsynqRefusal", errors.New("task ID cannot be empty"), charged},
+		{"Outage", redisDown, outage},
+		{"Timeout", context.DeadlineExceeded, outage},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, classify(tt.err))
+		})
+	}
+}
+
+// A batch's outcomes are tallied by classify, and only the task's own failures are charged: an attempt
+// with the retry's delay, dead at the last attempt or at once for a malformed row; an outage charges none.
+func TestTallyBatchCharges(t *testing.T) {
+	t.Parallel()
+	cfg := Config{MaxAttempts: 3}.withDefaults()
+	events := make([]model.Event, 7)
+	for i := range events {
+		events[i].ID = int64(i + 1)
+	}
+	events[2].Attempts = 2 // its third attempt is its last
+	rejected := fmt.Errorf("%w: no", ErrTaskRejected)
+	errs := []error{nil, rejected, rejected, fmt.Errorf("%w: bad", errMalformedRow), errors.New("redis down"),
+		errReleased, errCancelled}
+	tl := tallyBatch(&cfg, events, errs, map[int]bool{6: true})
+	require.Equal(t, 1, tl.delivered)
+	require.Equal(t, []int{5}, tl.released)
+	require.Equal(t, []int{6}, tl.cancels)
+	require.Equal(t, []int{4}, tl.outages)
+	require.EqualError(t, tl.outage, "redis down")
+	require.Len(t, tl.charges, 3)
+	require.Equal(t, 1, tl.charges[0].i)
+	require.False(t, tl.charges[0].Dead)
+	require.Equal(t, 1, tl.charges[0].Attempts)
+	require.Positive(t, tl.charges[0].Delay)
+	require.True(t, tl.charges[1].Dead, "the last attempt")
+	require.Equal(t, 3, tl.charges[1].Attempts)
+	require.True(t, tl.charges[2].Dead, "a malformed row")
+
+	var res BatchEvent
+	tl.failOutage(&res)
+	require.Equal(t, 1, res.Released)
+	require.ErrorContains(t, res.Err, "enqueue: 1 rows released, none charged: redis down")
+}
