@@ -9,7 +9,7 @@ import (
 )
 
 // readEncoded checks the encoded payload of a claimed row (one an Outbox's codec wrote, see
-// bunx.WithCodec): the column payload_encoded and the metadata key bunbox-payload-encoding go
+// bunx.WithLocation with a Codec): the column payload_encoded and the metadata key bunbox-payload-encoding go
 // together, or payload_encoded holds the bytes of a bytes event (model.NewBytesEvent) as they are; and the
 // bytes are within the 64 MiB ceiling. It does not decode them (see payload).
 func readEncoded(ev *model.Event) error {

@@ -129,10 +129,10 @@ func checkSchema(ctx context.Context, db bun.IDB, names tables.Names) error {
 		return fmt.Errorf("relay: PostgreSQL: %w", err)
 	}
 	if !exists && names.Prefix() != "" {
-		return fmt.Errorf("%w (table %s: migrate.Up with migrate.WithSchema and migrate.WithTablePrefix, or `bunbox migrate up --schema --table-prefix`)", ErrNoSchema, names.Outbox())
+		return fmt.Errorf("%w (table %s: migrate.Up with migrate.WithLocation(loc), or `bunbox migrate up -schema S -table-prefix P`)", ErrNoSchema, names.Outbox())
 	}
 	if !exists && !names.IsDefault() {
-		return fmt.Errorf("%w (schema %s: migrate.Up with migrate.WithSchema, or `bunbox migrate up --schema`)", ErrNoSchema, names.QuotedSchema())
+		return fmt.Errorf("%w (schema %s: migrate.Up with migrate.WithLocation(loc), or `bunbox migrate up -schema S`)", ErrNoSchema, names.QuotedSchema())
 	}
 	if !exists {
 		return ErrNoSchema

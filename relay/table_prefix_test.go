@@ -286,5 +286,5 @@ func TestTablePrefixNeverMigrated(t *testing.T) {
 	_, err := relay.New(db, asynq.RedisClientOpt{Addr: outboxtest.RedisAddr()}, relay.Config{Location: model.Location{Schema: s, TablePrefix: "never_"}, Logger: outboxtest.Logger(t)})
 	require.ErrorIs(t, err, relay.ErrNoSchema)
 	require.ErrorContains(t, err, `"`+s+`".never_outbox_events`)
-	require.ErrorContains(t, err, "WithTablePrefix")
+	require.ErrorContains(t, err, "migrate.WithLocation")
 }

@@ -18,7 +18,7 @@ import (
 // relay's enqueues, its keyed-event tracker, its cancels and the Reconciler all go through here.
 
 // newTask builds the asynq task the relay enqueues for ev, with its options: type = event name,
-// payload = the JSON payload (or the encoded bytes of PayloadEncoded, see bunx.WithCodec), headers = the event's metadata plus the bunbox headers, TaskID = the event
+// payload = the JSON payload (or the encoded bytes of PayloadEncoded, see the Location's Codec), headers = the event's metadata plus the bunbox headers, TaskID = the event
 // id, queue = the event's queue, retention (the dedupe window) = taskRetention or the event's longer
 // Retention, and the event's delivery options (model.WithProcessAt and the options after it), each as
 // asynq's option of the same name. With Routes, listenerTask derives each listener's task from it.

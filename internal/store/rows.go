@@ -14,7 +14,7 @@ const Columns = `id, event_id, event_name, queue, payload, metadata, created_at,
   coalesce(ordering_key, ''), payload_encoded`
 
 // RowSize is the size in bytes of a read row's payload and metadata, and of its encoded payload
-// (bunx.WithCodec, or the bytes of model.NewBytesEvent), as the relay receives them.
+// (a Location's Codec, or the bytes of model.NewBytesEvent), as the relay receives them.
 //
 // A row's size is the JSON text the relay receives (octet_length of the text form) for a value PostgreSQL
 // stored compressed, whose stored size could be a tiny part of it; for any other value it is the stored
