@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -18,10 +17,7 @@ func TestStatusShowsBlockedKeys(t *testing.T) {
 	t.Parallel()
 	outboxtest.SkipShort(t)
 	schema := outboxtest.NewSchema(t)
-	env := map[string]string{"DATABASE_URL": outboxtest.DatabaseURL() + "&search_path=" + schema, "REDIS_ADDR": outboxtest.RedisAddr()}
-	if !strings.Contains(outboxtest.DatabaseURL(), "?") {
-		env["DATABASE_URL"] = outboxtest.DatabaseURL() + "?search_path=" + schema
-	}
+	env := map[string]string{"DATABASE_URL": outboxtest.SchemaURL(t, schema), "REDIS_ADDR": outboxtest.RedisAddr()}
 	db := outboxtest.Open(t, map[string]any{"search_path": schema})
 	ctx := context.Background()
 	require.NoError(t, bunboxmigrate.Up(ctx, db))

@@ -160,10 +160,7 @@ func TestAgainstDatabase(t *testing.T) {
 	outboxtest.SkipShort(t)
 
 	schema := outboxtest.NewSchema(t)
-	env := map[string]string{"DATABASE_URL": outboxtest.DatabaseURL() + "&search_path=" + schema, "REDIS_ADDR": outboxtest.RedisAddr()}
-	if !strings.Contains(outboxtest.DatabaseURL(), "?") {
-		env["DATABASE_URL"] = outboxtest.DatabaseURL() + "?search_path=" + schema
-	}
+	env := map[string]string{"DATABASE_URL": outboxtest.SchemaURL(t, schema), "REDIS_ADDR": outboxtest.RedisAddr()}
 
 	code, _, stderr := runCLI(t, env, "status")
 	require.Equal(t, 1, code)

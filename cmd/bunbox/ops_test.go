@@ -55,12 +55,8 @@ func TestOpsUsage(t *testing.T) {
 func schemaEnv(t *testing.T) (map[string]string, *bun.DB) {
 	t.Helper()
 	schema := outboxtest.NewSchema(t)
-	sep := "?"
-	if strings.Contains(outboxtest.DatabaseURL(), "?") {
-		sep = "&"
-	}
 	env := map[string]string{
-		"DATABASE_URL": outboxtest.DatabaseURL() + sep + "search_path=" + schema,
+		"DATABASE_URL": outboxtest.SchemaURL(t, schema),
 		"REDIS_ADDR":   outboxtest.RedisAddr(),
 	}
 	code, _, stderr := runCLI(t, env, "migrate", "up")

@@ -15,6 +15,7 @@ import (
 // as its schema line) says why a relay cannot work on a read-only database, not to run a migration.
 func TestReadyzOnAReadOnlyDatabase(t *testing.T) {
 	outboxtest.SkipShort(t)
+	outboxtest.SkipPooled(t, "a read-only session (default_transaction_read_only) cannot pass a transaction pooler")
 	t.Parallel()
 	_, schema := outboxtest.Schema(t)
 	db := outboxtest.Open(t, map[string]any{"search_path": schema, "default_transaction_read_only": "on"})

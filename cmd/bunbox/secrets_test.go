@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -62,7 +61,7 @@ func TestEnvWhiteSpace(t *testing.T) {
 	t.Parallel()
 	outboxtest.SkipShort(t)
 	schema := outboxtest.NewSchema(t)
-	databaseURL := withParam(outboxtest.DatabaseURL(), "search_path="+schema)
+	databaseURL := outboxtest.SchemaURL(t, schema)
 	code, _, stderr := runCLI(t, map[string]string{"DATABASE_URL": " " + databaseURL + "\n"}, "migrate", "up")
 	require.Equal(t, 0, code, stderr)
 	code, _, stderr = runCLI(t, map[string]string{"REDIS_ADDR": " " + outboxtest.RedisAddr() + "\n"}, "-database-url", "\t"+databaseURL+" ", "status")
@@ -163,7 +162,7 @@ func testRelayRedisURL(t *testing.T, variable string) {
 	require.NoError(t, err)
 
 	env := map[string]string{
-		"DATABASE_URL": withParam(outboxtest.DatabaseURL(), "search_path="+schema),
+		"DATABASE_URL": outboxtest.SchemaURL(t, schema),
 		variable:       "redis://:" + password + "@" + rd.Addr() + "/3",
 		"REDIS_ADDR":   "127.0.0.1:1", // the URL wins
 	}
@@ -205,14 +204,6 @@ func testRelayRedisURL(t *testing.T, variable string) {
 	cancel()
 	require.Equal(t, 0, <-done, stderr.String())
 	require.NotContains(t, stdout.String()+stderr.String(), password)
-}
-
-// withParam adds a query parameter to a URL.
-func withParam(url, param string) string {
-	if strings.Contains(url, "?") {
-		return url + "&" + param
-	}
-	return url + "?" + param
 }
 
 // passwordsWithDelimiters are passwords with the characters a driver may split a URL at, unescaped;

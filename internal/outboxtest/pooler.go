@@ -259,3 +259,22 @@ func pausePooler(tb testing.TB, name string) (resume func()) {
 		_ = conn.Close(rctx)
 	}
 }
+
+// SchemaURL is the connection string a process of its own (the CLI, a relay in a child process) uses for
+// name, a schema of NewSchema: TEST_DATABASE_URL with search_path=name, or, in the pooler pass, where
+// NewSchema made a database, the pooler's URL of that database (whose search_path leads with name).
+func SchemaURL(tb testing.TB, name string) string {
+	tb.Helper()
+	if Pooled() {
+		u, err := pooledURL(RequirePooler(tb), name)
+		if err != nil {
+			tb.Fatalf("TEST_POOLER_URL: %v", err)
+		}
+		return u
+	}
+	sep := "?"
+	if strings.Contains(DatabaseURL(), "?") {
+		sep = "&"
+	}
+	return DatabaseURL() + sep + "search_path=" + name
+}
