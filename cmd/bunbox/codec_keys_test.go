@@ -73,7 +73,7 @@ func TestRelayCommandDecodesWithKeyringFile(t *testing.T) {
 	done := make(chan int, 1)
 	go func() {
 		done <- run(runCtx, []string{"relay", "-metrics-addr", "", "-reconcile=false", "-codec-keys-file", path},
-			func(k string) string { return env[k] }, &stdout, &stderr)
+			getenvOf(t, env), &stdout, &stderr)
 	}()
 	outboxtest.WaitFor(t, 30*time.Second, "both events published", func() bool {
 		return outboxtest.Count(t, db, "outbox_events", "published_at IS NOT NULL") == 2

@@ -379,7 +379,7 @@ func (b *grantsBundle) startRelay(t *testing.T) (addr string, stop func()) {
 	env := b.env(t, "bunbox_relay", "bunbox_relay")
 	go func() {
 		done <- run(ctx, []string{"relay", "-metrics-addr", addr, "-reconcile-interval", "50ms"},
-			func(k string) string { return env[k] }, &out, &out)
+			getenvOf(t, env), &out, &out)
 	}()
 	stopped := false
 	stop = func() {

@@ -37,17 +37,23 @@ func TestMain(m *testing.M) {
 // DATABASE_DRIVER in env, the CLI opens its database with the test kit's driver (BUNBOX_TEST_DRIVER).
 func runCLI(t *testing.T, env map[string]string, args ...string) (int, string, string) {
 	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), args, getenvOf(t, env), &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// getenvOf is the CLI's environment env, with DATABASE_DRIVER the test kit's driver (BUNBOX_TEST_DRIVER)
+// unless env sets it: the commands a test runs open their database as its own connections do.
+func getenvOf(t *testing.T, env map[string]string) func(string) string {
+	t.Helper()
 	driver, err := outboxtest.Driver()
 	require.NoError(t, err)
-	getenv := func(k string) string {
+	return func(k string) string {
 		if v, ok := env[k]; ok || k != "DATABASE_DRIVER" {
 			return v
 		}
 		return driver
 	}
-	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), args, getenv, &stdout, &stderr)
-	return code, stdout.String(), stderr.String()
 }
 
 func TestUsage(t *testing.T) {
@@ -266,7 +272,7 @@ func TestAgainstDatabase(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		done := make(chan int, 1)
 		go func() {
-			done <- run(ctx, []string{"relay", "-metrics-addr", addr, "-reconcile-window", "10m"}, func(k string) string { return renv[k] }, &stdout, &stderr)
+			done <- run(ctx, []string{"relay", "-metrics-addr", addr, "-reconcile-window", "10m"}, getenvOf(t, renv), &stdout, &stderr)
 		}()
 		var body string
 		outboxtest.WaitFor(t, 10*time.Second, "the relay's /metrics", func() bool {

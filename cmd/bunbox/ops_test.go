@@ -263,7 +263,7 @@ func TestRelayServesMetricsAndProbes(t *testing.T) {
 	go func() {
 		// The reconciler runs by default: no -reconcile-window needed.
 		done <- run(ctx, []string{"relay", "-metrics-addr", addr, "-reconcile-interval", "50ms"},
-			func(k string) string { return env[k] }, &stdout, &stderr)
+			getenvOf(t, env), &stdout, &stderr)
 	}()
 	outboxtest.WaitFor(t, 30*time.Second, "the backlog drained", func() bool {
 		return outboxtest.Count(t, db, "outbox_events", "published_at IS NULL") == 0

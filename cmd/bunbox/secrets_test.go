@@ -176,7 +176,7 @@ func testRelayRedisURL(t *testing.T, variable string) {
 	require.NoError(t, ln.Close())
 	go func() {
 		done <- run(ctx, []string{"relay", "-metrics-addr", metricsAddr, "-reconcile-window", "10m", "-log-level", "debug"},
-			func(k string) string { return env[k] }, &stdout, &stderr)
+			getenvOf(t, env), &stdout, &stderr)
 	}()
 
 	ins := asynq.NewInspector(asynq.RedisClientOpt{Addr: rd.Addr(), Password: password, DB: 3})

@@ -90,7 +90,7 @@ func TestTablePrefixFlag(t *testing.T) {
 	done := make(chan int, 1)
 	go func() {
 		done <- run(rctx, []string{"relay", "-schema", s, "-table-prefix", "orders_", "-enable-notify", "-metrics-addr", addr, "-reconcile-window", "10m"},
-			func(k string) string { return env[k] }, &rout, &rerr)
+			getenvOf(t, env), &rout, &rerr)
 	}()
 	outboxtest.WaitFor(t, 60*time.Second, "the relay of orders_ published its two rows", func() bool {
 		var left int

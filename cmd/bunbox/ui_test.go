@@ -24,7 +24,7 @@ func startUI(t *testing.T, env map[string]string, args ...string) (addr string, 
 	var stderr syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, append([]string{"ui", "-addr", addr, "-redis=false"}, args...), func(k string) string { return env[k] }, stdout, &stderr)
+		done <- run(ctx, append([]string{"ui", "-addr", addr, "-redis=false"}, args...), getenvOf(t, env), stdout, &stderr)
 	}()
 	t.Cleanup(func() {
 		cancel()
