@@ -16,14 +16,15 @@ with_services = $(DEV) up && eval "$$($(DEV) env)" && $(1); rc=$$?; $(DEV) down;
 LINT_VERSION := 2.15.0
 LINT := $(CURDIR)/.bin/golangci-lint
 
-.PHONY: help test test/unit test/pooler test/short test/race test/fault test/fuzz fuzz lint demo services/up services/down test/bench bench
+.PHONY: help test test/unit test/streamoff test/pooler test/short test/race test/fault test/fuzz fuzz lint demo services/up services/down test/bench bench
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-test: ## lint first, then every test with -race: test/unit (on pgdriver, then on pgx), test/bench, test/fault (on pgdriver), then each fuzz target briefly (test/fuzz)
+test: ## lint first, then every test with -race: test/unit (on pgdriver, then on pgx), test/streamoff, test/pooler, test/bench, test/fault (on pgdriver), then each fuzz target briefly (test/fuzz)
 	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory test/unit
+	@$(MAKE) --no-print-directory test/streamoff
 	@$(MAKE) --no-print-directory test/pooler
 	@$(MAKE) --no-print-directory test/bench
 	@$(MAKE) --no-print-directory test/fault
@@ -35,6 +36,10 @@ DRIVERS ?= pgdriver pgx
 test/unit: ## start the services, run the unit and integration tests with -race once per driver in DRIVERS (pgdriver pgx), stop the services
 	@$(DEV) tools
 	@$(call with_services,for d in $(DRIVERS); do echo "== BUNBOX_TEST_DRIVER=$$d"; s=$$SECONDS; BUNBOX_TEST_DRIVER=$$d $(GO) test -race -count=1 -timeout 30m ./... || { fail=1; break; }; echo "== BUNBOX_TEST_DRIVER=$$d passed in $$((SECONDS-s))s"; done; [ -z "$$fail" ])
+
+test/streamoff: ## start the services, run every test with -race on pgdriver once more with the snapshot stream turned off after the migrations (BUNBOX_TEST_STREAM=off: the per-row path alone, as relay.DisableStream leaves an outbox), stop the services
+	@$(DEV) tools
+	@$(call with_services,echo "== BUNBOX_TEST_STREAM=off"; s=$$SECONDS; BUNBOX_TEST_STREAM=off $(GO) test -race -count=1 -timeout 30m ./... && echo "== with the stream off: passed in $$((SECONDS-s))s")
 
 # The packages whose tests test/pooler runs a second time through PgBouncer.
 POOLER_PKGS ?= ./bunx/ ./relay/ ./migrate/
@@ -48,10 +53,10 @@ test/race: test ## alias of test: the race detector is always on
 # The suite starts private PostgreSQL and Redis servers that it kills and restarts, so it needs no shared services;
 # devservices.sh only installs redis-server when it is missing (in a directory of its own, stopped at once).
 test/fault: export BUNBOX_DEV_DIR := $(CURDIR)/.dev/fault
-test/fault: ## the fault-injection suite (~2.5 min): real processes SIGKILLed, Redis and PostgreSQL restarted; then TestFaultNetwork (~3-7 min: partitions, latency, resets, lost replies through a TCP proxy); FAULT_SEED=n replays a run, BUNBOX_TEST_DRIVER=pgx runs it on pgx; both run twice: the per-row path, then with the snapshot cursor on (FAULT_STREAM=1)
+test/fault: ## the fault-injection suite (~2.5 min): real processes SIGKILLed, Redis and PostgreSQL restarted; then TestFaultNetwork (~3-7 min: partitions, latency, resets, lost replies through a TCP proxy); FAULT_SEED=n replays a run, BUNBOX_TEST_DRIVER=pgx runs it on pgx; both run twice: on the snapshot stream (the default), then with it off, the per-row path alone (FAULT_STREAM=0)
 	@command -v redis-server >/dev/null || { $(DEV) up >/dev/null; $(DEV) down; }
 	FAULT_RACE=$${FAULT_RACE:-1} $(GO) test -race -count=1 -tags fault -timeout 15m -v -run TestFault ./internal/faultsuite/
-	FAULT_STREAM=1 FAULT_RACE=$${FAULT_RACE:-1} $(GO) test -race -count=1 -tags fault -timeout 15m -v -run TestFault ./internal/faultsuite/
+	FAULT_STREAM=0 FAULT_RACE=$${FAULT_RACE:-1} $(GO) test -race -count=1 -tags fault -timeout 15m -v -run TestFault ./internal/faultsuite/
 
 # The fuzz targets, as package:target. They need no server. Add a target here and both fuzz steps run it.
 FUZZ_TARGETS := \

@@ -21,7 +21,7 @@ func insertDead(t *testing.T, db bun.IDB, queue, name string, age time.Duration)
 	ctx := context.Background()
 	_, err = db.NewInsert().Model(ev).Exec(ctx)
 	require.NoError(t, err)
-	_, err = db.NewRaw("UPDATE outbox_events SET dead_at = now() - ? * interval '1 second', attempts = 10 WHERE event_id = ?",
+	_, err = db.NewRaw("UPDATE outbox_events SET published_at = NULL, dead_at = now() - ? * interval '1 second', attempts = 10 WHERE event_id = ?",
 		int64(age.Seconds()), ev.EventID).Exec(ctx)
 	require.NoError(t, err)
 	return ev

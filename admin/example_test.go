@@ -58,7 +58,7 @@ func deadForExample(ctx context.Context, db *bun.DB) {
 		panic(err)
 	}
 	if _, err := db.NewUpdate().Table("outbox_events").
-		Set("attempts = 25, last_error = 'smtp: 550 mailbox unavailable', dead_at = now()").
+		Set("attempts = 25, last_error = 'smtp: 550 mailbox unavailable', dead_at = now(), published_at = NULL").
 		Where("event_id = ?", ev.EventID).Exec(ctx); err != nil {
 		panic(err)
 	}

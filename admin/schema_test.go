@@ -32,7 +32,7 @@ func TestLocationSchema(t *testing.T) {
 		ev, err := model.NewEvent("tenant.dead", nil, opts...)
 		require.NoError(t, err)
 		require.NoError(t, bunx.New(db, bunx.WithLocation(model.Location{Schema: schema})).Record(ctx, db, ev))
-		_, err = db.NewRaw("UPDATE "+table+" SET dead_at = now(), attempts = 10 WHERE event_id = ?", ev.EventID).Exec(ctx)
+		_, err = db.NewRaw("UPDATE "+table+" SET published_at = NULL, dead_at = now(), attempts = 10 WHERE event_id = ?", ev.EventID).Exec(ctx)
 		require.NoError(t, err)
 		return ev
 	}

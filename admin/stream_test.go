@@ -34,7 +34,9 @@ func TestBacklogCountsStreamedRows(t *testing.T) {
 
 	st, err := outboxOf(t, db).ReadStream(ctx)
 	require.NoError(t, err)
-	require.Equal(t, StreamState{}, st, "never turned on")
+	require.True(t, st.On, "on from the migrations")
+	require.True(t, st.Cursor)
+	require.Zero(t, st.Waiting)
 
 	require.NoError(t, relay.EnableStream(ctx, db, model.Location{}))
 	insertStreamed(t, db, "delivered", 0)

@@ -8,6 +8,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/uptrace/bun"
 
+	"github.com/bunbox/bunbox/internal/streamsql"
 	"github.com/bunbox/bunbox/internal/tables"
 	"github.com/bunbox/bunbox/model"
 )
@@ -34,12 +35,20 @@ func Drain(ctx context.Context, db bun.IDB, h asynq.Handler) (int, error) {
 
 // Events returns the events in the outbox as db sees them, oldest first, of the given names only when
 // names are given: pass the bun.Tx of the test to see what it wrote before it commits, or the *bun.DB to
-// see what committed. Every row is returned, delivered or not (PublishedAt, DeadAt say which); a row the
-// snapshot cursor delivers (relay.EnableStream) reads with PublishedAt nil until it is marked. With Location.Codec
+// see what committed. Every row is returned, delivered or not (PublishedAt, DeadAt say which); a row of the
+// snapshot stream reads with PublishedAt nil while it waits, and with the time the stream's cursor last
+// moved once the cursor has passed it (the stream keeps no time per row). With Location.Codec
 // the payloads are decoded; without it an encoded payload stays in PayloadEncoded.
 func (o Outbox) Events(ctx context.Context, db bun.IDB, names ...string) ([]*model.Event, error) {
 	return o.read(ctx, db, false, names)
 }
+
+// rowsSQL is the outbox's rows with what tells a streamed row's state (internal/streamsql): the time it
+// shows as published (the cursor's last move once the cursor passed it, NULL while it waits) and whether
+// it waits for delivery, a pending row of the per-row path or a streamed row the cursor has not passed.
+const rowsSQL = `(SELECT e.*, ` + streamsql.PublishedAt + ` AS shown_published_at,
+  (e.published_at IS NULL OR ` + streamsql.Waiting + `) AS waiting
+FROM outbox_events e ` + streamsql.Cursor + `) AS oe`
 
 // read reads the events of the outbox (pending ones only, when pending), oldest first, decoded with Location.Codec.
 func (o Outbox) read(ctx context.Context, db bun.IDB, pending bool, names []string) ([]*model.Event, error) {
@@ -51,16 +60,15 @@ func (o Outbox) read(ctx context.Context, db bun.IDB, pending bool, names []stri
 	}
 	t, _ := tables.New(o.Location.Schema, o.Location.TablePrefix)
 	var evs []*model.Event
-	q := db.NewSelect().Model(&evs).ModelTableExpr(t.Outbox() + " AS oe").
+	q := db.NewSelect().Model(&evs).ModelTableExpr(t.SQL(rowsSQL)).
 		ExcludeColumn("published_at").
-		ColumnExpr("NULLIF(oe.published_at, 'infinity') AS published_at"). // a streamed row waits: not delivered
+		ColumnExpr("oe.shown_published_at AS published_at").
 		OrderExpr("oe.id")
 	if len(names) > 0 {
 		q = q.Where("oe.event_name IN (?)", bun.List(slices.Clip(names)))
 	}
 	if pending {
-		q = q.Where("oe.published_at IS NULL OR oe.published_at = 'infinity'").
-			Where("oe.dead_at IS NULL AND oe.cancelled_at IS NULL")
+		q = q.Where("oe.waiting AND oe.dead_at IS NULL AND oe.cancelled_at IS NULL")
 	}
 	if err := q.Scan(ctx); err != nil {
 		return nil, fmt.Errorf("bunboxtest: read %s: %w", t.Outbox(), err)

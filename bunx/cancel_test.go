@@ -31,6 +31,17 @@ func readCancelState(t *testing.T, db bun.IDB, id uuid.UUID) cancelState {
 	return s
 }
 
+// neverPublished is the state Cancel leaves a row in that no relay has enqueued. On the per-row path
+// (BUNBOX_TEST_STREAM=off) Cancel settles it at once, and releases its ordering key (completed). A row
+// waiting in the stream is only marked cancelled: a stream round may have read it already, so the round
+// that passes it settles the cancel (never enqueuing it), as the relay's stream tests show.
+func neverPublished(completed bool) cancelState {
+	if !outboxtest.StreamOff() {
+		return cancelState{Cancelled: true}
+	}
+	return cancelState{Cancelled: true, Settled: true, Result: "never published", Completed: completed}
+}
+
 func recordEvents(t *testing.T, b *testBundle, opts ...model.Option) []*model.Event {
 	t.Helper()
 	var evs []*model.Event
@@ -56,7 +67,7 @@ func TestCancel(t *testing.T) {
 			return b.ob.Cancel(ctx, tx, evs[0].EventID, evs[1].EventID)
 		}))
 		for _, ev := range evs[:2] {
-			require.Equal(t, cancelState{Cancelled: true, Settled: true, Result: "never published"}, readCancelState(t, b.db, ev.EventID))
+			require.Equal(t, neverPublished(false), readCancelState(t, b.db, ev.EventID))
 		}
 		require.Equal(t, cancelState{}, readCancelState(t, b.db, evs[2].EventID))
 	})
@@ -105,8 +116,7 @@ func TestCancel(t *testing.T) {
 		b := setup(t)
 		evs := recordEvents(t, b, model.WithOrderingKey("account-1"))
 		require.NoError(t, b.ob.Cancel(ctx, b.db, evs[0].EventID))
-		require.Equal(t, cancelState{Cancelled: true, Settled: true, Result: "never published", Completed: true},
-			readCancelState(t, b.db, evs[0].EventID))
+		require.Equal(t, neverPublished(true), readCancelState(t, b.db, evs[0].EventID))
 	})
 
 	t.Run("PublishedIsLeftToTheRelay", func(t *testing.T) {

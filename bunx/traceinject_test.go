@@ -144,7 +144,7 @@ func TestTraceContextThatDoesNotFitIsLeftOut(t *testing.T) {
 	go func() { stopped <- r.Run(runCtx) }()
 	t.Cleanup(func() { cancel(); require.NoError(t, <-stopped) })
 	outboxtest.WaitFor(t, 30*time.Second, "the three events published", func() bool {
-		return outboxtest.Count(t, b.db, "outbox_events", "published_at IS NULL") == 0
+		return outboxtest.CountUndelivered(t, b.db, "") == 0
 	})
 	require.Zero(t, outboxtest.Count(t, b.db, "outbox_events", "dead_at IS NOT NULL"))
 	ins := asynq.NewInspector(redisOpt)

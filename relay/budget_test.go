@@ -58,12 +58,12 @@ func TestClaimStopsAtTheByteBudget(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t)
+			b := setupPerRow(t)
 			events := insertSized(t, b.db, b.queue, tt.sizes...)
 			r := b.newRelay(t, Config{BatchBytes: tt.budget(rowSizes(t, b.db)), BatchSize: tt.batch})
 			var got []int
 			for range len(tt.want) + 1 {
-				res := r.rounds.runOnce(context.Background())
+				res := r.rounds.runRounds(context.Background())
 				require.NoError(t, res.Err)
 				if res.Claimed == 0 {
 					break
@@ -133,7 +133,7 @@ VALUES (gen_random_uuid(), ?, ?, '{}', ?::jsonb)`, tt.eventName, b.queue, tt.met
 			after := insertEvents(t, b.db, b.queue, 5)
 
 			r := b.newRelay(t, Config{MaxAttempts: 5})
-			res := r.rounds.runOnce(context.Background())
+			res := r.rounds.runRounds(context.Background())
 			require.NoError(t, res.Err)
 			require.Equal(t, 10, res.Published)
 			require.Equal(t, 1, res.Dead)
@@ -204,7 +204,7 @@ func TestClaimCutsAlikeWithAndWithoutTheWindow(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t)
+			b := setupPerRow(t)
 			events := insertSized(t, b.db, b.queue, tt.sizes...)
 			budget := tt.budget(rowSizes(t, b.db))
 			for _, windowed := range []bool{false, true} {
@@ -245,7 +245,7 @@ func TestClaimSizerWindowed(t *testing.T) {
 // rows, not BatchSize of them: PostgreSQL would read and measure each row it locks.
 func TestFirstClaimRespectsTheByteBudget(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setupPerRow(t)
 	ctx := context.Background()
 	sizes := make([]int, 30)
 	for i := range sizes {
@@ -274,7 +274,7 @@ func TestFirstClaimRespectsTheByteBudget(t *testing.T) {
 	deadline := time.Now().Add(2 * time.Minute)
 	for published(t, b.db) < 30 {
 		require.True(t, time.Now().Before(deadline), "the rounds did not drain the rows in 2 minutes")
-		res := r.rounds.runOnce(ctx)
+		res := r.rounds.runRounds(ctx)
 		if res.Err != nil {
 			require.False(t, taskOwn(res.Err), "a round failed for the task's own fault: %v", res.Err)
 			t.Logf("a round met an outage and released its rows: %v", res.Err)

@@ -220,7 +220,7 @@ func TestOrderingKeys(t *testing.T) {
 		return outboxtest.Count(t, b.db, "outbox_events", "ordering_key IS NOT NULL AND completed_at IS NULL") == 0
 	})
 	rec.requireInOrder(t, want)
-	require.Zero(t, outboxtest.Count(t, b.db, "outbox_events", "published_at IS NULL"), "unkeyed rows published too")
+	require.Zero(t, outboxtest.CountUndelivered(t, b.db, ""), "unkeyed rows published too")
 	rec.mu.Lock()
 	t.Logf("%d handler runs, %d failed and retried by asynq", rec.runs, rec.failures)
 	require.Positive(t, rec.failures, "some attempts failed")
@@ -242,7 +242,7 @@ func TestOrderingUnkeyedFlowWhileKeyBlocked(t *testing.T) {
 		return nil
 	})
 	r := b.newRelay(t, Config{MaxAttempts: 1})
-	res := r.rounds.runOnce(ctx)
+	res := r.rounds.runRounds(ctx)
 	require.NoError(t, res.Err)
 	require.Equal(t, 1, res.Dead, "the head of the key died")
 
@@ -252,7 +252,7 @@ func TestOrderingUnkeyedFlowWhileKeyBlocked(t *testing.T) {
 	stop := run(t, r)
 	outboxtest.WaitFor(t, 30*time.Second, "the other key and the unkeyed events done", func() bool {
 		return rec.completed("free") == 2 &&
-			outboxtest.Count(t, b.db, "outbox_events", "ordering_key IS NULL AND published_at IS NOT NULL") == 2
+			outboxtest.CountDelivered(t, b.db, "ordering_key IS NULL") == 2
 	})
 	require.Zero(t, rec.completed("stuck"))
 	require.Zero(t, b.enq.count(blocked[1].EventID.String()), "the blocked key's followers were never enqueued")
@@ -407,7 +407,7 @@ func TestOrderingMissingTaskEnqueuedAgain(t *testing.T) {
 	ctx := context.Background()
 	events := insertKeyed(t, b.db, b.queue, "account.changed", []keyedPayload{{"k", 0}, {"k", 1}})
 	r := b.newRelay(t, Config{})
-	res := r.rounds.runOnce(ctx)
+	res := r.rounds.runRounds(ctx)
 	require.NoError(t, res.Err)
 	require.Equal(t, 1, res.Published, "only the head of the key")
 	require.NoError(t, b.inspector.DeleteTask(b.queue, events[0].EventID.String()))
@@ -415,7 +415,7 @@ func TestOrderingMissingTaskEnqueuedAgain(t *testing.T) {
 	tr, err := r.keys.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, keytrack.Result{InFlight: 1, Requeued: 1}, tr)
-	res = r.rounds.runOnce(ctx)
+	res = r.rounds.runRounds(ctx)
 	require.NoError(t, res.Err)
 	require.Equal(t, 1, res.Published, "the lost head again, not its follower")
 	require.Equal(t, 2, b.enq.count(events[0].EventID.String()))
@@ -479,7 +479,7 @@ func TestOrderingEnqueuedBeforeACrash(t *testing.T) {
 	require.NoError(t, err)
 
 	r := b.newRelay(t, Config{})
-	res := r.rounds.runOnce(ctx)
+	res := r.rounds.runRounds(ctx)
 	require.NoError(t, res.Err)
 	require.Equal(t, 1, res.Published)
 	rec := newSequenceRecorder()
@@ -506,9 +506,9 @@ func TestOrderingWithoutInspectorKeyedRowsWait(t *testing.T) {
 	t.Cleanup(func() { _ = r.Close() })
 	stop := run(t, r)
 	outboxtest.WaitFor(t, 10*time.Second, "the unkeyed event published", func() bool {
-		return outboxtest.Count(t, b.db, "outbox_events", "ordering_key IS NULL AND published_at IS NOT NULL") == 1
+		return outboxtest.CountDelivered(t, b.db, "ordering_key IS NULL") == 1
 	})
-	res := r.rounds.runOnce(ctx)
+	res := r.rounds.runRounds(ctx)
 	require.NoError(t, res.Err)
 	require.Zero(t, res.Claimed, "the keyed event is not claimed")
 	stop()

@@ -17,7 +17,7 @@ func TestPreparedStatementsOffByDefault(t *testing.T) {
 	events := insertEvents(t, b.db, b.queue, 5)
 	r := b.newRelay(t, Config{BatchSize: 10})
 	for range 3 {
-		require.NoError(t, r.rounds.runOnce(ctx).Err)
+		require.NoError(t, r.rounds.runRounds(ctx).Err)
 	}
 	keyed, mark := r.stmts.Made()
 	require.False(t, keyed)
@@ -39,7 +39,7 @@ func TestKeyedClaimPreparedKeepsTheOrder(t *testing.T) {
 	r := b.newRelay(t, Config{BatchSize: 10, PreparedStatements: true})
 	var got [][]string
 	for range 4 {
-		res := r.rounds.runOnce(ctx)
+		res := r.rounds.runRounds(ctx)
 		require.NoError(t, res.Err)
 		var published []string
 		require.NoError(t, b.db.NewRaw(`SELECT event_id::text FROM outbox_events
@@ -62,23 +62,23 @@ WHERE published_at IS NOT NULL AND completed_at IS NULL ORDER BY id`).Scan(ctx, 
 func TestPreparedStatementsLostFallBack(t *testing.T) {
 	t.Parallel()
 	outboxtest.SkipPooled(t, "DEALLOCATE through a transaction pooler lands on any server connection")
-	b := setup(t)
+	b := setupPerRow(t)
 	ctx := context.Background()
 	b.db.SetMaxOpenConns(1) // one connection, so that DEALLOCATE reaches the relay's statements
 	r := b.newRelay(t, Config{BatchSize: 10, PreparedStatements: true})
 	first := insertEvents(t, b.db, b.queue, 3)
-	require.NoError(t, r.rounds.runOnce(ctx).Err) // the first claim is windowed; the marks run prepared
+	require.NoError(t, r.rounds.runRounds(ctx).Err) // the first claim is windowed; the marks run prepared
 	_, mark := r.stmts.Made()
 	require.True(t, mark)
 	_, err := b.db.ExecContext(ctx, "DEALLOCATE ALL")
 	require.NoError(t, err)
 
 	second := insertEvents(t, b.db, b.queue, 3)
-	res := r.rounds.runOnce(ctx)
+	res := r.rounds.runRounds(ctx)
 	require.ErrorContains(t, res.Err, "prepared statement", "the statements are gone")
 	require.Zero(t, res.Published)
 	require.True(t, r.stmts.Off(), "the statements are turned off after %v", res.Err)
-	res = r.rounds.runOnce(ctx)
+	res = r.rounds.runRounds(ctx)
 	require.NoError(t, res.Err)
 	require.Equal(t, 3, res.Published)
 	requireDeliveredOnce(t, b.inspector, b.queue, append(first, second...))

@@ -97,7 +97,7 @@ func claimCounts(t *testing.T, b *testBundle, r *Relay, n int) map[string]int {
 func TestQueuesClaimByWeight(t *testing.T) {
 	t.Parallel()
 	outboxtest.SkipShort(t)
-	b := setup(t)
+	b := setupPerRow(t)
 	a, bq, rest1, rest2 := b.queue+"_a", b.queue+"_b", b.queue+"_c", b.queue+"_d"
 	insertQueue(t, b, rest1, 5)
 	insertQueue(t, b, a, 20)
@@ -136,7 +136,7 @@ func TestQueuesClaimByWeight(t *testing.T) {
 func TestQueuesKeepKeyedOrderAndByteBudget(t *testing.T) {
 	t.Parallel()
 	outboxtest.SkipShort(t)
-	b := setup(t)
+	b := setupPerRow(t)
 	critical, bulk := b.queue+"_critical", b.queue+"_bulk"
 	insertQueue(t, b, bulk, 50)
 	insertKeyed(t, b.db, bulk, "keyed", []keyedPayload{{Key: "k1", Seq: 0}, {Key: "k1", Seq: 1}, {Key: "k2", Seq: 0}})
@@ -195,7 +195,7 @@ func TestQueuesCriticalOvertakesBulkBacklog(t *testing.T) {
 		t.Parallel()
 	}
 	outboxtest.SkipShort(t)
-	b := setup(t)
+	b := setupPerRow(t)
 	critical, bulk := b.queue+"_critical", b.queue+"_bulk"
 	t.Cleanup(func() {
 		_ = b.inspector.DeleteQueue(critical, true)
@@ -352,7 +352,7 @@ func measureCritical(tb testing.TB, db *bun.DB, r *Relay, enq *queueEnqueuer, cr
 func TestQueuesClaimReadsTheQueueIndex(t *testing.T) {
 	t.Parallel()
 	outboxtest.SkipShort(t)
-	b := setup(t)
+	b := setupPerRow(t)
 	critical, bulk := b.queue+"_critical", b.queue+"_bulk"
 	insertQueue(t, b, bulk, 20_000)
 	ctx := context.Background()

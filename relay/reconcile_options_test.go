@@ -76,5 +76,5 @@ func TestReconcilerWithScheduledTasks(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 3, res.Checked)
 	require.Zero(t, res.Missing)
-	require.EqualValues(t, 0, outboxtest.Count(t, b.db, "outbox_events", "published_at IS NULL"))
+	require.EqualValues(t, 0, outboxtest.CountUndelivered(t, b.db, ""))
 }

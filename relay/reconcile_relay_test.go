@@ -124,7 +124,7 @@ func TestQuickStartSurvivesRedisDataLoss(t *testing.T) {
 			t.Logf("%s: all %d events back in asynq %s after the loss (reconciler interval %s)",
 				loss, n, time.Since(lost).Round(time.Millisecond), interval)
 			outboxtest.WaitFor(t, 30*time.Second, "every row marked published again", func() bool {
-				return outboxtest.Count(t, db, "outbox_events", "published_at IS NOT NULL") == n
+				return outboxtest.CountDelivered(t, db, "") == n
 			})
 		})
 	}

@@ -109,7 +109,7 @@ func TestReconcilerUnderRoleWithoutReadAllStats(t *testing.T) {
 	require.False(t, res.Swept, "the markers are there: an incremental pass")
 	require.Equal(t, []relay.MissingTask{{EventID: late.EventID, Queue: b.queue}}, res.MissingTasks)
 	require.Equal(t, 1, res.Requeued)
-	require.EqualValues(t, 1, outboxtest.Count(t, db, "outbox_events", "event_id = ? AND published_at IS NULL", late.EventID))
+	require.EqualValues(t, 1, outboxtest.CountUndelivered(t, db, "event_id = ?", late.EventID))
 	b.relayAll(t)
 	b.requireTasks(t, []*model.Event{late})
 }

@@ -53,7 +53,7 @@ func (b *reconcileBundle) relayAllRoutes(t *testing.T, routes fanout.Routes) {
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 	outboxtest.WaitFor(t, 30*time.Second, "every row published", func() bool {
-		return outboxtest.Count(t, b.db, "outbox_events", "published_at IS NULL") == 0
+		return outboxtest.CountUndelivered(t, b.db, "") == 0
 	})
 	cancel()
 	require.NoError(t, <-done)
@@ -122,7 +122,7 @@ func TestReconcilerRedeliversTasksLostWithRedis(t *testing.T) {
 	require.ElementsMatch(t, missing, res.MissingTasks, "every lost event named")
 	require.Equal(t, relay.ReconcileResult{Checked: 120, Missing: 120, Requeued: 120, Swept: true,
 		LostQueues: []string{b.queue}, MissingTasks: res.MissingTasks, Duration: res.Duration}, res)
-	require.EqualValues(t, 120, outboxtest.Count(t, b.db, "outbox_events", "published_at IS NULL AND last_error LIKE '%reconciler%'"))
+	require.EqualValues(t, 120, outboxtest.CountUndelivered(t, b.db, "last_error LIKE '%reconciler%'"))
 
 	b.relayAll(t)
 	b.requireTasks(t, events)
@@ -155,7 +155,7 @@ func TestReconcilerAfterRedisLossWithALongLivedRelay(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- r.Run(runCtx) }()
 	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
-	pending := func() int64 { return outboxtest.Count(t, b.db, "outbox_events", "published_at IS NULL") }
+	pending := func() int64 { return outboxtest.CountUndelivered(t, b.db, "") }
 
 	lost := b.insert(t, 30)
 	outboxtest.WaitFor(t, 30*time.Second, "every row published", func() bool { return pending() == 0 })
@@ -322,7 +322,7 @@ func TestReconcilerRequeuesOnlyUnchangedRows(t *testing.T) {
 	require.Equal(t, 5, res.Checked)
 	require.Equal(t, 5, res.Missing)
 	require.Equal(t, 4, res.Requeued)
-	require.EqualValues(t, 1, outboxtest.Count(t, b.db, "outbox_events", "published_at IS NOT NULL AND event_id = ?", events[0].EventID))
+	require.EqualValues(t, 1, outboxtest.CountDelivered(t, b.db, "event_id = ?", events[0].EventID))
 }
 
 // flakyInspector answers from a real inspector until fail is set.
@@ -363,7 +363,7 @@ func TestReconcilerNeverRequeuesOnLookupErrors(t *testing.T) {
 		require.Error(t, err)
 		require.ErrorContains(t, err, "Redis")
 		require.Zero(t, res.Requeued)
-		require.Zero(t, outboxtest.Count(t, b.db, "outbox_events", "published_at IS NULL"))
+		require.Zero(t, outboxtest.CountUndelivered(t, b.db, ""))
 	})
 	t.Run("InspectorError", func(t *testing.T) {
 		f := &flakyInspector{real: b.inspector, fail: errors.New("i/o timeout")}
@@ -372,7 +372,7 @@ func TestReconcilerNeverRequeuesOnLookupErrors(t *testing.T) {
 		res, err := rc.ReconcileOnce(ctx)
 		require.ErrorContains(t, err, "i/o timeout")
 		require.Zero(t, res.Missing)
-		require.Zero(t, outboxtest.Count(t, b.db, "outbox_events", "published_at IS NULL"))
+		require.Zero(t, outboxtest.CountUndelivered(t, b.db, ""))
 		require.NoError(t, rc.Close())
 	})
 }
@@ -390,7 +390,7 @@ func TestReconcilerRun(t *testing.T) {
 	b.redis.Stop(t)
 	b.redis.Start(t)
 	outboxtest.WaitFor(t, 30*time.Second, "the lost tasks requeued", func() bool {
-		return outboxtest.Count(t, b.db, "outbox_events", "published_at IS NULL") == 10
+		return outboxtest.CountUndelivered(t, b.db, "") == 10
 	})
 	require.ErrorIs(t, rc.Run(ctx), relay.ErrRunning)
 	cancel()

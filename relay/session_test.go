@@ -86,7 +86,7 @@ func TestBeginBounded(t *testing.T) {
 // them; the silent one's commit fails.
 func TestIdleInTransactionReleasesClaims(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setupPerRow(t)
 	ctx := context.Background()
 	events := insertEvents(t, b.db, b.queue, 50)
 	dark := b.newRelay(t, Config{IdleInTransactionTimeout: time.Second})

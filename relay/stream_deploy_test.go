@@ -226,6 +226,7 @@ func TestStreamSchemaAndTablePrefix(t *testing.T) {
 	schema := outboxtest.TenantSchema(t, db, "tenant_st_")
 	outboxtest.TenantTables(t, db, schema, "orders_")
 	cfg := Config{Location: model.Location{Schema: schema, TablePrefix: "orders_"}}
+	require.NoError(t, DisableStream(ctx, db, model.Location{Schema: schema}))
 	require.NoError(t, EnableStream(ctx, db, cfg.Location))
 	on, err := StreamEnabled(ctx, db, cfg.Location)
 	require.NoError(t, err)

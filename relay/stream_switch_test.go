@@ -16,6 +16,10 @@ func TestEnableStreamSetsTheDefaults(t *testing.T) {
 	db, _ := outboxtest.Schema(t)
 	on, err := StreamEnabled(ctx, db, model.Location{})
 	require.NoError(t, err)
+	require.Equal(t, !outboxtest.StreamOff(), on, "on from the migrations")
+	require.NoError(t, DisableStream(ctx, db, model.Location{}))
+	on, err = StreamEnabled(ctx, db, model.Location{})
+	require.NoError(t, err)
 	require.False(t, on)
 
 	require.NoError(t, EnableStream(ctx, db, model.Location{}))

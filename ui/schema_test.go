@@ -28,7 +28,7 @@ func TestPageOfSchema(t *testing.T) {
 	ev, err := model.NewEvent("tenant.only", nil)
 	require.NoError(t, err)
 	require.NoError(t, bunx.New(f.db, bunx.WithLocation(model.Location{Schema: s})).Record(ctx, f.db, ev))
-	_, err = f.db.NewRaw(`UPDATE "`+s+`".outbox_events SET dead_at = now(), attempts = 3, last_error = 'boom' WHERE event_id = ?`, ev.EventID).Exec(ctx)
+	_, err = f.db.NewRaw(`UPDATE "`+s+`".outbox_events SET published_at = NULL, dead_at = now(), attempts = 3, last_error = 'boom' WHERE event_id = ?`, ev.EventID).Exec(ctx)
 	require.NoError(t, err)
 
 	h, err := ui.New(f.db, ui.Config{Location: model.Location{Schema: s}, Token: testToken,

@@ -32,7 +32,7 @@ func TestPageOfTablePrefix(t *testing.T) {
 	ev, err := model.NewEvent("orders.only", nil)
 	require.NoError(t, err)
 	require.NoError(t, bunx.New(f.db, bunx.WithLocation(model.Location{Schema: s, TablePrefix: "orders_"})).Record(ctx, f.db, ev))
-	_, err = f.db.NewRaw(`UPDATE `+table+` SET dead_at = now(), attempts = 3, last_error = 'boom' WHERE event_id = ?`, ev.EventID).Exec(ctx)
+	_, err = f.db.NewRaw(`UPDATE `+table+` SET published_at = NULL, dead_at = now(), attempts = 3, last_error = 'boom' WHERE event_id = ?`, ev.EventID).Exec(ctx)
 	require.NoError(t, err)
 	_, err = f.db.NewRaw(`INSERT INTO "`+s+`".orders_bunbox_leases (name, holder, expires_at) VALUES ('bunbox.reconciler', 'orders-host-1', ?)`,
 		time.Now().Add(time.Hour)).Exec(ctx)

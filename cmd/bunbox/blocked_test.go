@@ -29,7 +29,7 @@ func TestStatusShowsBlockedKeys(t *testing.T) {
 	}
 	_, err := db.NewInsert().Model(&events).Exec(ctx)
 	require.NoError(t, err)
-	_, err = db.NewUpdate().Model(events[0]).Set("dead_at = now(), last_error = 'asynq archived task'").WherePK().Exec(ctx)
+	_, err = db.NewUpdate().Model(events[0]).Set("published_at = NULL, dead_at = now(), last_error = 'asynq archived task'").WherePK().Exec(ctx)
 	require.NoError(t, err)
 
 	code, stdout, stderr := runCLI(t, env, "status", "-json")

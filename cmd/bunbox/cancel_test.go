@@ -14,7 +14,7 @@ func TestCancelCommand(t *testing.T) {
 	outboxtest.SkipShort(t)
 	t.Parallel()
 	env, db := schemaEnv(t)
-	pending := insertEvent(t, db, "cart.remind", "q1", "")
+	pending := insertEvent(t, db, "cart.remind", "q1", "published_at = NULL") // a pending row of the per-row path
 	published := insertEvent(t, db, "cart.remind", "q1", "published_at = now()")
 
 	t.Run("Usage", func(t *testing.T) {

@@ -76,7 +76,7 @@ func TestRelayCommandDecodesWithKeyringFile(t *testing.T) {
 			getenvOf(t, env), &stdout, &stderr)
 	}()
 	outboxtest.WaitFor(t, 30*time.Second, "both events published", func() bool {
-		return outboxtest.Count(t, db, "outbox_events", "published_at IS NOT NULL") == 2
+		return outboxtest.CountDelivered(t, db, "") == 2
 	})
 	cancel()
 	select {

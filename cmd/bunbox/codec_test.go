@@ -29,7 +29,7 @@ func TestDeadListDescribesEncodedPayloads(t *testing.T) {
 	ev, err := model.NewEvent("user.registered", map[string]string{"email": "alice@example.com"})
 	require.NoError(t, err)
 	require.NoError(t, bunx.New(db, bunx.WithLocation(model.Location{Codec: codec})).Record(ctx, db, ev))
-	_, err = db.ExecContext(ctx, `UPDATE outbox_events SET dead_at = now(), attempts = 1, last_error = ? WHERE event_id = ?`,
+	_, err = db.ExecContext(ctx, `UPDATE outbox_events SET published_at = NULL, dead_at = now(), attempts = 1, last_error = ? WHERE event_id = ?`,
 		`bunbox: malformed outbox row: payload encrypted with a key id the keyring does not hold (key id "k1")`, ev.EventID)
 	require.NoError(t, err)
 
@@ -54,7 +54,7 @@ func TestDeadListDescribesBytesPayloads(t *testing.T) {
 	ev, err := model.NewBytesEvent("blob.saved", data)
 	require.NoError(t, err)
 	require.NoError(t, bunx.New(db).Record(ctx, db, ev))
-	_, err = db.ExecContext(ctx, `UPDATE outbox_events SET dead_at = now(), attempts = 1, last_error = 'boom' WHERE event_id = ?`, ev.EventID)
+	_, err = db.ExecContext(ctx, `UPDATE outbox_events SET published_at = NULL, dead_at = now(), attempts = 1, last_error = 'boom' WHERE event_id = ?`, ev.EventID)
 	require.NoError(t, err)
 
 	code, stdout, stderr := runCLI(t, env, "dead", "list", "-json")

@@ -26,7 +26,7 @@ func TestDeadRetrySaysWhereTheEventIs(t *testing.T) {
 	code, stdout, stderr := runCLI(t, env, "dead", "retry", pending.EventID.String())
 	require.Equal(t, 1, code, stdout)
 	require.Equal(t, "0 of 1 event put back in line\n", stdout)
-	require.Contains(t, stderr, pending.EventID.String()+": not dead: pending: the relay delivers it next round")
+	require.Contains(t, stderr, pending.EventID.String()+": not dead: pending: it waits in the stream for a relay's stream round")
 
 	code, stdout, stderr = runCLI(t, env, "dead", "retry", dead.EventID.String(), retrying.EventID.String(),
 		published.EventID.String(), cancelled.EventID.String(), unknown.String())

@@ -197,13 +197,13 @@ func TestAgainstDatabase(t *testing.T) {
 			_, err = db.NewUpdate().Model(ev).Set("published_at = now()").WherePK().Exec(ctx)
 		case 5:
 			dead = ev
-			_, err = db.NewUpdate().Model(ev).Set("dead_at = now(), attempts = 10, last_error = 'redis: connection refused'").WherePK().Exec(ctx)
+			_, err = db.NewUpdate().Model(ev).Set("published_at = NULL, dead_at = now(), attempts = 10, last_error = 'redis: connection refused'").WherePK().Exec(ctx)
 		}
 		require.NoError(t, err)
 	}
 
 	// One published event waits in asynq's scheduled set (model.WithProcessIn).
-	_, err := db.ExecContext(ctx, "UPDATE outbox_events SET process_at = now() + interval '1 hour' WHERE id = (SELECT max(id) FROM outbox_events WHERE published_at IS NOT NULL)")
+	_, err := db.ExecContext(ctx, "UPDATE outbox_events SET process_at = now() + interval '1 hour' WHERE id = (SELECT max(id) FROM outbox_events WHERE published_at IS NOT NULL AND published_at <> 'infinity')")
 	require.NoError(t, err)
 
 	code, stdout, stderr = runCLI(t, env, "status", "-json")

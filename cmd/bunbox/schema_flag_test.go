@@ -38,7 +38,7 @@ func TestSchemaFlag(t *testing.T) {
 	pending, err := model.NewEvent("tenant.pending", nil)
 	require.NoError(t, err)
 	require.NoError(t, ob.Record(ctx, db, dead, pending))
-	_, err = db.NewRaw(`UPDATE "`+s+`".outbox_events SET dead_at = now() WHERE event_id = ?`, dead.EventID).Exec(ctx)
+	_, err = db.NewRaw(`UPDATE "`+s+`".outbox_events SET published_at = NULL, dead_at = now() WHERE event_id = ?`, dead.EventID).Exec(ctx)
 	require.NoError(t, err)
 
 	withEnv := map[string]string{"OUTBOX_SCHEMA": s}

@@ -23,7 +23,12 @@ func TestStreamCommand(t *testing.T) {
 
 	code, stdout, stderr := runCLI(t, env, "stream", "status")
 	require.Equal(t, 0, code, stderr)
-	require.Regexp(t, `(?m)^stream +off$`, stdout)
+	require.Regexp(t, `(?m)^stream +on `, stdout, "on from the migrations")
+	code, _, stderr = runCLI(t, env, "stream", "off")
+	require.Equal(t, 0, code, stderr)
+	code, stdout, stderr = runCLI(t, env, "stream", "status")
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, `(?m)^stream +off \(turned off; cursor moved .* ago\)$`, stdout)
 
 	code, stdout, stderr = runCLI(t, env, "stream", "on")
 	require.Equal(t, 0, code, stderr)
@@ -84,6 +89,10 @@ func TestStreamCommandTablePrefix(t *testing.T) {
 	env, db := schemaEnv(t)
 	code, _, stderr := runCLI(t, env, "migrate", "up", "-table-prefix", "orders_")
 	require.Equal(t, 0, code, stderr)
+	for _, prefix := range []string{"orders_", ""} {
+		code, _, stderr = runCLI(t, env, "stream", "off", "-table-prefix", prefix)
+		require.Equal(t, 0, code, stderr)
+	}
 	code, stdout, stderr := runCLI(t, env, "stream", "on", "-table-prefix", "orders_")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, "orders_outbox_events")

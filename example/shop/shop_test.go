@@ -161,7 +161,7 @@ func TestShopEndToEnd(t *testing.T) {
 		}
 		// The relay marks a row after its enqueue, so a handler can confirm before the mark commits.
 		outboxtest.WaitFor(t, 30*time.Second, "every outbox row marked published", func() bool {
-			return outboxtest.Count(t, bundle.db, "outbox_events", "published_at IS NULL") == 0
+			return outboxtest.CountUndelivered(t, bundle.db, "") == 0
 		})
 	})
 

@@ -22,7 +22,8 @@
 //	FAULT_FLOW=90s    how long events flow while faults are injected
 //	FAULT_KILLS=30    SIGKILLs of relays and workers, besides the two workers killed around the Redis loss
 //	FAULT_RACE=1      build the helper processes with the race detector (make test/fault does)
-//	FAULT_STREAM=1    run with the snapshot cursor on (relay.EnableStream): the relays stream
+//	FAULT_STREAM=0    run with the snapshot stream off (relay.DisableStream): the per-row path alone;
+//	                  by default the stream is on, as the migrations leave it
 //	FAULT_DIR=path   keep the ledgers and the processes' logs there (default: a temporary directory)
 //	FAULT_BREAK=x     sabotage one safety mechanism to prove the ledger notices; the run must FAIL:
 //	                  reconciler (relays run none), inbox (effects written without it), taskid (enqueue

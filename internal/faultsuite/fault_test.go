@@ -112,7 +112,7 @@ func TestFault(t *testing.T) {
 	if err := relay.EnableNotifyTrigger(ctx, db, model.Location{}); err != nil {
 		t.Fatalf("notify trigger: %v", err)
 	}
-	enableStream(t, db)
+	setStream(t, db)
 	_ = db.Close() // the cluster restarts below; later checks open fresh pools
 
 	base := []string{"-db", pg.URL(), "-redis", rd.Addr(), "-dir", dir}

@@ -132,7 +132,7 @@ func runNetScenario(t *testing.T, pg *outboxtest.Postgres, bin, dir string, seed
 	if err := relay.EnableNotifyTrigger(ctx, db, model.Location{}); err != nil {
 		t.Fatalf("notify trigger: %v", err)
 	}
-	enableStream(t, db)
+	setStream(t, db)
 	rd := outboxtest.StartRedis(t, &outboxtest.RedisOptions{NoPersistence: true})
 	e := &netEnv{db: db, ins: asynq.NewInspector(asynq.RedisClientOpt{Addr: rd.Addr()})}
 	t.Cleanup(func() { _ = e.ins.Close() })

@@ -14,10 +14,11 @@ import (
 	"github.com/bunbox/bunbox/relay"
 )
 
-// streamOn is FAULT_STREAM=1: the suite runs with the snapshot cursor on (relay.EnableStream), so every
-// event the producer records is a streamed row, delivered by the relays' stream rounds, and the rows the
-// stream hands over (ordering keys, failed enqueues) by their per-row rounds.
-var streamOn = os.Getenv("FAULT_STREAM") == "1"
+// streamOn is true unless FAULT_STREAM=0: the suite runs with the snapshot stream on, as the migrations
+// leave an outbox, so every event the producer records is a streamed row, delivered by the relays'
+// stream rounds, and the rows the stream hands over (ordering keys, failed enqueues) by their per-row
+// rounds. FAULT_STREAM=0 turns the stream off (relay.DisableStream): the per-row path alone.
+var streamOn = os.Getenv("FAULT_STREAM") != "0"
 
 // pendingFrom and pendingWhere count the rows still to be delivered, whether the stream is on or not: a
 // pending row of the per-row path, or a streamed row the cursor has not passed. With the stream off no
@@ -27,16 +28,23 @@ const (
 	pendingWhere = `(e.published_at IS NULL AND e.dead_at IS NULL) OR ` + streamsql.Waiting
 )
 
-// enableStream turns the stream on for db's outbox when FAULT_STREAM=1.
-func enableStream(t *testing.T, db *bun.DB) {
+// setStream turns the stream off for db's outbox when FAULT_STREAM=0, and checks that it is on
+// otherwise.
+func setStream(t *testing.T, db *bun.DB) {
 	t.Helper()
+	ctx := context.Background()
 	if !streamOn {
+		if err := relay.DisableStream(ctx, db, model.Location{}); err != nil {
+			t.Fatalf("disable stream: %v", err)
+		}
+		t.Log("FAULT_STREAM=0: the stream is off, the per-row path alone")
 		return
 	}
-	if err := relay.EnableStream(context.Background(), db, model.Location{}); err != nil {
-		t.Fatalf("enable stream: %v", err)
+	on, err := relay.StreamEnabled(ctx, db, model.Location{})
+	if err != nil || !on {
+		t.Fatalf("the stream is not on after the migrations (%v)", err)
 	}
-	t.Log("FAULT_STREAM=1: the snapshot cursor is on")
+	t.Log("the snapshot stream is on")
 }
 
 // pendingCount counts the rows still to be delivered (pendingWhere) that also meet cond, an SQL condition

@@ -11,11 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bunbox/bunbox/model"
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
-
-	bunboxmigrate "github.com/bunbox/bunbox/migrate"
 )
 
 // ExampleRedisDB is the Redis database the examples enqueue into, away from the tests' queues in database 0.
@@ -105,7 +104,7 @@ func exampleEnv(redisDB int, flush bool) (func() error, error) {
 	}
 	db, err := openPlain(DatabaseURL(), map[string]any{"search_path": name})
 	if err == nil {
-		err = bunboxmigrate.Up(ctx, db)
+		err = migrateUp(ctx, db, model.Location{})
 		_ = db.Close()
 	}
 	if err != nil {

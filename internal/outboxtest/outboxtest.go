@@ -15,10 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bunbox/bunbox/model"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
-
-	bunboxmigrate "github.com/bunbox/bunbox/migrate"
 )
 
 const (
@@ -100,7 +99,7 @@ func Schema(tb testing.TB) (*bun.DB, string) {
 	tb.Helper()
 	name := NewSchema(tb)
 	db := Open(tb, map[string]any{"search_path": name})
-	if err := bunboxmigrate.Up(context.Background(), db); err != nil {
+	if err := migrateUp(context.Background(), db, model.Location{}); err != nil {
 		tb.Fatalf("migrate schema %s: %v", name, err)
 	}
 	return db, name

@@ -17,9 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bunbox/bunbox/model"
 	"github.com/uptrace/bun"
-
-	bunboxmigrate "github.com/bunbox/bunbox/migrate"
 )
 
 // Private servers for fault tests: a test that stops or restarts a server starts its own, on a free
@@ -345,7 +344,7 @@ func (p *Postgres) Open(tb testing.TB, params map[string]any) *bun.DB {
 func (p *Postgres) Schema(tb testing.TB) *bun.DB {
 	tb.Helper()
 	db := p.Open(tb, nil)
-	if err := bunboxmigrate.Up(context.Background(), db); err != nil {
+	if err := migrateUp(context.Background(), db, model.Location{}); err != nil {
 		tb.Fatalf("migrate %s: %v", p.URL(), err)
 	}
 	return db

@@ -7,7 +7,6 @@ import (
 
 	"github.com/uptrace/bun"
 
-	bunboxmigrate "github.com/bunbox/bunbox/migrate"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -22,7 +21,7 @@ func TenantSchema(tb testing.TB, db *bun.DB, prefix string) string {
 			tb.Logf("drop schema %s: %v", name, err)
 		}
 	})
-	if err := migrateTenant(db, bunboxmigrate.WithLocation(model.Location{Schema: name})); err != nil {
+	if err := migrateTenant(db, model.Location{Schema: name}); err != nil {
 		tb.Fatalf("migrate schema %s: %v", name, err)
 	}
 	return name
@@ -49,7 +48,7 @@ func TenantTables(tb testing.TB, db *bun.DB, schema, prefix string) {
 			tb.Logf("drop the notify function: %v", err)
 		}
 	})
-	if err := migrateTenant(db, bunboxmigrate.WithLocation(model.Location{Schema: schema, TablePrefix: prefix})); err != nil {
+	if err := migrateTenant(db, model.Location{Schema: schema, TablePrefix: prefix}); err != nil {
 		tb.Fatalf("migrate %s: %v", q("outbox_events"), err)
 	}
 }
@@ -60,8 +59,8 @@ func TenantTables(tb testing.TB, db *bun.DB, schema, prefix string) {
 // for a third connection forever (until the read timeout).
 var tenantMigrations sync.Mutex
 
-func migrateTenant(db *bun.DB, opts ...bunboxmigrate.Option) error {
+func migrateTenant(db *bun.DB, loc model.Location) error {
 	tenantMigrations.Lock()
 	defer tenantMigrations.Unlock()
-	return bunboxmigrate.Up(context.Background(), db, opts...)
+	return migrateUp(context.Background(), db, loc)
 }

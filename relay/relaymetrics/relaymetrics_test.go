@@ -22,7 +22,7 @@ func TestMetricsTableAndRelay(t *testing.T) {
 	_, err := db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, payload, created_at)
 VALUES (gen_random_uuid(), 'a', '{}', now() - interval '90 seconds'), (gen_random_uuid(), 'b', '{}', now())`)
 	require.NoError(t, err)
-	_, err = db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, payload, dead_at) VALUES (gen_random_uuid(), 'c', '{}', now())`)
+	_, err = db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, payload, dead_at, published_at) VALUES (gen_random_uuid(), 'c', '{}', now(), NULL)`)
 	require.NoError(t, err)
 
 	r, err := relay.New(db, asynq.RedisClientOpt{Addr: outboxtest.RedisAddr()}, relay.Config{})
