@@ -21,7 +21,7 @@ LINT := $(CURDIR)/.bin/golangci-lint
 help: ## list the targets
 	@grep -hE '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-test: ## lint first, then every test with -race: test/unit (on pgdriver, then on pgx), test/streamoff, test/pooler, test/bench, test/fault (on pgdriver), then each fuzz target briefly (test/fuzz)
+test: ## lint first, then every test with -race: test/unit (on pgdriver, then on pgx), test/streamoff, test/pooler, test/bench, test/fault (on the stream with each driver, then the per-row path), then each fuzz target briefly (test/fuzz)
 	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory test/unit
 	@$(MAKE) --no-print-directory test/streamoff
@@ -53,9 +53,10 @@ test/race: test ## alias of test: the race detector is always on
 # The suite starts private PostgreSQL and Redis servers that it kills and restarts, so it needs no shared services;
 # devservices.sh only installs redis-server when it is missing (in a directory of its own, stopped at once).
 test/fault: export BUNBOX_DEV_DIR := $(CURDIR)/.dev/fault
-test/fault: ## the fault-injection suite (~2.5 min): real processes SIGKILLed, Redis and PostgreSQL restarted; then TestFaultNetwork (~3-7 min: partitions, latency, resets, lost replies through a TCP proxy); FAULT_SEED=n replays a run, BUNBOX_TEST_DRIVER=pgx runs it on pgx; both run twice: on the snapshot stream (the default), then with it off, the per-row path alone (FAULT_STREAM=0)
+test/fault: ## the fault-injection suite (~2.5 min): real processes SIGKILLed, Redis and PostgreSQL restarted; then TestFaultNetwork (~3-7 min: partitions, latency, resets, lost replies through a TCP proxy); FAULT_SEED=n replays a run, BUNBOX_TEST_DRIVER=pgx runs it on pgx; both run three times: on the snapshot stream (the default) on pgdriver, then on pgx, then with the stream off, the per-row path alone (FAULT_STREAM=0)
 	@command -v redis-server >/dev/null || { $(DEV) up >/dev/null; $(DEV) down; }
 	FAULT_RACE=$${FAULT_RACE:-1} $(GO) test -race -count=1 -tags fault -timeout 15m -v -run TestFault ./internal/faultsuite/
+	BUNBOX_TEST_DRIVER=pgx FAULT_RACE=$${FAULT_RACE:-1} $(GO) test -race -count=1 -tags fault -timeout 15m -v -run TestFault ./internal/faultsuite/
 	FAULT_STREAM=0 FAULT_RACE=$${FAULT_RACE:-1} $(GO) test -race -count=1 -tags fault -timeout 15m -v -run TestFault ./internal/faultsuite/
 
 # The fuzz targets, as package:target. They need no server. Add a target here and both fuzz steps run it.
