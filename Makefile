@@ -37,9 +37,9 @@ test/unit: ## start the services, run the unit and integration tests with -race 
 	@$(DEV) tools
 	@$(call with_services,for d in $(DRIVERS); do echo "== BUNBOX_TEST_DRIVER=$$d"; s=$$SECONDS; BUNBOX_TEST_DRIVER=$$d $(GO) test -race -count=1 -timeout 30m ./... || { fail=1; break; }; echo "== BUNBOX_TEST_DRIVER=$$d passed in $$((SECONDS-s))s"; done; [ -z "$$fail" ])
 
-test/streamoff: ## start the services, run every test with -race on pgdriver once more with the snapshot stream turned off after the migrations (BUNBOX_TEST_STREAM=off: the per-row path alone, as relay.DisableStream leaves an outbox), stop the services
+test/streamoff: ## start the services, run every test but the migrations' own (./migrate/, which check the schema the migrations leave) with -race on pgdriver once more, with the snapshot stream turned off after the migrations (BUNBOX_TEST_STREAM=off: the per-row path alone, as relay.DisableStream leaves an outbox), stop the services
 	@$(DEV) tools
-	@$(call with_services,echo "== BUNBOX_TEST_STREAM=off"; s=$$SECONDS; BUNBOX_TEST_STREAM=off $(GO) test -race -count=1 -timeout 30m ./... && echo "== with the stream off: passed in $$((SECONDS-s))s")
+	@$(call with_services,echo "== BUNBOX_TEST_STREAM=off"; s=$$SECONDS; BUNBOX_TEST_STREAM=off $(GO) test -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/migrate$$') && echo "== with the stream off: passed in $$((SECONDS-s))s")
 
 # The packages whose tests test/pooler runs a second time through PgBouncer.
 POOLER_PKGS ?= ./bunx/ ./relay/ ./migrate/

@@ -66,10 +66,12 @@ func schemaOutput(t *testing.T, args ...string) string {
 // appTable is the application's own migration in the goose and golang-migrate tests.
 const appTable = "CREATE TABLE orders (id bigint PRIMARY KEY, customer text NOT NULL);"
 
-// referenceSchema is the fingerprint of bunbox's schema (applied with Up) beside the application's table.
+// referenceSchema is the fingerprint of bunbox's schema (applied with Up, as it is: not turned off in the
+// BUNBOX_TEST_STREAM=off pass) beside the application's table.
 func referenceSchema(t *testing.T) string {
 	t.Helper()
-	db, _ := outboxtest.Schema(t)
+	db := outboxtest.Open(t, map[string]any{"search_path": outboxtest.NewSchema(t)})
+	require.NoError(t, bunboxmigrate.Up(context.Background(), db))
 	_, err := db.DB.Exec(appTable)
 	require.NoError(t, err)
 	return outboxtest.SchemaFingerprint(t, db)
