@@ -28,22 +28,15 @@ import (
 // identity sequence is restored with the table, whatever its xid says.
 
 // cluster checks the cluster of tx's round against its cursor (see store.Stream.LockCursor) and, when the
-// database now runs on another cluster or transaction id space, starts the cursor anew and commits tx;
-// moved reports that it did.
+// database now runs on another cluster or transaction id space, ends tx and starts every cursor anew in a
+// transaction of its own (streamReader.resetAll); moved reports that it did.
 func (sr *streamReader) cluster(ctx context.Context, tx bun.Tx, cur streamCursor) (moved bool, err error) {
 	why, err := cursorMoved(ctx, tx, sr.st, cur)
 	if why == "" || err != nil {
 		return false, err
 	}
-	n, err := sr.st.ResetCursor(ctx, tx, streamLockTimeout, cancelNeverPublished)
-	if err == nil {
-		err = tx.Commit()
-	}
-	if err != nil {
-		return false, fmt.Errorf("start the cursor anew (%s): %w", why, err)
-	}
-	logReset(ctx, sr.log, sr.names, why, n)
-	return true, nil
+	_ = tx.Rollback() // resetAll waits for every cursor row, this one too
+	return true, sr.resetAll(ctx, cur.Name)
 }
 
 // logReset says at Warn that the cursor of names started anew, why, and what it did to the rows.
@@ -87,6 +80,9 @@ func checkCursor(ctx context.Context, tx bun.Tx, names tables.Names, log *slog.L
 	}
 	why, err := cursorMoved(ctx, tx, st, cur)
 	if why == "" || err != nil {
+		return err
+	}
+	if err := st.LockAll(ctx, tx); err != nil {
 		return err
 	}
 	n, err := st.ResetCursor(ctx, tx, streamLockTimeout, cancelNeverPublished)

@@ -22,7 +22,8 @@ var errHandOver = errors.New("relay: handed to the per-row path")
 // streamRound delivers the next batches of the stream (see stream.go), in one transaction with the bounds
 // of every round (session.go):
 //
-//  1. lock the cursor row (SKIP LOCKED: when another relay holds it, there is nothing to do here);
+//  1. lock the cursor row of the first lane with rows due, in the relay's order, that no other round
+//     holds (SKIP LOCKED; stream_lanes.go); the round reads and moves that lane only;
 //  2. open a pair of snapshots if none is open (to := pg_current_snapshot()), unless nothing committed
 //     since from;
 //  3. read the pair's next rows after the cursor's position, in (xid, id) order, within BatchSize and
@@ -44,7 +45,7 @@ var errHandOver = errors.New("relay: handed to the per-row path")
 // and hands the rows it did not try before that one to the per-row path, so that a stop enqueues nothing
 // twice; a batch whose enqueues all met an outage ends the round before it, its rows still in the stream.
 // The round is one BatchEvent (Observer.OnBatch) for all its batches.
-func (rs *rounds) streamRound(ctx context.Context) (res BatchEvent) {
+func (rs *rounds) streamRound(ctx context.Context, only []string) (res BatchEvent) {
 	start := rs.cfg.now()
 	defer func() {
 		res.Duration = rs.cfg.now().Sub(start)
@@ -55,6 +56,16 @@ func (rs *rounds) streamRound(ctx context.Context) (res BatchEvent) {
 	}
 	sr := rs.stream
 	bg := context.WithoutCancel(ctx) // the cursor of what was enqueued has to be written
+	order, err := sr.laneOrder(ctx, only)
+	if err != nil {
+		if ctx.Err() == nil {
+			res.Err = fmt.Errorf("stream: look for lanes due: %w", err)
+		}
+		return res
+	}
+	if len(order) == 0 {
+		return res // no lane has rows due
+	}
 	bounds := sr.bounds()
 	tx, err := beginBounded(bg, rs.db, bounds)
 	if err != nil {
@@ -73,18 +84,18 @@ func (rs *rounds) streamRound(ctx context.Context) (res BatchEvent) {
 		return res
 	}
 
-	cur, ok, err := sr.st.LockCursor(ctx, tx, false)
+	cur, ok, err := sr.st.LockLane(ctx, tx, order)
 	if err != nil {
-		return failed("lock the cursor", err)
+		return failed("lock a lane", err)
 	}
 	if !ok {
-		return res // another relay streams
+		return res // other rounds hold every lane due
 	}
 	if moved, err := sr.cluster(bg, tx, cur); err != nil || moved {
 		if err != nil {
 			return failed("check the cursor's cluster", err)
 		}
-		return res // the cursor started anew: the next round reads from it
+		return res // the cursors started anew: the next round reads from them
 	}
 	release := sr.testLocked() // before the deferred rollback, and before the commit
 	defer release()
