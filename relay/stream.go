@@ -50,6 +50,7 @@ type streamState struct {
 	// claim them beside it (streamCovers).
 	handedOver atomic.Bool
 	spare      spareEvents // the event slices of finished rounds, for the next reads
+	quiet      quietLanes  // which queues' lanes the last rounds left rows in (stream_quiet.go)
 
 	mu        sync.Mutex
 	checkedAt time.Time

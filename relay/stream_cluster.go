@@ -28,15 +28,48 @@ import (
 // identity sequence is restored with the table, whatever its xid says.
 
 // cluster checks the cluster of tx's round against its cursor (see store.Stream.LockCursor) and, when the
-// database now runs on another cluster or transaction id space, ends tx and starts every cursor anew in a
-// transaction of its own (streamReader.resetAll); moved reports that it did.
+// database now runs on another cluster or transaction id space, starts every cursor anew in tx
+// (streamReader.resetIn), which it commits; moved reports that the round is over.
 func (sr *streamReader) cluster(ctx context.Context, tx bun.Tx, cur streamCursor) (moved bool, err error) {
 	why, err := cursorMoved(ctx, tx, sr.st, cur)
 	if why == "" || err != nil {
 		return false, err
 	}
-	_ = tx.Rollback() // resetAll waits for every cursor row, this one too
-	return true, sr.resetAll(ctx, cur.Name)
+	return true, sr.resetIn(ctx, tx, cur.Name)
+}
+
+// resetIn starts every cursor anew (store.Stream.ResetCursor) in tx, which holds the cursor row name, and
+// commits: it waits for every other cursor row (rounds of other lanes may be under way; two rounds that
+// reset at once meet in a deadlock, which PostgreSQL breaks by failing one), then reads name's row again
+// and resets only when it still belongs to another cluster (another round may have reset meanwhile).
+func (sr *streamReader) resetIn(ctx context.Context, tx bun.Tx, name string) error {
+	if err := sr.st.LockAll(ctx, tx); err != nil {
+		return err
+	}
+	var cur store.Cursor
+	var ok bool
+	var err error
+	if name == "outbox" {
+		cur, ok, err = sr.st.LockCursor(ctx, tx, true)
+	} else {
+		cur, ok, err = sr.st.LockLane(ctx, tx, []string{name})
+	}
+	if err != nil || !ok {
+		return err // another round started the cursors anew: the lane is gone
+	}
+	why, err := cursorMoved(ctx, tx, sr.st, cur)
+	if why == "" || err != nil {
+		return err
+	}
+	n, err := sr.st.ResetCursor(ctx, tx, streamLockTimeout, cancelNeverPublished)
+	if err == nil {
+		err = tx.Commit()
+	}
+	if err != nil {
+		return fmt.Errorf("start the cursor anew (%s): %w", why, err)
+	}
+	logReset(ctx, sr.log, sr.names, why, n)
+	return nil
 }
 
 // logReset says at Warn that the cursor of names started anew, why, and what it did to the rows.

@@ -3,7 +3,6 @@ package relay
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -123,12 +122,8 @@ func (sr *streamReader) addLanes(ctx context.Context) error {
 	if err != nil || !ok {
 		return err
 	}
-	if why, err := cursorMoved(ctx, tx, sr.st, base); why != "" || err != nil {
-		if err != nil {
-			return err
-		}
-		_ = tx.Rollback()
-		return sr.resetAll(ctx, base.Name)
+	if moved, err := sr.cluster(ctx, tx, base); moved || err != nil {
+		return err
 	}
 	snap, err := sr.st.CurrentSnapshot(ctx, tx)
 	if err != nil {
@@ -157,41 +152,4 @@ func (sr *streamReader) lanes(ctx context.Context, missing bool) {
 		sr.log.LogAttrs(ctx, slog.LevelWarn, "bunbox relay: create the stream's lanes", slog.Any("err", err),
 			slog.String("table", sr.names.Outbox()))
 	}
-}
-
-// resetAll starts every cursor anew (store.Stream.ResetCursor) in a transaction of its own that holds
-// them all, when the cursor row name, read again there, still belongs to another cluster: another relay
-// may have started them anew meanwhile.
-func (sr *streamReader) resetAll(ctx context.Context, name string) error {
-	tx, err := beginBounded(ctx, sr.db, sr.cfg.bounds())
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback() }()
-	if err := sr.st.LockAll(ctx, tx); err != nil {
-		return err
-	}
-	var cur store.Cursor
-	var ok bool
-	if name == "outbox" {
-		cur, ok, err = sr.st.LockCursor(ctx, tx, true)
-	} else {
-		cur, ok, err = sr.st.LockLane(ctx, tx, []string{name})
-	}
-	if err != nil || !ok {
-		return err
-	}
-	why, err := cursorMoved(ctx, tx, sr.st, cur)
-	if why == "" || err != nil {
-		return err
-	}
-	n, err := sr.st.ResetCursor(ctx, tx, streamLockTimeout, cancelNeverPublished)
-	if err == nil {
-		err = tx.Commit()
-	}
-	if err != nil {
-		return fmt.Errorf("start the cursor anew (%s): %w", why, err)
-	}
-	logReset(ctx, sr.log, sr.names, why, n)
-	return nil
 }

@@ -45,6 +45,9 @@ var errHandOver = errors.New("relay: handed to the per-row path")
 // and hands the rows it did not try before that one to the per-row path, so that a stop enqueues nothing
 // twice; a batch whose enqueues all met an outage ends the round before it, its rows still in the stream.
 // The round is one BatchEvent (Observer.OnBatch) for all its batches.
+//
+// only, when not nil, keeps the round to the lanes of those queues, in a round of one small batch: the
+// round of the quiet queues (stream_quiet.go).
 func (rs *rounds) streamRound(ctx context.Context, only []string) (res BatchEvent) {
 	start := rs.cfg.now()
 	defer func() {
@@ -62,6 +65,18 @@ func (rs *rounds) streamRound(ctx context.Context, only []string) (res BatchEven
 			res.Err = fmt.Errorf("stream: look for lanes due: %w", err)
 		}
 		return res
+	}
+	if len(order) == 0 && only == nil {
+		// A lane with streamed rows and no cursor row yet (a queue new to the stream): create it, and
+		// look again.
+		if missing, err := sr.st.MissingLanes(ctx, rs.db); err == nil && missing {
+			sr.lanes(ctx, true)
+			order, err = sr.laneOrder(ctx, only)
+		}
+		if err != nil && ctx.Err() == nil {
+			res.Err = fmt.Errorf("stream: look for lanes due: %w", err)
+			return res
+		}
 	}
 	if len(order) == 0 {
 		return res // no lane has rows due
@@ -110,7 +125,8 @@ func (rs *rounds) streamRound(ctx context.Context, only []string) (res BatchEven
 		}
 		cur.To, opened = sql.NullString{String: to, Valid: true}, true
 	}
-	read, err := sr.readBatch(ctx, tx, cur)
+	defer func() { sr.state.quiet.note(cur.Queue, res.full) }()
+	read, err := sr.readBatch(ctx, tx, cur, only != nil)
 	if err != nil {
 		return failed("read", err)
 	}
@@ -125,7 +141,7 @@ func (rs *rounds) streamRound(ctx context.Context, only []string) (res BatchEven
 		}
 		return res
 	}
-	p := sr.readAhead(ctx, tx, bounds, cur, read)
+	p := sr.readAhead(ctx, tx, bounds, cur, read, only != nil)
 	defer p.recycle(&sr.state.spare) // after the reports: nothing of the pass is used past the round
 	res.Claimed = p.rows()
 	res.full = p.full

@@ -24,8 +24,8 @@ type Cursor struct {
 	Name, Queue string
 	Slice       int
 	From, To    sql.NullString // To: NULL when no pair is open
-	AfterXid sql.NullString
-	AfterID  sql.NullInt64
+	AfterXid    sql.NullString
+	AfterID     sql.NullInt64
 	// The cluster the cursor was written on (system_id) and the one the round runs on (System), and the
 	// xmax of the snapshot the lock statement ran in: see the relay's stream_cluster.go.
 	CursorSystem, System sql.NullInt64

@@ -28,8 +28,11 @@ const LaneOf = `'outbox/' || e.queue || '/' || coalesce(e.stream_slice, 0)`
 // after its lane's row is created.
 //
 //	SELECT count(*) FROM outbox_events e <Cursor> WHERE <Waiting>
-const Cursor = `LEFT JOIN LATERAL (SELECT sc.* FROM bunbox_stream sc WHERE sc.name IN (` + LaneOf + `, 'outbox')
-  ORDER BY sc.name = 'outbox' LIMIT 1) s ON true`
+const Cursor = `LEFT JOIN bunbox_stream s ON s.name = ` + cursorName
+
+// cursorName is the name of the cursor row that judges a row of outbox_events aliased e (see Cursor). No
+// ORDER BY: the statements that read in an index's order run with enable_sort off (IndexOrderSettings).
+const cursorName = `coalesce((SELECT sc.name FROM bunbox_stream sc WHERE sc.name = ` + LaneOf + `), 'outbox')`
 
 // CursorExists is true when the outbox has a cursor row (the stream was turned on once).
 const CursorExists = `EXISTS (SELECT 1 FROM bunbox_stream WHERE name = 'outbox')`
@@ -71,8 +74,8 @@ const Enabled = `SELECT EXISTS (SELECT 1 FROM pg_attrdef d
 // until the pair is done.
 const Passed = `(e.published_at = 'infinity'
   AND e.xid < (SELECT max(pg_snapshot_xmax(snap_from)) FROM bunbox_stream)
-  AND coalesce(pg_visible_in_snapshot(e.xid, (SELECT sc.snap_from FROM bunbox_stream sc
-    WHERE sc.name IN (` + LaneOf + `, 'outbox') ORDER BY sc.name = 'outbox' LIMIT 1)), false))`
+  AND coalesce(pg_visible_in_snapshot(e.xid, (SELECT sb.snap_from FROM bunbox_stream sb
+    WHERE sb.name = ` + cursorName + `)), false))`
 
 // DeliveredSince returns the condition, true for a row of outbox_events aliased e that may have become
 // delivered after the cursor had the snap_from given by the placeholder param (a pg_snapshot as text, e.g.
