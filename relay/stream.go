@@ -61,8 +61,8 @@ type streamState struct {
 	// bunbox_stream. Set only by the tests (the rolling deploy).
 	legacy bool
 	// locked, when set (by the tests), is called when a stream round of the relay has locked the cursor
-	// row; the function it returns is called before the round releases it.
-	locked func() (release func())
+	// row of lane; the function it returns is called before the round releases it.
+	locked func(lane string) (release func())
 	// reading, when set (by the tests), is called before a stream round reads its batch k (k >= 1) while
 	// the enqueues of the batches before run (readAhead).
 	reading func(k int)

@@ -112,7 +112,7 @@ func (rs *rounds) streamRound(ctx context.Context, only []string) (res BatchEven
 		}
 		return res // the cursors started anew: the next round reads from them
 	}
-	release := sr.testLocked() // before the deferred rollback, and before the commit
+	release := sr.testLocked(cur.Name) // before the deferred rollback, and before the commit
 	defer release()
 	opened := false
 	if !cur.To.Valid {
@@ -264,11 +264,11 @@ var errCancelled = errors.New("relay: cancelled before it was delivered")
 
 // testLocked calls the tests' streamState.locked hook, if any, and returns its release, callable more
 // than once; without a hook it does nothing.
-func (sr *streamReader) testLocked() (release func()) {
+func (sr *streamReader) testLocked(lane string) (release func()) {
 	if sr.state.locked == nil {
 		return func() {}
 	}
-	return sync.OnceFunc(sr.state.locked())
+	return sync.OnceFunc(sr.state.locked(lane))
 }
 
 // bounds are a stream round's bounds (Config.bounds) with, set in the same statement and for the round's
