@@ -28,15 +28,11 @@ import (
 // floor(random() * 4)): a relay creates their lanes for the default queue and the named queues at once.
 const streamSlices = 4
 
-// laneOrder returns the names of the lanes with rows due, in the order the relay takes them; only, when
-// not nil, keeps it to the lanes of those queues.
-func (sr *streamReader) laneOrder(ctx context.Context, only []string) ([]string, error) {
+// laneOrder returns the names of the lanes with rows due, in the order the relay takes them.
+func (sr *streamReader) laneOrder(ctx context.Context) ([]string, error) {
 	cs, err := sr.st.Lanes(ctx, sr.db)
 	if err != nil {
 		return nil, err
-	}
-	if only != nil {
-		cs = slices.DeleteFunc(cs, func(c store.Cursor) bool { return !slices.Contains(only, c.Queue) })
 	}
 	due, err := sr.st.Due(ctx, sr.db, cs)
 	if err != nil {
@@ -49,6 +45,21 @@ func (sr *streamReader) laneOrder(ctx context.Context, only []string) ([]string,
 		}
 	}
 	return orderLanes(ready, sr.queues, sr.state.turn.Add(1)), nil
+}
+
+// dueLanes returns the lanes with rows due in the relay's order (laneOrder); when none is, it looks for
+// a lane with streamed rows and no cursor row yet (a queue new to the stream), creates it and looks again.
+func (sr *streamReader) dueLanes(ctx context.Context) ([]string, error) {
+	order, err := sr.laneOrder(ctx)
+	if err != nil || len(order) > 0 {
+		return order, err
+	}
+	missing, err := sr.st.MissingLanes(ctx, sr.db)
+	if err != nil || !missing {
+		return nil, err
+	}
+	sr.lanes(ctx, true)
+	return sr.laneOrder(ctx)
 }
 
 // orderLanes orders the lanes cs for the round number turn (see the top of the file).

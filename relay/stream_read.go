@@ -53,7 +53,7 @@ func (sr *streamReader) due(ctx context.Context) bool {
 	if !sr.streaming(ctx) || sr.state.active.Load() > 0 {
 		return false // off, or another worker of this relay is in a stream round (streamState.active)
 	}
-	order, err := sr.laneOrder(ctx, nil)
+	order, err := sr.laneOrder(ctx)
 	if err != nil || len(order) > 0 {
 		return true
 	}

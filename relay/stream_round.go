@@ -46,9 +46,9 @@ var errHandOver = errors.New("relay: handed to the per-row path")
 // twice; a batch whose enqueues all met an outage ends the round before it, its rows still in the stream.
 // The round is one BatchEvent (Observer.OnBatch) for all its batches.
 //
-// only, when not nil, keeps the round to the lanes of those queues, in a round of one small batch: the
-// round of the quiet queues (stream_quiet.go).
-func (rs *rounds) streamRound(ctx context.Context, only []string) (res BatchEvent) {
+// lanes, when not nil, are the lanes to try, in order, in a round of one small batch: the round of quiet
+// queues (stream_quiet.go); nil tries the lanes with rows due in the relay's order (dueLanes).
+func (rs *rounds) streamRound(ctx context.Context, lanes []string) (res BatchEvent) {
 	start := rs.cfg.now()
 	defer func() {
 		res.Duration = rs.cfg.now().Sub(start)
@@ -59,26 +59,17 @@ func (rs *rounds) streamRound(ctx context.Context, only []string) (res BatchEven
 	}
 	sr := rs.stream
 	bg := context.WithoutCancel(ctx) // the cursor of what was enqueued has to be written
-	order, err := sr.laneOrder(ctx, only)
-	if err != nil {
-		if ctx.Err() == nil {
-			res.Err = fmt.Errorf("stream: look for lanes due: %w", err)
-		}
-		return res
-	}
-	if len(order) == 0 && only == nil {
-		// A lane with streamed rows and no cursor row yet (a queue new to the stream): create it, and
-		// look again.
-		if missing, err := sr.st.MissingLanes(ctx, rs.db); err == nil && missing {
-			sr.lanes(ctx, true)
-			order, err = sr.laneOrder(ctx, only)
-		}
-		if err != nil && ctx.Err() == nil {
-			res.Err = fmt.Errorf("stream: look for lanes due: %w", err)
+	small := lanes != nil
+	if !small {
+		var err error
+		if lanes, err = sr.dueLanes(ctx); err != nil {
+			if ctx.Err() == nil {
+				res.Err = fmt.Errorf("stream: look for lanes due: %w", err)
+			}
 			return res
 		}
 	}
-	if len(order) == 0 {
+	if len(lanes) == 0 {
 		return res // no lane has rows due
 	}
 	bounds := sr.bounds()
@@ -99,7 +90,7 @@ func (rs *rounds) streamRound(ctx context.Context, only []string) (res BatchEven
 		return res
 	}
 
-	cur, ok, err := sr.st.LockLane(ctx, tx, order)
+	cur, ok, err := sr.st.LockLane(ctx, tx, lanes)
 	if err != nil {
 		return failed("lock a lane", err)
 	}
@@ -126,10 +117,11 @@ func (rs *rounds) streamRound(ctx context.Context, only []string) (res BatchEven
 		cur.To, opened = sql.NullString{String: to, Valid: true}, true
 	}
 	defer func() { sr.state.quiet.note(cur.Queue, res.full) }()
-	read, err := sr.readBatch(ctx, tx, cur, only != nil)
+	read, err := sr.readBatch(ctx, tx, cur, small)
 	if err != nil {
 		return failed("read", err)
 	}
+	sr.state.quiet.note(cur.Queue, read.full) // a backlog is known from the first read, not the round's end
 	if len(read.events) == 0 {
 		sr.state.spare.keep(read.events)
 		if opened {
@@ -141,7 +133,7 @@ func (rs *rounds) streamRound(ctx context.Context, only []string) (res BatchEven
 		}
 		return res
 	}
-	p := sr.readAhead(ctx, tx, bounds, cur, read, only != nil)
+	p := sr.readAhead(ctx, tx, bounds, cur, read, small)
 	defer p.recycle(&sr.state.spare) // after the reports: nothing of the pass is used past the round
 	res.Claimed = p.rows()
 	res.full = p.full

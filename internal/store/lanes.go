@@ -2,6 +2,9 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"strconv"
+	"strings"
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
@@ -79,4 +82,37 @@ func (s *Stream) AddLanes(ctx context.Context, tx bun.Tx, snap string, queues []
 func (s *Stream) LockAll(ctx context.Context, tx bun.Tx) error {
 	_, err := tx.ExecContext(ctx, s.names.SQL(`SELECT 1 FROM bunbox_stream ORDER BY name = 'outbox' DESC, name FOR UPDATE`))
 	return err
+}
+
+
+// topSQL is the greatest xid among the streamed rows of the lane ?0, ?1 (one backward descent of
+// outbox_events_stream_lane_idx), NULL when it has none.
+const topSQL = `(SELECT max(xid)::text FROM outbox_events WHERE published_at = 'infinity' AND queue = ?0
+  AND coalesce(stream_slice, 0) = ?1)`
+
+// Tops reads, for each lane of cs, the greatest xid among its streamed rows ("" when none), in one
+// statement: a cheap look for new rows in a few lanes (the round of quiet queues).
+func (s *Stream) Tops(ctx context.Context, db bun.IDB, cs []Cursor) ([]string, error) {
+	if len(cs) == 0 {
+		return nil, nil
+	}
+	parts := make([]string, len(cs))
+	args := make([]any, 0, 2*len(cs))
+	for i, c := range cs {
+		parts[i] = strings.NewReplacer("?0", "?"+strconv.Itoa(2*i), "?1", "?"+strconv.Itoa(2*i+1)).Replace(topSQL)
+		args = append(args, c.Queue, c.Slice)
+	}
+	tops := make([]sql.NullString, len(cs))
+	dest := make([]any, len(cs))
+	for i := range tops {
+		dest[i] = &tops[i]
+	}
+	if err := db.QueryRowContext(ctx, s.names.SQL("SELECT "+strings.Join(parts, ", ")), args...).Scan(dest...); err != nil {
+		return nil, err
+	}
+	out := make([]string, len(cs))
+	for i, t := range tops {
+		out[i] = t.String
+	}
+	return out, nil
 }
