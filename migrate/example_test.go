@@ -50,4 +50,5 @@ func ExampleRegister() {
 	// 20261207000001 bunbox_published_index
 	// 20261208000001 bunbox_stream_cluster
 	// 20261208000002 bunbox_schema_version
+	// 20261210000001 bunbox_stream_lanes
 }

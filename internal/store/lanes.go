@@ -84,7 +84,6 @@ func (s *Stream) LockAll(ctx context.Context, tx bun.Tx) error {
 	return err
 }
 
-
 // topSQL is the greatest xid among the streamed rows of the lane ?0, ?1 (one backward descent of
 // outbox_events_stream_lane_idx), NULL when it has none.
 const topSQL = `(SELECT max(xid)::text FROM outbox_events WHERE published_at = 'infinity' AND queue = ?0
