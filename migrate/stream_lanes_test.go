@@ -40,10 +40,10 @@ func TestStreamLanesMigrationDown(t *testing.T) {
 	exec(`INSERT INTO bunbox_stream (name, queue, slice, snap_from, system_id, max_id, moved_at)
 SELECT 'outbox/q/' || s, 'q', s, snap_from, system_id, max_id, moved_at FROM bunbox_stream, generate_series(0, 1) AS s
 WHERE name = 'outbox'`)
+	insert("base-delivered", 2) // a lane with no cursor row: the base judges it
+	exec(`UPDATE bunbox_stream SET snap_from = pg_current_snapshot() WHERE name = 'outbox'`) // as relays move it
 	insert("lane-delivered-2", 0)
 	exec(`UPDATE bunbox_stream SET snap_from = pg_current_snapshot(), moved_at = now() - interval '1 minute' WHERE name = 'outbox/q/0'`)
-	insert("base-delivered", 2) // a lane with no cursor row: the base judges it
-	exec(`UPDATE bunbox_stream SET snap_from = pg_current_snapshot() WHERE name = 'outbox'`)
 	insert("base-waiting", 2)
 
 	m, err := bunboxmigrate.NewMigrator(db)
@@ -63,8 +63,8 @@ WHERE name = 'outbox'`)
 FROM outbox_events e, bunbox_stream s WHERE s.name = 'outbox' AND e.event_name = ?`, event).Scan(ctx, &s))
 		return s
 	}
-	require.Equal(t, "published", state("lane-delivered-1"))
-	require.Equal(t, "published", state("lane-delivered-2"))
+	require.Equal(t, "streamed, delivered", state("lane-delivered-1"), "delivered for its lane and the base")
+	require.Equal(t, "published", state("lane-delivered-2"), "delivered for its lane, waiting for the base")
 	require.Equal(t, "pending", state("lane-waiting"), "delivered for the base, waiting in its lane")
 	require.Equal(t, "streamed, delivered", state("base-delivered"))
 	require.Equal(t, "streamed, waiting", state("base-waiting"))

@@ -4,7 +4,8 @@
 -- rows, the index and the column go.
 DO $$
 BEGIN
-    IF to_regclass('bunbox_stream') IS NOT NULL THEN
+    IF to_regclass('bunbox_stream') IS NOT NULL AND EXISTS (SELECT 1 FROM pg_attribute
+        WHERE attrelid = to_regclass('outbox_events') AND attname = 'stream_slice' AND NOT attisdropped) THEN
         UPDATE outbox_events e
         SET published_at = CASE WHEN l.delivered THEN l.moved_at END
         FROM (SELECT e2.id, s.moved_at,
@@ -19,6 +20,8 @@ BEGIN
               LEFT JOIN bunbox_stream b ON b.name = 'outbox'
               WHERE e2.published_at = 'infinity') l
         WHERE e.id = l.id AND e.published_at = 'infinity' AND (NOT l.delivered OR NOT l.base);
+    END IF;
+    IF to_regclass('bunbox_stream') IS NOT NULL THEN
         DELETE FROM bunbox_stream WHERE name <> 'outbox';
     END IF;
 END
