@@ -40,7 +40,7 @@ func TestStreamLanesMigrationDown(t *testing.T) {
 	exec(`INSERT INTO bunbox_stream (name, queue, slice, snap_from, system_id, max_id, moved_at)
 SELECT 'outbox/q/' || s, 'q', s, snap_from, system_id, max_id, moved_at FROM bunbox_stream, generate_series(0, 1) AS s
 WHERE name = 'outbox'`)
-	insert("base-delivered", 2) // a lane with no cursor row: the base judges it
+	insert("base-delivered", 2)                                                              // a lane with no cursor row: the base judges it
 	exec(`UPDATE bunbox_stream SET snap_from = pg_current_snapshot() WHERE name = 'outbox'`) // as relays move it
 	insert("lane-delivered-2", 0)
 	exec(`UPDATE bunbox_stream SET snap_from = pg_current_snapshot(), moved_at = now() - interval '1 minute' WHERE name = 'outbox/q/0'`)

@@ -45,6 +45,9 @@ type streamState struct {
 	turn   atomic.Uint64 // the stream rounds begun: whose turn it is among the lanes (orderLanes)
 	// lanesAt is when the relay last created the lanes' cursor rows (streamReader.lanes), in unix ns.
 	lanesAt atomic.Int64
+	// noInsertLogged is true once the relay found that its role may not create the lanes' cursor rows and
+	// said so (streamReader.handOverUnlaned).
+	noInsertLogged atomic.Bool
 	// handedOver is true when the relay's last stream round handed rows to the per-row path (keyed rows,
 	// failed enqueues): the other workers then keep polling for per-row rows while a worker streams, to
 	// claim them beside it (streamCovers).

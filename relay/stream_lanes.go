@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/uptrace/bun"
+
 	"github.com/bunbox/bunbox/internal/store"
 )
 
@@ -140,6 +142,13 @@ func (sr *streamReader) addLanes(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	may, err := sr.st.MayAddLanes(ctx, tx)
+	if err != nil {
+		return err
+	}
+	if !may {
+		return sr.handOverUnlaned(ctx, tx, snap)
+	}
 	queues := []string{"default"}
 	if sr.queues != nil {
 		queues = append(queues, sr.queues.names...)
@@ -150,11 +159,35 @@ func (sr *streamReader) addLanes(ctx context.Context) error {
 	return tx.Commit()
 }
 
+// handOverUnlaned is addLanes for a role that may not create cursor rows (no INSERT on bunbox_stream, the
+// grant of a release before the lanes): the rows waiting in a lane with no cursor row go to the per-row
+// path, which delivers each once (store.Stream.HandOverUnlaned), and the relay says so at Warn, once,
+// naming the GRANT (and again each time it hands rows over).
+func (sr *streamReader) handOverUnlaned(ctx context.Context, tx bun.Tx, snap string) error {
+	n, err := sr.st.HandOverUnlaned(ctx, tx, snap, cancelNeverPublished)
+	if err == nil {
+		err = tx.Commit()
+	}
+	if err != nil {
+		return err
+	}
+	if sr.state.noInsertLogged.CompareAndSwap(false, true) || n > 0 {
+		sr.log.LogAttrs(ctx, slog.LevelWarn, "bunbox relay: the relay's role may not create the stream's lanes "+
+			"(GRANT SELECT, INSERT, UPDATE ON "+sr.names.Stream()+" TO the relay's role): the streamed rows of a "+
+			"lane with no cursor row go to the per-row path, delivered once there, with an UPDATE each",
+			slog.String("table", sr.names.Outbox()), slog.Int64("handed_over", n))
+	}
+	return nil
+}
+
 // lanes creates the lanes' cursor rows when the catalog was read (once per streamCheckInterval) or when
 // missing, on an idle relay's look, found a lane with streamed rows and no cursor row. A failure is
 // logged at Warn: the rows of such a lane wait for the next try.
 func (sr *streamReader) lanes(ctx context.Context, missing bool) {
 	s := sr.state
+	if missing && s.noInsertLogged.Load() {
+		missing = false // no lane can be created: hand its rows over at the relay's pace, not at each look
+	}
 	if at := s.lanesAt.Load(); !missing && at != 0 && time.Since(time.Unix(0, at)) < streamCheckInterval {
 		return
 	}

@@ -7,10 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/internal/store"
+	"github.com/bunbox/bunbox/model"
 )
 
 // laneHolders counts, per lane, the stream rounds that hold its cursor row (streamState.locked), and the
@@ -214,4 +217,45 @@ func TestStreamLanesNewQueue(t *testing.T) {
 	})
 	requireDeliveredOnce(t, b.inspector, other, events)
 	require.Positive(t, outboxtest.Count(t, b.db, "bunbox_stream", "queue = '"+other+"'"))
+}
+
+// A relay whose role may not create the lanes' cursor rows (SELECT and UPDATE on bunbox_stream, the grant
+// before the lanes) still delivers every streamed row once: the rows of a lane with no cursor row go to
+// the per-row path, and it says so at Warn, naming the GRANT.
+func TestStreamLanesWithoutInsertGrant(t *testing.T) {
+	t.Parallel()
+	outboxtest.SkipShort(t)
+	ctx := context.Background()
+	admin, schema := outboxtest.Schema(t)
+	require.NoError(t, EnableStream(ctx, admin, model.Location{}))
+	role := "bunbox_nolanes_" + randHex(4)
+	for _, q := range []string{
+		`CREATE ROLE ` + role,
+		`GRANT USAGE ON SCHEMA "` + schema + `" TO ` + role,
+		`GRANT SELECT, UPDATE, DELETE ON outbox_events TO ` + role,
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON bunbox_leases TO ` + role,
+		`GRANT SELECT, UPDATE ON bunbox_stream TO ` + role,
+		`GRANT USAGE ON ALL SEQUENCES IN SCHEMA "` + schema + `" TO ` + role,
+	} {
+		_, err := admin.ExecContext(ctx, q)
+		require.NoError(t, err, q)
+	}
+	t.Cleanup(func() {
+		_, _ = admin.ExecContext(context.Background(), `DROP OWNED BY `+role)
+		_, _ = admin.ExecContext(context.Background(), `DROP ROLE `+role)
+	})
+	db := outboxtest.Open(t, map[string]any{"search_path": schema, "role": role})
+	var user string
+	require.NoError(t, db.NewRaw("SELECT current_user").Scan(ctx, &user))
+	require.Equal(t, role, user)
+
+	b := setupWith(t, db, asynq.RedisClientOpt{Addr: outboxtest.RedisAddr()})
+	events := recordEvents(t, bunx.New(admin), admin, b.queue, 40)
+	r := b.newRelay(t, Config{DisableReconciler: true})
+	run(t, r)
+	b.waitQueued(t, len(events))
+	requireDeliveredOnce(t, b.inspector, b.queue, events)
+	b.requireEnqueuedOnce(t, events)
+	require.Zero(t, outboxtest.Count(t, admin, "bunbox_stream", "queue IS NOT NULL"), "no lane created")
+	require.NotEmpty(t, b.logs.matching("may not create the stream's lanes"))
 }

@@ -61,7 +61,7 @@ func (sr *streamReader) due(ctx context.Context) bool {
 	if err != nil {
 		return true
 	}
-	if missing {
+	if missing && !sr.state.noInsertLogged.Load() {
 		sr.lanes(ctx, true)
 		return true
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
+
+	"github.com/bunbox/bunbox/internal/streamsql"
 )
 
 // The stream's lanes (migration 20261210000001): a lane is a queue and a slice of it (outbox_events'
@@ -56,6 +58,35 @@ ON CONFLICT (name) DO NOTHING`
 // are in transactions that were running at ?0 or began after it: waiting, for the base and the copy.
 const moveBaseSQL = `UPDATE bunbox_stream SET snap_from = ?0::pg_snapshot, snap_to = NULL, after_xid = NULL,
   after_id = NULL WHERE name = 'outbox'`
+
+// handOverUnlanedSQL gives the rows waiting in a lane with no cursor row (judged by the base) to the
+// per-row path, for a role that may not create the lanes' cursor rows (no INSERT on bunbox_stream): they
+// are pending rows from then on. Its one argument is the cancel result of the cancelled rows it hands over.
+const handOverUnlanedSQL = `UPDATE outbox_events e ` + handOverWaitingSet + `
+FROM (` + lanesWithRowsSQL + `) l
+WHERE NOT EXISTS (SELECT 1 FROM bunbox_stream s WHERE s.name = 'outbox/' || l.queue || '/' || l.slice)
+  AND e.queue = l.queue AND coalesce(e.stream_slice, 0) = l.slice AND e.published_at = 'infinity'
+  AND ` + streamsql.IsWaiting
+
+// MayAddLanes reports whether the role may create the lanes' cursor rows (INSERT on bunbox_stream).
+func (s *Stream) MayAddLanes(ctx context.Context, db bun.IDB) (bool, error) {
+	var may bool
+	err := db.QueryRowContext(ctx, s.names.SQL(`SELECT coalesce(has_table_privilege(to_regclass('bunbox_stream'), 'INSERT'), false)`)).Scan(&may)
+	return may, err
+}
+
+// HandOverUnlaned gives the rows waiting in lanes with no cursor row to the per-row path
+// (handOverUnlanedSQL), in tx, which holds the base row, and moves the base row on (moveBaseSQL: no
+// streamed row visible in snap is left for it to judge). It returns how many rows it handed over.
+func (s *Stream) HandOverUnlaned(ctx context.Context, tx bun.Tx, snap, cancelResult string) (int64, error) {
+	res, err := tx.ExecContext(ctx, s.names.SQL(handOverUnlanedSQL), cancelResult)
+	if err != nil {
+		return 0, err
+	}
+	n, _ := res.RowsAffected()
+	_, err = tx.ExecContext(ctx, s.names.SQL(moveBaseSQL), snap)
+	return n, err
+}
 
 // MissingLanes reports whether a lane holds streamed rows and has no cursor row yet (missingLanesSQL).
 func (s *Stream) MissingLanes(ctx context.Context, db bun.IDB) (bool, error) {

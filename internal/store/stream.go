@@ -378,8 +378,9 @@ const handOverWaitingSet = `SET published_at = NULL,
 // written between the reads of the old cursor and the new one's snapshot); the hand-over of every streamed
 // row the old cursor did not deliver, or whose delivery it cannot vouch for (an id past max_id); the
 // delivered rows whose xid the new cursor could take for waiting leave the stream as published at their
-// cursor's last move; the lanes' cursor rows go, and the base starts at a snapshot of this cluster (the
-// relays create the lanes again from it). Each row is judged by its lane's cursor (streamsql.Cursor). (ResetCursor then deletes the
+// cursor's last move; every cursor row, the base and the lanes', starts at a snapshot of this cluster (an
+// UPDATE: the relay's role needs no DELETE on bunbox_stream). Each row is judged by its lane's cursor
+// (streamsql.Cursor). (ResetCursor then deletes the
 // reconciler's time marks of the old id space, when the role may.)
 var resetSQL = []string{
 	`LOCK TABLE outbox_events IN SHARE ROW EXCLUSIVE MODE`,
@@ -389,11 +390,9 @@ WHERE ` + streamsql.CursorExists + ` AND e.published_at = ` + streamsql.Sentinel
 	`UPDATE outbox_events e SET published_at = (SELECT s.moved_at FROM (SELECT 1) AS one ` + streamsql.Cursor + `)
 WHERE ` + streamsql.CursorExists + ` AND e.published_at = ` + streamsql.Sentinel + `
   AND e.xid >= pg_snapshot_xmin(pg_current_snapshot())`,
-	`DELETE FROM bunbox_stream WHERE name <> 'outbox'`,
 	`UPDATE bunbox_stream SET snap_from = pg_current_snapshot(), snap_to = NULL, after_xid = NULL, after_id = NULL,
   system_id = (SELECT system_identifier FROM pg_control_system()), max_id = (SELECT max(id) FROM outbox_events),
-  moved_at = now()
-WHERE name = 'outbox'`,
+  moved_at = now()`,
 }
 
 // ResetCursor starts the cursors anew in tx, which holds every cursor row (LockAll; see resetSQL), waiting at most
