@@ -51,4 +51,5 @@ func ExampleRegister() {
 	// 20261208000001 bunbox_stream_cluster
 	// 20261208000002 bunbox_schema_version
 	// 20261209000001 bunbox_stream_default
+	// 20261210000001 bunbox_stream_lanes
 }

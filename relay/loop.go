@@ -89,19 +89,18 @@ func (rs *rounds) helper(ctx context.Context, busy chan struct{}) {
 	}
 }
 
-// runRounds is one iteration of a worker: while the stream is on and no other worker of this relay is in
-// one, a stream round, then the per-row round (runOnce), skipped after a stream round when no per-row row
+// runRounds is one iteration of a worker: while the stream is on, a stream round (of a lane no other
+// round holds), then the per-row round (runOnce), skipped after a stream round when no per-row row
 // is due. Their counts add up; either one's error is the iteration's, and either one coming back full
 // calls the helpers in. The stream round goes first: a helper called in by a full one takes the next
 // stream round while this worker runs its per-row round.
 func (rs *rounds) runRounds(ctx context.Context) BatchEvent {
 	var s BatchEvent
 	st := rs.stream.state
-	if rs.stream.streaming(ctx) && st.round.TryLock() {
-		st.active.Store(true)
-		s = rs.streamRound(ctx)
-		st.active.Store(false)
-		st.round.Unlock()
+	if rs.stream.streaming(ctx) {
+		st.active.Add(1)
+		s = rs.streamRound(ctx, nil)
+		st.active.Add(-1)
 		s.streamed = true
 		if s.full {
 			rs.callHelper()
@@ -125,7 +124,7 @@ func (rs *rounds) runRounds(ctx context.Context) BatchEvent {
 // worker asks for per-row rows due itself after each round (runRounds), and polling beside it cost two
 // statements every MinPollInterval for the whole of a drain.
 func (rs *rounds) streamCovers() bool {
-	return rs.stream.state.active.Load() && !rs.stream.state.handedOver.Load()
+	return rs.stream.state.active.Load() > 0 && !rs.stream.state.handedOver.Load()
 }
 
 // callHelper calls an idle helper in, if any, to take the next stream round.

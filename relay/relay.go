@@ -188,7 +188,8 @@ func (r *Relay) Run(ctx context.Context) error {
 		workers.Go(func() { r.rounds.helper(ctx, busy) })
 	}
 	if r.queues != nil {
-		workers.Go(func() { r.rounds.lane(ctx) }) // queues_lane.go
+		workers.Go(func() { r.rounds.lane(ctx) })        // queues_lane.go
+		workers.Go(func() { r.rounds.streamQuiet(ctx) }) // stream_quiet.go
 	}
 	workers.Wait()
 	r.log.LogAttrs(context.WithoutCancel(ctx), slog.LevelInfo, "bunbox relay stopped")

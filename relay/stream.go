@@ -17,9 +17,9 @@ import (
 
 // The relay's side of the snapshot cursor (EnableStream; the design in internal/streamsql): while the
 // stream is on for the relay's outbox, every round of the loop and of the helpers runs a stream round
-// (stream_round.go) besides its per-row round. The cursor row's lock lets one relay stream at a time; the
-// others, and the other workers of the streaming relay, run only per-row rounds meanwhile: the rows the
-// stream handed over, keyed rows, retries and the rows written while the stream was off.
+// (stream_round.go) besides its per-row round. A stream round works one lane (stream_lanes.go), whose
+// cursor row it locks: relays and workers stream different lanes at once. The per-row rounds deliver the
+// rows the stream handed over, keyed rows, retries and the rows written while the stream was off.
 
 // Under steady traffic a worker that streams waits MinPollInterval after a round that delivered rows and
 // was not full (Relay.loop), instead of starting the next round at once: back to back, each round carried
@@ -35,32 +35,37 @@ const streamCheckInterval = time.Second
 
 // streamState is what the relay knows about the stream.
 type streamState struct {
-	round sync.Mutex      // held by the worker running this relay's stream round: one at a time per relay
 	sizer claimSizer      // how many rows the next read asks for, under Config.BatchBytes
 	busy  chan<- struct{} // Run's call to the helpers
-	// active is true while a worker of this relay runs a stream round: the others then do not poll for
+	// active counts the workers of this relay in a stream round: while one is, the others do not poll for
 	// streamed rows (streamReader.due), which that worker (and the helper a full round calls in) delivers. Polling
 	// for them meanwhile cost an empty per-row round every few milliseconds: 41 µs of PostgreSQL CPU per
 	// streamed event with the default two workers, against 18 with one (bunbench -parts drain).
-	active atomic.Bool
+	active atomic.Int32
+	turn   atomic.Uint64 // the stream rounds begun: whose turn it is among the lanes (orderLanes)
+	// lanesAt is when the relay last created the lanes' cursor rows (streamReader.lanes), in unix ns.
+	lanesAt atomic.Int64
+	// noInsertLogged is true once the relay found that its role may not create the lanes' cursor rows and
+	// said so (streamReader.handOverUnlaned).
+	noInsertLogged atomic.Bool
 	// handedOver is true when the relay's last stream round handed rows to the per-row path (keyed rows,
 	// failed enqueues): the other workers then keep polling for per-row rows while a worker streams, to
 	// claim them beside it (streamCovers).
 	handedOver atomic.Bool
 	spare      spareEvents // the event slices of finished rounds, for the next reads
+	quiet      quietLanes  // which queues' lanes the last rounds left rows in (stream_quiet.go)
 
 	mu        sync.Mutex
 	checkedAt time.Time
 	on        bool // the stream is on for the outbox
 	cursor    bool // the cursor's table exists (migration 20261205000001 applied)
-	warned    bool // the relay logged that Config.Queues does not apply to the stream (since it came on)
 
 	// legacy makes the relay behave as the release before the stream: it never streams and never reads
 	// bunbox_stream. Set only by the tests (the rolling deploy).
 	legacy bool
 	// locked, when set (by the tests), is called when a stream round of the relay has locked the cursor
-	// row; the function it returns is called before the round releases it.
-	locked func() (release func())
+	// row of lane; the function it returns is called before the round releases it.
+	locked func(lane string) (release func())
 	// reading, when set (by the tests), is called before a stream round reads its batch k (k >= 1) while
 	// the enqueues of the batches before run (readAhead).
 	reading func(k int)
@@ -81,7 +86,7 @@ type streamReader struct {
 	state     *streamState
 	wake      *wakeup.State // told of the rows read (internal/maintenance/wakeup)
 	deliverer *deliverer    // starts the enqueues of each batch read
-	queues    *fairQueues   // for the warning that Config.Queues does not split the stream
+	queues    *fairQueues   // Config.Queues: the order of the lanes (stream_lanes.go)
 }
 
 // catalog returns whether the stream is on for the relay's outbox and whether the cursor's table
@@ -100,33 +105,17 @@ func (sr *streamReader) catalog(ctx context.Context) (on, cursor bool) {
 	if on2, cursor2, err := sr.st.Catalog(ctx, sr.db); err == nil {
 		s.on, s.cursor = on2, cursor2
 		s.checkedAt = time.Now()
-		sr.warnQueuesStreamed(ctx, on2)
 	}
 	return s.on, s.cursor
 }
 
-// warnQueuesStreamed logs at Warn, once each time the relay finds the stream turned on, that Config.Queues
-// does not split the streamed rows: the stream delivers them in commit order, all queues alike, so a
-// backlog in one queue delays the others as without Queues. Called with sr.state.mu held.
-func (sr *streamReader) warnQueuesStreamed(ctx context.Context, on bool) {
-	s := sr.state
-	if !on || sr.queues == nil {
-		s.warned = false
-		return
-	}
-	if s.warned {
-		return
-	}
-	s.warned = true
-	sr.log.LogAttrs(ctx, slog.LevelWarn, "bunbox relay: the stream is on for the outbox, and Config.Queues applies "+
-		"only to the per-row path: streamed rows are delivered in commit order, all queues alike, so a backlog "+
-		"in one queue delays the others (relay.DisableStream turns the stream off)",
-		slog.String("table", sr.names.Outbox()))
-}
-
-// streaming reports whether the relay runs stream rounds.
+// streaming reports whether the relay runs stream rounds, and creates the lanes' cursor rows that are
+// missing about once per streamCheckInterval while it does (streamReader.lanes).
 func (sr *streamReader) streaming(ctx context.Context) bool {
 	on, _ := sr.catalog(ctx)
+	if on {
+		sr.lanes(ctx, false)
+	}
 	return on
 }
 

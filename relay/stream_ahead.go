@@ -92,11 +92,14 @@ func (p *streamPass) rows() int {
 // would end the round's transaction, and the rows enqueued before it must be settled. keepAlive runs only
 // while no read does: database/sql would send its statement on tx's connection while the read's rows are
 // still coming.
-func (sr *streamReader) readAhead(ctx context.Context, tx bun.Tx, bounds sessionBounds, cur streamCursor, first streamRead) streamPass {
+func (sr *streamReader) readAhead(ctx context.Context, tx bun.Tx, bounds sessionBounds, cur streamCursor, first streamRead, small bool) streamPass {
 	bg := context.WithoutCancel(ctx)
 	batches := []*streamBatch{sr.startBatch(ctx, first)}
 	full, readErr := first.full, error(nil)
 	most := cmp.Or(sr.state.batches, streamRoundBatches)
+	if small {
+		most = 1
+	}
 	stop := keepAlive(bg, tx, bounds)
 	for k := 1; k < most && full && ctx.Err() == nil; k++ {
 		if k >= 2 {
@@ -115,7 +118,7 @@ func (sr *streamReader) readAhead(ctx context.Context, tx bun.Tx, bounds session
 		}
 		cur = past(cur, batches[k-1].read)
 		stop()
-		read, err := sr.readBatch(bg, tx, cur)
+		read, err := sr.readBatch(bg, tx, cur, false)
 		stop = keepAlive(bg, tx, bounds)
 		if err != nil {
 			readErr = err
@@ -164,10 +167,14 @@ func (p *streamPass) settled() (cut int, outage error) {
 	return cut, nil
 }
 
-// readBatch reads the next batch of c's pair (read) within the sizer's limit and BatchBytes,
-// and records it (the wake-up's claimed rows, the sizer's mean row).
-func (sr *streamReader) readBatch(ctx context.Context, tx bun.Tx, c streamCursor) (streamRead, error) {
+// readBatch reads the next batch of c's pair (read) within the sizer's limit and BatchBytes (small: and
+// one wave of enqueues, for a quiet queue's round, stream_quiet.go), and records it (the wake-up's claimed
+// rows, the sizer's mean row).
+func (sr *streamReader) readBatch(ctx context.Context, tx bun.Tx, c streamCursor, small bool) (streamRead, error) {
 	limit := sr.state.sizer.limit(sr.cfg.BatchSize, sr.cfg.BatchBytes)
+	if small {
+		limit = min(limit, sr.cfg.BatchSize, sr.cfg.Concurrency)
+	}
 	if sr.state.sizer.meanRow.Load() <= 0 {
 		limit = min(limit, sampleRows) // the first read measures a few rows before it reads a batch of them
 	}

@@ -49,6 +49,7 @@ func TestStreamAheadKilledWhileReading(t *testing.T) {
 	t.Parallel()
 	outboxtest.SkipShort(t)
 	b := setupStream(t)
+	oneSlice(t, b.db)
 	events := b.record(t, b.db, 400)
 	var once sync.Once
 	var terminated atomic.Int64
@@ -84,6 +85,7 @@ func TestStreamAheadStoppedMidRound(t *testing.T) {
 	t.Parallel()
 	outboxtest.SkipShort(t)
 	b := setupStream(t)
+	oneSlice(t, b.db)
 	events := b.record(t, b.db, 400)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -108,6 +110,7 @@ func TestStreamAheadStoppedMidBatch(t *testing.T) {
 	t.Parallel()
 	outboxtest.SkipShort(t)
 	b := setupStream(t)
+	oneSlice(t, b.db)
 	events := b.record(t, b.db, 400)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -140,6 +143,7 @@ func TestStreamAheadFailuresInLaterBatches(t *testing.T) {
 	t.Parallel()
 	outboxtest.SkipShort(t)
 	b := setupStream(t)
+	oneSlice(t, b.db)
 	events := b.record(t, b.db, 120)
 	var keyed []*model.Event
 	for i := range 10 {
@@ -199,6 +203,7 @@ func TestStreamAheadRowsOfATransactionOpenAtThePairsStart(t *testing.T) {
 	outboxtest.SkipShort(t)
 	ctx := context.Background()
 	b := setupStream(t)
+	oneSlice(t, b.db)
 	r := b.newRelay(t, Config{BatchSize: 40, Workers: 1, DisableReconciler: true})
 	tx, err := b.db.BeginTx(ctx, nil)
 	require.NoError(t, err)

@@ -28,22 +28,48 @@ import (
 // identity sequence is restored with the table, whatever its xid says.
 
 // cluster checks the cluster of tx's round against its cursor (see store.Stream.LockCursor) and, when the
-// database now runs on another cluster or transaction id space, starts the cursor anew and commits tx;
-// moved reports that it did.
+// database now runs on another cluster or transaction id space, starts every cursor anew in tx
+// (streamReader.resetIn), which it commits; moved reports that the round is over.
 func (sr *streamReader) cluster(ctx context.Context, tx bun.Tx, cur streamCursor) (moved bool, err error) {
 	why, err := cursorMoved(ctx, tx, sr.st, cur)
 	if why == "" || err != nil {
 		return false, err
+	}
+	return true, sr.resetIn(ctx, tx, cur.Name)
+}
+
+// resetIn starts every cursor anew (store.Stream.ResetCursor) in tx, which holds the cursor row name, and
+// commits: it waits for every other cursor row (rounds of other lanes may be under way; two rounds that
+// reset at once meet in a deadlock, which PostgreSQL breaks by failing one), then reads name's row again
+// and resets only when it still belongs to another cluster (another round may have reset meanwhile).
+func (sr *streamReader) resetIn(ctx context.Context, tx bun.Tx, name string) error {
+	if err := sr.st.LockAll(ctx, tx); err != nil {
+		return err
+	}
+	var cur store.Cursor
+	var ok bool
+	var err error
+	if name == "outbox" {
+		cur, ok, err = sr.st.LockCursor(ctx, tx, true)
+	} else {
+		cur, ok, err = sr.st.LockLane(ctx, tx, []string{name})
+	}
+	if err != nil || !ok {
+		return err // another round started the cursors anew: the lane is gone
+	}
+	why, err := cursorMoved(ctx, tx, sr.st, cur)
+	if why == "" || err != nil {
+		return err
 	}
 	n, err := sr.st.ResetCursor(ctx, tx, streamLockTimeout, cancelNeverPublished)
 	if err == nil {
 		err = tx.Commit()
 	}
 	if err != nil {
-		return false, fmt.Errorf("start the cursor anew (%s): %w", why, err)
+		return fmt.Errorf("start the cursor anew (%s): %w", why, err)
 	}
 	logReset(ctx, sr.log, sr.names, why, n)
-	return true, nil
+	return nil
 }
 
 // logReset says at Warn that the cursor of names started anew, why, and what it did to the rows.
@@ -87,6 +113,9 @@ func checkCursor(ctx context.Context, tx bun.Tx, names tables.Names, log *slog.L
 	}
 	why, err := cursorMoved(ctx, tx, st, cur)
 	if why == "" || err != nil {
+		return err
+	}
+	if err := st.LockAll(ctx, tx); err != nil {
 		return err
 	}
 	n, err := st.ResetCursor(ctx, tx, streamLockTimeout, cancelNeverPublished)

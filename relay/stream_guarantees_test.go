@@ -19,44 +19,6 @@ import (
 	"github.com/bunbox/bunbox/model"
 )
 
-// (d) Three relays streaming one outbox: every row once, and one stream round at a time.
-func TestStreamThreeRelaysOneStreamAtATime(t *testing.T) {
-	t.Parallel()
-	outboxtest.SkipShort(t)
-	b := setupStream(t)
-	var holders, most, rounds atomic.Int64
-	locked := func() func() {
-		n := holders.Add(1)
-		rounds.Add(1)
-		for {
-			m := most.Load()
-			if n <= m || most.CompareAndSwap(m, n) {
-				break
-			}
-		}
-		return func() { holders.Add(-1) }
-	}
-	var events []*model.Event
-	events = append(events, b.record(t, b.db, 300)...)
-	for range 3 {
-		r := b.newRelay(t, Config{BatchSize: 40, Workers: 2, DisableReconciler: true})
-		r.stream.locked = locked
-		run(t, r)
-	}
-	for range 6 {
-		events = append(events, b.record(t, b.db, 100)...)
-	}
-	b.waitQueued(t, len(events))
-	outboxtest.WaitFor(t, streamWait, "the cursor past every row", func() bool {
-		return countStream(t, b.db).Delivered == int64(len(events))
-	})
-	requireDeliveredOnce(t, b.inspector, b.queue, events)
-	b.requireEnqueuedOnce(t, events)
-	require.EqualValues(t, 1, most.Load(), "stream rounds at once")
-	require.Greater(t, rounds.Load(), int64(1))
-	require.Zero(t, countStream(t, b.db).Classic, "nothing handed over")
-}
-
 // (e) A task's own failure hands the row to the per-row path, charged: retried, then dead after
 // MaxAttempts. An outage hands nothing over and charges nothing: the rows are delivered once after it.
 func TestStreamFailuresAreHandedOver(t *testing.T) {

@@ -1,50 +1,52 @@
 package relay
 
 import (
-	"log/slog"
+	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
 )
 
-// A relay with Config.Queues on an outbox with the stream on says once, at Warn, that the queues do not
-// split the streamed rows; it delivers them all the same. Without Queues it says nothing of the kind.
-func TestStreamWarnsThatQueuesApplyOnlyPerRow(t *testing.T) {
-	t.Parallel()
+// TestStreamQueuesCriticalOvertakesBulkBacklog is TestQueuesCriticalOvertakesBulkBacklog on the stream:
+// a streamed bulk backlog drains in the lanes of its slices; critical events committed behind it one at a
+// time are each enqueued before 2,000 more bulk events are (the round of quiet queues, stream_quiet.go,
+// not the next worker's round, takes them), and the latency from each commit to its enqueue's return is
+// logged. QUEUES_LATENCY_BACKLOG=100000 and QUEUES_LATENCY_RUNS=20 run the full one.
+func TestStreamQueuesCriticalOvertakesBulkBacklog(t *testing.T) {
+	cfg := Config{DisableNotify: true}
+	if outboxtest.Pooled() {
+		cfg.Workers, cfg.DisableReconciler = 1, true // see TestQueuesCriticalOvertakesBulkBacklog
+	} else {
+		t.Parallel()
+	}
 	outboxtest.SkipShort(t)
 	b := setupStream(t)
-	const warning = "Config.Queues applies only to the per-row path"
-
-	plain := b.newRelay(t, Config{DisableReconciler: true})
-	stop := run(t, plain)
-	events := b.record(t, b.db, 20)
-	b.waitQueued(t, len(events))
-	stop()
-	require.Empty(t, b.logs.matching(warning), "a relay without Queues")
-
-	r := b.newRelay(t, Config{Queues: map[string]int{b.queue: 3, "other": 1}, DisableReconciler: true})
-	run(t, r)
-	more := b.record(t, b.db, 30)
-	b.waitQueued(t, len(events)+len(more))
-	outboxtest.WaitFor(t, streamWait, "the cursor past every row", func() bool {
-		return countStream(t, b.db).Delivered == int64(len(events)+len(more))
+	critical, bulk := b.queue+"_critical", b.queue+"_bulk"
+	t.Cleanup(func() {
+		_ = b.inspector.DeleteQueue(critical, true)
+		_ = b.inspector.DeleteQueue(bulk, true)
 	})
-	first := catalogReadAt(r)
-	outboxtest.WaitFor(t, streamWait, "the relay reading the catalog again", func() bool {
-		return catalogReadAt(r).After(first)
-	})
-	logged := b.logs.matching(warning)
-	require.Len(t, logged, 1, "once, not per read of the catalog")
-	require.Equal(t, slog.LevelWarn, logged[0].Level)
-	requireDeliveredOnce(t, b.inspector, b.queue, append(events, more...))
-}
+	backlog, runs := queuesEnvInt(t, "QUEUES_LATENCY_BACKLOG", 20_000), queuesEnvInt(t, "QUEUES_LATENCY_RUNS", 3)
+	const batch, spacing = 4000, 1500
+	require.Greater(t, backlog, (runs+1)*spacing+batch, "QUEUES_LATENCY_BACKLOG: the backlog must outlast the runs")
+	insertQueue(t, b.testBundle, bulk, backlog)
+	_, err := b.db.ExecContext(context.Background(), "ANALYZE outbox_events")
+	require.NoError(t, err)
+	require.EqualValues(t, backlog, countStream(t, b.db).Waiting, "the backlog is streamed")
 
-// catalogReadAt is when r last read from the catalog whether the stream is on.
-func catalogReadAt(r *Relay) time.Time {
-	r.stream.mu.Lock()
-	defer r.stream.mu.Unlock()
-	return r.stream.checkedAt
+	for _, strict := range []bool{false, true} {
+		enq := &queueEnqueuer{Enqueuer: b.enq, watch: critical}
+		cfg.Queues, cfg.BatchSize, cfg.Enqueuer, cfg.StrictPriority = map[string]int{critical: 6, "default": 3, bulk: 1}, batch, enq, strict
+		r := b.newRelay(t, cfg)
+		res := measureCritical(t, b.db, r, enq, critical, runs, spacing, 0)
+		for i, lat := range res.latencies {
+			t.Logf("strict %v, critical event %d: enqueued %s after its commit, %d bulk events enqueued meanwhile", strict, i, lat, res.between[i])
+			require.Less(t, res.between[i], int64(batch/2), "critical event %d: enqueued before half a bulk round more", i)
+		}
+		t.Logf("strict %v: commit to enqueue of %d critical events behind a %d-event streamed bulk backlog (BatchSize %d): %s",
+			strict, runs, backlog, batch, res.summary())
+		require.Positive(t, countStream(t, b.db).Waiting, "the backlog outlasted the runs")
+	}
 }

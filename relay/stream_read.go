@@ -46,12 +46,24 @@ func (sr *streamReader) read(ctx context.Context, tx bun.Tx, c streamCursor, lim
 	return res, nil
 }
 
-// due reports whether a stream round may find rows to deliver (store.Stream.Due); an error says yes, so
-// that the round that follows meets it and backs off.
+// due reports whether a stream round may find rows to deliver in some lane (store.Stream.Due); an error
+// says yes, so that the round that follows meets it and backs off. When none has, it looks for a lane
+// with streamed rows and no cursor row, and creates it (streamReader.lanes).
 func (sr *streamReader) due(ctx context.Context) bool {
-	if !sr.streaming(ctx) || sr.state.active.Load() {
+	if !sr.streaming(ctx) || sr.state.active.Load() > 0 {
 		return false // off, or another worker of this relay is in a stream round (streamState.active)
 	}
-	due, err := sr.st.Due(ctx, sr.db)
-	return err != nil || due
+	order, err := sr.laneOrder(ctx)
+	if err != nil || len(order) > 0 {
+		return true
+	}
+	missing, err := sr.st.MissingLanes(ctx, sr.db)
+	if err != nil {
+		return true
+	}
+	if missing && !sr.state.noInsertLogged.Load() {
+		sr.lanes(ctx, true)
+		return true
+	}
+	return false
 }

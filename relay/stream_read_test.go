@@ -31,11 +31,10 @@ func TestStreamReadIsBoundedByThePair(t *testing.T) {
 
 	r := bareRelay(db)
 	require.True(t, r.rounds.stream.due(ctx))
-	var c streamCursor
-	require.NoError(t, db.QueryRowContext(ctx, store.ReadCursorSQL).Scan(&c.From, &c.To, &c.AfterXid, &c.AfterID))
+	c := laneCursor(t, r)
 	xmax := store.SnapshotXmax(c.From.String)
-	require.Less(t, buffers(t, db, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+store.StreamDueSQL,
-		store.SnapshotXip(c.From.String), "{}", xmax, xmax, nil, nil, nil, int64(math.MinInt64+1)), 60, "the idle check reads the kept rows")
+	require.Less(t, buffers(t, db, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT "+store.StreamDueSQL,
+		store.SnapshotXip(c.From.String), "{}", xmax, xmax, nil, nil, nil, int64(math.MinInt64+1), "default", 0), 60, "the idle check reads the kept rows")
 
 	err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		c := openPair(t, tx, r)
@@ -47,7 +46,7 @@ func TestStreamReadIsBoundedByThePair(t *testing.T) {
 		}
 		var plan json.RawMessage
 		require.NoError(t, tx.QueryRowContext(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+store.StreamReadSQL,
-			c.From.String, c.To.String, "0", "0", int64(-1<<62), 500, store.SnapshotXip(c.From.String)).Scan(&plan))
+			c.From.String, c.To.String, "0", "0", int64(-1<<62), 500, store.SnapshotXip(c.From.String), c.Queue, c.Slice).Scan(&plan))
 		require.Less(t, planBuffers(t, plan), 60, "the first read of the pair reads the kept rows")
 		return nil
 	})
@@ -78,11 +77,12 @@ func streamWithNewRowsAnalyzed(t *testing.T) *bun.DB {
 	return db
 }
 
-// insertStreamed writes n streamed rows named name in one transaction (one statement).
+// insertStreamed writes n streamed rows named name in one transaction (one statement), all in the lane of
+// the default queue's slice 0 (testLane).
 func insertStreamed(t *testing.T, db *bun.DB, name string, n int) {
 	t.Helper()
-	_, err := db.ExecContext(context.Background(), `INSERT INTO outbox_events (event_id, event_name, payload)
-SELECT gen_random_uuid(), ?, '{}' FROM generate_series(1, ?)`, name, n)
+	_, err := db.ExecContext(context.Background(), `INSERT INTO outbox_events (event_id, event_name, payload, stream_slice)
+SELECT gen_random_uuid(), ?, '{}', 0 FROM generate_series(1, ?)`, name, n)
 	require.NoError(t, err)
 }
 
@@ -136,16 +136,15 @@ func TestStreamReadMidPairStartsAtThePosition(t *testing.T) {
 	_, err = db.ExecContext(ctx, `ANALYZE outbox_events`)
 	require.NoError(t, err)
 
-	c = streamCursor{}
-	require.NoError(t, db.QueryRowContext(ctx, store.ReadCursorSQL).Scan(&c.From, &c.To, &c.AfterXid, &c.AfterID))
+	c = laneCursor(t, r)
 	require.True(t, c.To.Valid, "a pair open, its position in the big transaction")
 	require.True(t, r.rounds.stream.due(ctx))
-	require.Less(t, buffers(t, db, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+store.StreamDueSQL,
+	require.Less(t, buffers(t, db, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT "+store.StreamDueSQL,
 		"{}", "{}", store.SnapshotXmax(c.From.String), c.AfterXid.String, c.To.String, c.AfterXid.String, c.AfterID.Int64,
-		c.AfterID.Int64), 20, "the idle check walks the table or the passed rows")
+		c.AfterID.Int64, "default", 0), 20, "the idle check walks the table or the passed rows")
 
 	err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		c, ok, err := r.rounds.stream.st.LockCursor(ctx, tx, false)
+		c, ok, err := r.rounds.stream.st.LockLane(ctx, tx, []string{testLane})
 		require.NoError(t, err)
 		require.True(t, ok)
 		read, err := r.rounds.stream.read(ctx, tx, c, big, 1<<30)
@@ -158,7 +157,7 @@ func TestStreamReadMidPairStartsAtThePosition(t *testing.T) {
 		var plan json.RawMessage
 		require.NoError(t, tx.QueryRowContext(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+store.StreamReadAfterSQL,
 			c.From.String, c.To.String, c.AfterXid.String, c.AfterXid.String, c.AfterID.Int64, 10,
-			store.SnapshotXip(c.From.String)).Scan(&plan))
+			store.SnapshotXip(c.From.String), c.Queue, c.Slice).Scan(&plan))
 		require.Less(t, planBuffers(t, plan), 10, "a read of 10 rows after the position walks the rows before it")
 		return nil
 	})
@@ -248,7 +247,7 @@ func TestStreamReadKeepsToTheIndex(t *testing.T) {
 		var plan json.RawMessage
 		require.NoError(t, tx.QueryRowContext(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+store.StreamReadAfterSQL,
 			c.From.String, c.To.String, c.AfterXid.String, c.AfterXid.String, c.AfterID.Int64, 500,
-			store.SnapshotXip(c.From.String)).Scan(&plan))
+			store.SnapshotXip(c.From.String), c.Queue, c.Slice).Scan(&plan))
 		t.Logf("%d buffers", planBuffers(t, plan))
 		return string(plan)
 	}
@@ -259,11 +258,31 @@ func TestStreamReadKeepsToTheIndex(t *testing.T) {
 	require.False(t, strings.Contains(plan, `"Bitmap Heap Scan"`), "the read scans the pair's rows by bitmap")
 }
 
+// testLane is the lane of the rows insertStreamed writes.
+const testLane = "outbox/default/0"
+
+// laneCursor reads testLane's cursor row, once r created the lanes.
+func laneCursor(t *testing.T, r *Relay) streamCursor {
+	t.Helper()
+	ctx := context.Background()
+	r.rounds.stream.lanes(ctx, true)
+	cs, err := r.rounds.stream.st.Lanes(ctx, r.db)
+	require.NoError(t, err)
+	for _, c := range cs {
+		if c.Name == testLane {
+			return c
+		}
+	}
+	t.Fatalf("no lane %s among %d", testLane, len(cs))
+	return streamCursor{}
+}
+
 // openPair locks the cursor in tx, as a stream round does, and opens a pair up to now.
 func openPair(t *testing.T, tx bun.Tx, r *Relay) streamCursor {
 	t.Helper()
 	ctx := context.Background()
-	c, ok, err := r.rounds.stream.st.LockCursor(ctx, tx, false)
+	r.rounds.stream.lanes(ctx, true)
+	c, ok, err := r.rounds.stream.st.LockLane(ctx, tx, []string{testLane})
 	require.NoError(t, err)
 	require.True(t, ok)
 	to, err := r.rounds.stream.st.CurrentSnapshot(ctx, tx)

@@ -22,7 +22,8 @@ var errHandOver = errors.New("relay: handed to the per-row path")
 // streamRound delivers the next batches of the stream (see stream.go), in one transaction with the bounds
 // of every round (session.go):
 //
-//  1. lock the cursor row (SKIP LOCKED: when another relay holds it, there is nothing to do here);
+//  1. lock the cursor row of the first lane with rows due, in the relay's order, that no other round
+//     holds (SKIP LOCKED; stream_lanes.go); the round reads and moves that lane only;
 //  2. open a pair of snapshots if none is open (to := pg_current_snapshot()), unless nothing committed
 //     since from;
 //  3. read the pair's next rows after the cursor's position, in (xid, id) order, within BatchSize and
@@ -44,7 +45,10 @@ var errHandOver = errors.New("relay: handed to the per-row path")
 // and hands the rows it did not try before that one to the per-row path, so that a stop enqueues nothing
 // twice; a batch whose enqueues all met an outage ends the round before it, its rows still in the stream.
 // The round is one BatchEvent (Observer.OnBatch) for all its batches.
-func (rs *rounds) streamRound(ctx context.Context) (res BatchEvent) {
+//
+// lanes, when not nil, are the lanes to try, in order, in a round of one small batch: the round of quiet
+// queues (stream_quiet.go); nil tries the lanes with rows due in the relay's order (dueLanes).
+func (rs *rounds) streamRound(ctx context.Context, lanes []string) (res BatchEvent) {
 	start := rs.cfg.now()
 	defer func() {
 		res.Duration = rs.cfg.now().Sub(start)
@@ -55,6 +59,19 @@ func (rs *rounds) streamRound(ctx context.Context) (res BatchEvent) {
 	}
 	sr := rs.stream
 	bg := context.WithoutCancel(ctx) // the cursor of what was enqueued has to be written
+	small := lanes != nil
+	if !small {
+		var err error
+		if lanes, err = sr.dueLanes(ctx); err != nil {
+			if ctx.Err() == nil {
+				res.Err = fmt.Errorf("stream: look for lanes due: %w", err)
+			}
+			return res
+		}
+	}
+	if len(lanes) == 0 {
+		return res // no lane has rows due
+	}
 	bounds := sr.bounds()
 	tx, err := beginBounded(bg, rs.db, bounds)
 	if err != nil {
@@ -73,20 +90,20 @@ func (rs *rounds) streamRound(ctx context.Context) (res BatchEvent) {
 		return res
 	}
 
-	cur, ok, err := sr.st.LockCursor(ctx, tx, false)
+	cur, ok, err := sr.st.LockLane(ctx, tx, lanes)
 	if err != nil {
-		return failed("lock the cursor", err)
+		return failed("lock a lane", err)
 	}
 	if !ok {
-		return res // another relay streams
+		return res // other rounds hold every lane due
 	}
 	if moved, err := sr.cluster(bg, tx, cur); err != nil || moved {
 		if err != nil {
 			return failed("check the cursor's cluster", err)
 		}
-		return res // the cursor started anew: the next round reads from it
+		return res // the cursors started anew: the next round reads from them
 	}
-	release := sr.testLocked() // before the deferred rollback, and before the commit
+	release := sr.testLocked(cur.Name) // before the deferred rollback, and before the commit
 	defer release()
 	opened := false
 	if !cur.To.Valid {
@@ -99,10 +116,12 @@ func (rs *rounds) streamRound(ctx context.Context) (res BatchEvent) {
 		}
 		cur.To, opened = sql.NullString{String: to, Valid: true}, true
 	}
-	read, err := sr.readBatch(ctx, tx, cur)
+	defer func() { sr.state.quiet.note(cur.Queue, res.full) }()
+	read, err := sr.readBatch(ctx, tx, cur, small)
 	if err != nil {
 		return failed("read", err)
 	}
+	sr.state.quiet.note(cur.Queue, read.full) // a backlog is known from the first read, not the round's end
 	if len(read.events) == 0 {
 		sr.state.spare.keep(read.events)
 		if opened {
@@ -114,7 +133,7 @@ func (rs *rounds) streamRound(ctx context.Context) (res BatchEvent) {
 		}
 		return res
 	}
-	p := sr.readAhead(ctx, tx, bounds, cur, read)
+	p := sr.readAhead(ctx, tx, bounds, cur, read, small)
 	defer p.recycle(&sr.state.spare) // after the reports: nothing of the pass is used past the round
 	res.Claimed = p.rows()
 	res.full = p.full
@@ -237,11 +256,11 @@ var errCancelled = errors.New("relay: cancelled before it was delivered")
 
 // testLocked calls the tests' streamState.locked hook, if any, and returns its release, callable more
 // than once; without a hook it does nothing.
-func (sr *streamReader) testLocked() (release func()) {
+func (sr *streamReader) testLocked(lane string) (release func()) {
 	if sr.state.locked == nil {
 		return func() {}
 	}
-	return sync.OnceFunc(sr.state.locked())
+	return sync.OnceFunc(sr.state.locked(lane))
 }
 
 // bounds are a stream round's bounds (Config.bounds) with, set in the same statement and for the round's

@@ -18,8 +18,8 @@ import (
 const streamLockTimeout = "5s"
 
 // EnableStream turns the snapshot cursor on for the outbox at loc. From its commit on, every new row carries the id of the transaction that wrote it and is in
-// the stream: relays deliver such rows by reading what committed between two snapshots and moving one
-// cursor row past them, with no per-row UPDATE; the rows the stream cannot deliver (an enqueue that
+// the stream: relays deliver such rows by reading what committed between two snapshots and moving a
+// cursor row (their lane's) past them, with no per-row UPDATE; the rows the stream cannot deliver (an enqueue that
 // failed, a row with an ordering key) go to the per-row path. Rows written before stay on the per-row
 // path. It is idempotent.
 //
@@ -47,7 +47,7 @@ func EnableStream(ctx context.Context, db bun.IDB, loc model.Location) error {
 
 // DisableStream turns the snapshot cursor off for the outbox at loc: new rows are pending rows of the per-row path again, and so are the streamed rows that no
 // relay has delivered yet (published_at NULL). The streamed rows already delivered stay as they are; the
-// cursor row keeps telling them delivered (bunbox status, cleanup and the reconciler read it). It waits
+// cursor rows keep telling them delivered (bunbox status, cleanup and the reconciler read it). It waits
 // for a relay's stream round that is under way, and needs what EnableStream needs. It is idempotent.
 func DisableStream(ctx context.Context, db bun.IDB, loc model.Location) error {
 	names, err := streamNames(loc)

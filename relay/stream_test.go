@@ -203,3 +203,11 @@ func TestStreamWakeUp(t *testing.T) {
 	})
 	requireDeliveredOnce(t, b.inspector, b.queue, events)
 }
+
+// oneSlice writes every new row of db's outbox into slice 0 (stream_slice's default), so that the stream
+// has one lane per queue: for the tests of a round's batches, which count rows in one lane's order.
+func oneSlice(t testing.TB, db bun.IDB) {
+	t.Helper()
+	_, err := db.ExecContext(context.Background(), `ALTER TABLE outbox_events ALTER COLUMN stream_slice SET DEFAULT 0`)
+	require.NoError(t, err)
+}

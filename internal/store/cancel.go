@@ -56,8 +56,7 @@ FOR UPDATE SKIP LOCKED`
 // cursor is past it was enqueued before its cancel committed: the round that passed it has committed, its
 // tasks are in asynq, and the page takes them back as a published row's.
 var cancelPageStreamed = fmt.Sprintf(cancelPageSQL, `
-  AND (e.published_at IS DISTINCT FROM `+streamsql.Sentinel+` OR EXISTS (SELECT 1 FROM bunbox_stream s
-    WHERE s.name = 'outbox' AND `+streamsql.Delivered+`))`)
+  AND (e.published_at IS DISTINCT FROM `+streamsql.Sentinel+` OR `+streamsql.IsDelivered+`)`)
 
 // CancelRow is the part of a cancelled row that the cancel pass needs.
 type CancelRow struct {

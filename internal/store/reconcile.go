@@ -65,9 +65,10 @@ func ReadHorizon(ctx context.Context, db bun.IDB) (Horizon, error) {
 	return h, err
 }
 
-// reconcileStreamFromSQL reads the cursor's last finished snapshot as text (NULL without a cursor row), and
+// reconcileStreamFromSQL reads the cursors' last finished snapshot with the least xmin as text (NULL without
+// a cursor row): a row any cursor delivers after it has an xid at or above that xmin. And
 // the xmax of the statement's snapshot (taken as the statement began), then the clock.
-const reconcileStreamFromSQL = `SELECT (SELECT snap_from::text FROM bunbox_stream WHERE name = 'outbox'),
+const reconcileStreamFromSQL = `SELECT (SELECT snap_from::text FROM bunbox_stream ORDER BY pg_snapshot_xmin(snap_from) LIMIT 1),
   pg_snapshot_xmax(pg_current_snapshot())::text, clock_timestamp()`
 
 // ReadStreamFrom reads the stream cursor's last finished snapshot (NULL without a cursor row), and the next

@@ -3,39 +3,49 @@ package store
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/bunbox/bunbox/internal/streamsql"
 	"github.com/bunbox/bunbox/internal/tables"
 	"github.com/bunbox/bunbox/model"
 )
 
-// Cursor is the stream's cursor row as a stream round holds it: the pair of snapshots being delivered
-// (From, To) and the position reached in it (AfterXid, AfterID), all in PostgreSQL's text forms.
+// Cursor is a cursor row of the stream as a stream round holds it: its lane (Name, Queue, Slice; the
+// base row is named 'outbox', with no queue), the pair of snapshots being delivered (From, To) and the
+// position reached in it (AfterXid, AfterID), all in PostgreSQL's text forms.
 type Cursor struct {
-	From, To sql.NullString // To: NULL when no pair is open
-	AfterXid sql.NullString
-	AfterID  sql.NullInt64
+	Name, Queue string
+	Slice       int
+	From, To    sql.NullString // To: NULL when no pair is open
+	AfterXid    sql.NullString
+	AfterID     sql.NullInt64
 	// The cluster the cursor was written on (system_id) and the one the round runs on (System), and the
 	// xmax of the snapshot the lock statement ran in: see the relay's stream_cluster.go.
 	CursorSystem, System sql.NullInt64
 	Xmax                 string
 }
 
-// LockCursorSQL locks the cursor row, unless another relay's stream round holds it, and reads what tells
-// whether the database runs on another cluster than the cursor's.
-const LockCursorSQL = `SELECT snap_from::text, snap_to::text, after_xid::text, after_id, system_id,
-  (SELECT system_identifier FROM pg_control_system()), pg_snapshot_xmax(pg_current_snapshot())::text
+// lockedCursorColumns are what a lock of a cursor row reads: the row, and what tells whether the database
+// runs on another cluster than the cursor's.
+const lockedCursorColumns = `name, coalesce(queue, ''), coalesce(slice, 0), snap_from::text, snap_to::text,
+  after_xid::text, after_id, system_id,
+  (SELECT system_identifier FROM pg_control_system()), pg_snapshot_xmax(pg_current_snapshot())::text`
+
+// LockCursorSQL locks the base cursor row ('outbox'), unless another transaction holds it.
+const LockCursorSQL = `SELECT ` + lockedCursorColumns + `
 FROM bunbox_stream WHERE name = 'outbox' FOR UPDATE SKIP LOCKED`
 
-// ReadCursorSQL reads the cursor row without locking it.
-const ReadCursorSQL = `SELECT snap_from::text, snap_to::text, after_xid::text, after_id FROM bunbox_stream
-WHERE name = 'outbox'`
+// LockLaneSQL locks the first lane of the names ?0, in their order, that no other stream round holds.
+const LockLaneSQL = `SELECT ` + lockedCursorColumns + `
+FROM bunbox_stream WHERE name = ANY(?0::text[]) AND queue IS NOT NULL
+ORDER BY array_position(?0::text[], name) LIMIT 1 FOR UPDATE SKIP LOCKED`
 
 // streamReadPart is one half of the stream's read: the rows of the pair (from, to) after the position
 // (xid, id), in (xid, id) order, up to the limit. Arguments: from, to, the least xid to read (the
@@ -55,7 +65,8 @@ WHERE ` + xidCond + `
   AND published_at = ` + streamsql.Sentinel + `
   AND pg_visible_in_snapshot(xid, ?1::pg_snapshot)
   AND (xid > ?3::xid8 OR (xid = ?3::xid8 AND id > ?4::bigint))
-ORDER BY xid, id
+  AND queue = ?7 AND coalesce(stream_slice, 0) = ?8
+ORDER BY queue, coalesce(stream_slice, 0), xid, id
 LIMIT ?5)`
 }
 
@@ -87,8 +98,8 @@ ORDER BY stream_xid, id
 LIMIT ?5`
 }
 
-// StreamDueSQL reports whether streamed rows wait for the stream. Its arguments come from the cursor row
-// (Stream.Due reads it first), as constants, so that each part is a range of outbox_events_stream_idx that
+// StreamDueSQL reports whether streamed rows wait for a lane of the stream. Its arguments come from the
+// lane's cursor row (Stream.Due reads them first, and asks for every lane in one statement), as constants, so that each part is a range of outbox_events_stream_idx that
 // starts where the undelivered rows can begin, never at the delivered rows the retention keeps nor at those
 // of the open pair the cursor has passed:
 //   - ?0: snap_from's xip list: rows of a transaction running at snap_from, not passed in the open pair;
@@ -110,15 +121,22 @@ LIMIT ?5`
 // 1), so that the planner walks the index whatever the statistics say: an EXISTS loses its ORDER BY and
 // LIMIT to the planner, and after an ANALYZE that counted many rows past ?3 it was planned as a sequential
 // scan that walks every row kept before the first one due (in the drain bench, 9 ms a check).
-const StreamDueSQL = `SELECT (SELECT 1 FROM outbox_events e
-  WHERE e.xid = ANY(?0::xid8[]) AND e.published_at = 'infinity' AND NOT ` + streamPassedInPair + `
-  ORDER BY e.xid, e.id LIMIT 1) IS NOT NULL
+const StreamDueSQL = `(SELECT 1 FROM outbox_events e
+  WHERE ` + dueLane + ` AND e.xid = ANY(?0::xid8[]) AND e.published_at = 'infinity' AND NOT ` + streamPassedInPair + `
+  ORDER BY e.queue, coalesce(e.stream_slice, 0), e.xid, e.id LIMIT 1) IS NOT NULL
   OR (SELECT 1 FROM outbox_events e
-  WHERE e.xid = ANY(?1::xid8[]) AND e.xid >= ?2::xid8 AND e.published_at = 'infinity'
-  ORDER BY e.xid, e.id LIMIT 1) IS NOT NULL
+  WHERE ` + dueLane + ` AND e.xid = ANY(?1::xid8[]) AND e.xid >= ?2::xid8 AND e.published_at = 'infinity'
+  ORDER BY e.queue, coalesce(e.stream_slice, 0), e.xid, e.id LIMIT 1) IS NOT NULL
   OR (SELECT 1 FROM outbox_events e
-  WHERE (e.xid, e.id) > (?3::xid8, ?7::bigint) AND e.published_at = 'infinity' AND NOT ` + streamPassedInPair + `
-  ORDER BY e.xid, e.id LIMIT 1) IS NOT NULL`
+  WHERE ` + dueLane + ` AND (e.xid, e.id) > (?3::xid8, ?7::bigint) AND e.published_at = 'infinity' AND NOT ` + streamPassedInPair + `
+  ORDER BY e.queue, coalesce(e.stream_slice, 0), e.xid, e.id LIMIT 1) IS NOT NULL`
+
+// dueLane keeps StreamDueSQL to the rows of one lane: ?8 and ?9 are its queue and slice, so that each part
+// walks outbox_events_stream_lane_idx over the lane's rows only. Each part asks for the lane index's order
+// (queue and slice first, though they are constants): in (xid, id) order the planner took the index on
+// (xid, id) and walked every row of the other lanes after the cursor (a queue with no row in the
+// statistics looked rare), 100 ms and more a check behind a bulk backlog.
+const dueLane = `e.queue = ?8 AND coalesce(e.stream_slice, 0) = ?9`
 
 // streamPassedInPair is true for a row of outbox_events aliased e that the open pair has passed (see
 // StreamDueSQL's ?4-?6), false with no pair open.
@@ -127,10 +145,10 @@ const streamPassedInPair = `coalesce(pg_visible_in_snapshot(e.xid, ?4::pg_snapsh
 
 // moveCursorSQL writes the cursor's new place: the pair (from, to) and the position in it, and raises
 // max_id to the largest id of the rows the round read. Arguments: from, to, the position's xid and id
-// (NULL when no pair is open), the largest id read (NULL: none).
+// (NULL when no pair is open), the largest id read (NULL: none), the cursor row's name.
 const moveCursorSQL = `UPDATE bunbox_stream SET snap_from = ?::pg_snapshot, snap_to = ?::pg_snapshot,
   after_xid = ?::xid8, after_id = ?::bigint, max_id = greatest(max_id, ?::bigint), moved_at = now()
-WHERE name = 'outbox'`
+WHERE name = ?`
 
 // catalogSQL reads whether the stream is on and whether the cursor's table exists.
 const catalogSQL = `SELECT (` + streamsql.Enabled + `), to_regclass('bunbox_stream') IS NOT NULL`
@@ -141,17 +159,19 @@ const beforeEveryID = int64(math.MinInt64 + 1)
 // Stream runs the snapshot stream's statements on one outbox's tables: the cursor's lock, read and move,
 // the read of the rows to deliver, the check for rows due, the cursor's reset on another cluster.
 type Stream struct {
-	names                                     tables.Names
-	lock, wait, read, readAfter, due, readCur string
-	move, catalog                             string
+	names                                    tables.Names
+	lock, wait, lockLane, read, readAfter    string
+	readCurs, move, catalog, lanes, addLanes string
+	due                                      sync.Map // by number of lanes: the statement asking for each
 }
 
 // NewStream returns the stream statements of names's outbox.
 func NewStream(names tables.Names) *Stream {
 	return &Stream{names: names, lock: names.SQL(LockCursorSQL),
-		wait: names.SQL(strings.Replace(LockCursorSQL, "SKIP LOCKED", "", 1)),
-		read: names.SQL(StreamReadSQL), readAfter: names.SQL(StreamReadAfterSQL),
-		due: names.SQL(StreamDueSQL), readCur: names.SQL(ReadCursorSQL),
+		wait:     names.SQL(strings.Replace(LockCursorSQL, "SKIP LOCKED", "", 1)),
+		lockLane: names.SQL(LockLaneSQL),
+		read:     names.SQL(StreamReadSQL), readAfter: names.SQL(StreamReadAfterSQL),
+		readCurs: names.SQL(readLanesSQL), lanes: names.SQL(missingLanesSQL), addLanes: names.SQL(addLanesSQL),
 		move: names.SQL(moveCursorSQL), catalog: names.SQL(catalogSQL)}
 }
 
@@ -161,14 +181,25 @@ func (s *Stream) Catalog(ctx context.Context, db bun.IDB) (on, cursor bool, err 
 	return on, cursor, err
 }
 
-// LockCursor locks the cursor row in tx and reads it; ok is false when another relay holds it (or there is
-// no cursor row). wait waits for the row rather than skipping it (EnableStream, DisableStream).
+// LockCursor locks the base cursor row in tx and reads it; ok is false when another transaction holds it
+// (or there is no cursor row). wait waits for the row rather than skipping it (EnableStream,
+// DisableStream).
 func (s *Stream) LockCursor(ctx context.Context, tx bun.Tx, wait bool) (c Cursor, ok bool, err error) {
 	query := s.lock
 	if wait {
 		query = s.wait
 	}
-	err = tx.QueryRowContext(ctx, query).Scan(&c.From, &c.To, &c.AfterXid, &c.AfterID, &c.CursorSystem, &c.System, &c.Xmax)
+	return scanLocked(tx.QueryRowContext(ctx, query))
+}
+
+// LockLane locks in tx the first lane of names, in their order, that no other stream round holds, and
+// reads its cursor; ok is false when every one is held (or none exists).
+func (s *Stream) LockLane(ctx context.Context, tx bun.Tx, names []string) (c Cursor, ok bool, err error) {
+	return scanLocked(tx.QueryRowContext(ctx, s.lockLane, pgdialect.Array(names)))
+}
+
+func scanLocked(row *sql.Row) (c Cursor, ok bool, err error) {
+	err = row.Scan(&c.Name, &c.Queue, &c.Slice, &c.From, &c.To, &c.AfterXid, &c.AfterID, &c.CursorSystem, &c.System, &c.Xmax)
 	if err == sql.ErrNoRows {
 		return c, false, nil
 	}
@@ -215,7 +246,7 @@ func (s *Stream) Read(ctx context.Context, tx bun.Tx, c Cursor, limit int, rd Re
 		query = s.readAfter
 	}
 	rows, err := tx.QueryContext(ctx, query, c.From.String, c.To.String, afterXid, afterXid, afterID,
-		limit, SnapshotXip(c.From.String))
+		limit, SnapshotXip(c.From.String), c.Queue, c.Slice)
 	if err != nil {
 		return nil, false, err
 	}
@@ -232,17 +263,50 @@ func (s *Stream) Read(ctx context.Context, tx bun.Tx, c Cursor, limit int, rd Re
 	return events, cut || len(events)-first >= limit, nil
 }
 
-// Due reports whether a stream round may find rows to deliver (StreamDueSQL), reading the cursor first;
-// false when there is no cursor row (no row was ever streamed).
-func (s *Stream) Due(ctx context.Context, db bun.IDB) (bool, error) {
-	var c Cursor
-	err := db.QueryRowContext(ctx, s.readCur).Scan(&c.From, &c.To, &c.AfterXid, &c.AfterID)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
+// Lanes reads the cursor rows of the lanes, by name, without locking them.
+func (s *Stream) Lanes(ctx context.Context, db bun.IDB) ([]Cursor, error) {
+	rows, err := db.QueryContext(ctx, s.readCurs)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
+	defer rows.Close()
+	var cs []Cursor
+	for rows.Next() {
+		var c Cursor
+		if err := rows.Scan(&c.Name, &c.Queue, &c.Slice, &c.From, &c.To, &c.AfterXid, &c.AfterID); err != nil {
+			return nil, err
+		}
+		cs = append(cs, c)
+	}
+	return cs, rows.Err()
+}
+
+// Due reports, for each lane of cs (read by Lanes), whether a stream round may find rows to deliver in it
+// (StreamDueSQL), in one statement.
+func (s *Stream) Due(ctx context.Context, db bun.IDB, cs []Cursor) ([]bool, error) {
+	if len(cs) == 0 {
+		return nil, nil
+	}
+	query, ok := s.due.Load(len(cs))
+	if !ok {
+		query = s.names.SQL(dueLanesSQL(len(cs)))
+		s.due.Store(len(cs), query)
+	}
+	args := make([]any, 0, 10*len(cs))
+	for _, c := range cs {
+		args = append(args, dueArgs(c)...)
+	}
+	due := make([]bool, len(cs))
+	dest := make([]any, len(cs))
+	for i := range due {
+		dest[i] = &due[i]
+	}
+	err := db.QueryRowContext(ctx, query.(string), args...).Scan(dest...)
+	return due, err
+}
+
+// dueArgs are StreamDueSQL's arguments for the lane of c.
+func dueArgs(c Cursor) []any {
 	fromXmax := SnapshotXmax(c.From.String)
 	from := fromXmax
 	if c.AfterXid.Valid && XidLess(fromXmax, c.AfterXid.String) {
@@ -260,10 +324,24 @@ func (s *Stream) Due(ctx context.Context, db bun.IDB) (bool, error) {
 			}
 		}
 	}
-	var due bool
-	err = db.QueryRowContext(ctx, s.due, SnapshotXip(c.From.String), SnapshotXip(c.To.String),
-		fromXmax, from, to, afterXid, afterID, startID).Scan(&due)
-	return due, err
+	return []any{SnapshotXip(c.From.String), SnapshotXip(c.To.String), fromXmax, from, to, afterXid, afterID, startID,
+		c.Queue, c.Slice}
+}
+
+// placeholder is a numbered placeholder of bun's, ?n.
+var placeholder = regexp.MustCompile(`\?(\d+)`)
+
+// dueLanesSQL asks StreamDueSQL of n lanes in one statement, one boolean each: lane k's arguments are
+// the 10 from 10k on.
+func dueLanesSQL(n int) string {
+	parts := make([]string, n)
+	for k := range parts {
+		parts[k] = placeholder.ReplaceAllStringFunc(StreamDueSQL, func(p string) string {
+			i, _ := strconv.Atoi(p[1:])
+			return "?" + strconv.Itoa(10*k+i)
+		})
+	}
+	return "SELECT " + strings.Join(parts, ",\n  ")
 }
 
 // MoveCursor moves the cursor of tx's round to the position (xid, id) in its pair, or past the pair when
@@ -273,9 +351,9 @@ func (s *Stream) MoveCursor(ctx context.Context, tx bun.Tx, cur Cursor, xid stri
 	if maxID > 0 {
 		most = maxID
 	}
-	args := []any{cur.From.String, cur.To.String, xid, id, most}
+	args := []any{cur.From.String, cur.To.String, xid, id, most, cur.Name}
 	if done {
-		args = []any{cur.To.String, nil, nil, nil, most}
+		args = []any{cur.To.String, nil, nil, nil, most, cur.Name}
 	}
 	_, err := tx.ExecContext(ctx, s.move, args...)
 	return err
@@ -299,24 +377,25 @@ const handOverWaitingSet = `SET published_at = NULL,
 // resetSQL are ResetCursor's statements, in order: the lock that keeps writers out (their rows would be
 // written between the reads of the old cursor and the new one's snapshot); the hand-over of every streamed
 // row the old cursor did not deliver, or whose delivery it cannot vouch for (an id past max_id); the
-// delivered rows whose xid the new cursor could take for waiting leave the stream as published at the
-// cursor's last move; the cursor starts at a snapshot of this cluster. (ResetCursor then deletes the
+// delivered rows whose xid the new cursor could take for waiting leave the stream as published at their
+// cursor's last move; every cursor row, the base and the lanes', starts at a snapshot of this cluster (an
+// UPDATE: the relay's role needs no DELETE on bunbox_stream). Each row is judged by its lane's cursor
+// (streamsql.Cursor). (ResetCursor then deletes the
 // reconciler's time marks of the old id space, when the role may.)
 var resetSQL = []string{
 	`LOCK TABLE outbox_events IN SHARE ROW EXCLUSIVE MODE`,
 	`UPDATE outbox_events e ` + handOverWaitingSet + `
-FROM bunbox_stream s WHERE s.name = 'outbox' AND e.published_at = ` + streamsql.Sentinel + `
-  AND NOT (e.id <= coalesce(s.max_id, 0) AND ` + streamsql.Delivered + `)`,
-	`UPDATE outbox_events e SET published_at = s.moved_at FROM bunbox_stream s
-WHERE s.name = 'outbox' AND e.published_at = ` + streamsql.Sentinel + `
+WHERE ` + streamsql.CursorExists + ` AND e.published_at = ` + streamsql.Sentinel + `
+  AND NOT (SELECT e.id <= coalesce(s.max_id, 0) AND ` + streamsql.Delivered + ` FROM (SELECT 1) AS one ` + streamsql.Cursor + `)`,
+	`UPDATE outbox_events e SET published_at = (SELECT s.moved_at FROM (SELECT 1) AS one ` + streamsql.Cursor + `)
+WHERE ` + streamsql.CursorExists + ` AND e.published_at = ` + streamsql.Sentinel + `
   AND e.xid >= pg_snapshot_xmin(pg_current_snapshot())`,
 	`UPDATE bunbox_stream SET snap_from = pg_current_snapshot(), snap_to = NULL, after_xid = NULL, after_id = NULL,
   system_id = (SELECT system_identifier FROM pg_control_system()), max_id = (SELECT max(id) FROM outbox_events),
-  moved_at = now()
-WHERE name = 'outbox'`,
+  moved_at = now()`,
 }
 
-// ResetCursor starts the cursor anew in tx, which holds its row (see resetSQL), waiting at most
+// ResetCursor starts the cursors anew in tx, which holds every cursor row (LockAll; see resetSQL), waiting at most
 // lockTimeout (PostgreSQL's text, "5s") for the outbox table's lock; cancelResult is the cancel result of
 // the cancelled rows it hands over.
 func (s *Stream) ResetCursor(ctx context.Context, tx bun.Tx, lockTimeout, cancelResult string) (n Reset, err error) {
@@ -397,13 +476,13 @@ func (s *Stream) Enabled(ctx context.Context, db bun.IDB) (bool, error) {
 	return on, err
 }
 
-// HandOverWaiting gives every row still waiting in the stream to the per-row path, in tx which holds the
-// cursor row (DisableStream): a waiting row cancelled meanwhile was never enqueued, and its cancel is
+// HandOverWaiting gives every row still waiting in the stream (by its lane's cursor) to the per-row path,
+// in tx which holds the outbox table's lock (DisableStream): a waiting row cancelled meanwhile was never enqueued, and its cancel is
 // settled with cancelResult as bunx settles a pending row's; streamed rows with no cursor row cannot have
 // been delivered (EnableStream writes the row) and are handed over too.
 func (s *Stream) HandOverWaiting(ctx context.Context, tx bun.Tx, cancelResult string) error {
 	_, err := tx.ExecContext(ctx, s.names.SQL(`UPDATE outbox_events e `+handOverWaitingSet+`
-FROM bunbox_stream s WHERE s.name = 'outbox' AND `+streamsql.Waiting), cancelResult)
+WHERE e.published_at = `+streamsql.Sentinel+` AND `+streamsql.IsWaiting), cancelResult)
 	if err != nil {
 		return err
 	}

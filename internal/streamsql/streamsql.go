@@ -4,8 +4,8 @@
 //
 // A streamed row has published_at = 'infinity' and the id of the transaction that wrote it in xid. No
 // relay updates it when it is delivered: the relay reads what committed between two snapshots and moves
-// the one row of bunbox_stream past it. So a streamed row is delivered when that cursor is past it, and
-// waiting otherwise. A row the stream hands to the per-row path (its enqueue failed, or it has an
+// a row of bunbox_stream past it, the cursor of the row's lane (its queue and slice, see Cursor). So a
+// streamed row is delivered when that cursor is past it, and waiting otherwise. A row the stream hands to the per-row path (its enqueue failed, or it has an
 // ordering key) leaves the stream: its published_at is NULL again, and it is pending, published or dead
 // as every row was before the stream.
 //
@@ -16,11 +16,26 @@ package streamsql
 // Sentinel is the published_at of a row in the stream, as SQL.
 const Sentinel = `'infinity'::timestamptz`
 
-// Cursor is the join that names the cursor's row s (its columns snap_from, snap_to, after_xid,
-// after_id, moved_at; all NULL when the stream was never turned on), for Delivered and Waiting:
+// LaneOf is the name of the cursor row of the lane of a row of outbox_events aliased e: its queue and
+// its slice (stream_slice, NULL is slice 0). A lane's cursor row judges the lane's rows; the base row,
+// named 'outbox', judges the rows of a lane that has no cursor row yet (see Cursor).
+const LaneOf = `'outbox/' || e.queue || '/' || coalesce(e.stream_slice, 0)`
+
+// Cursor is the join that names the cursor row s that judges a row of outbox_events aliased e (its
+// columns snap_from, snap_to, after_xid, after_id, moved_at; all NULL when the stream was never turned
+// on), for Delivered and Waiting: its lane's cursor row (LaneOf), or the base row ('outbox') while the
+// lane has none. A lane's cursor row starts as a copy of the base, so a row is judged the same before and
+// after its lane's row is created.
 //
 //	SELECT count(*) FROM outbox_events e <Cursor> WHERE <Waiting>
-const Cursor = `LEFT JOIN bunbox_stream s ON s.name = 'outbox'`
+const Cursor = `LEFT JOIN bunbox_stream s ON s.name = ` + cursorName
+
+// cursorName is the name of the cursor row that judges a row of outbox_events aliased e (see Cursor). No
+// ORDER BY: the statements that read in an index's order run with enable_sort off (IndexOrderSettings).
+const cursorName = `coalesce((SELECT sc.name FROM bunbox_stream sc WHERE sc.name = ` + LaneOf + `), 'outbox')`
+
+// CursorExists is true when the outbox has a cursor row (the stream was turned on once).
+const CursorExists = `EXISTS (SELECT 1 FROM bunbox_stream WHERE name = 'outbox')`
 
 // Delivered is true for a row of outbox_events aliased e that is in the stream and that the cursor
 // (aliased s, see Cursor) has passed: its transaction committed before the last finished snapshot
@@ -37,6 +52,13 @@ const Delivered = `(e.published_at = 'infinity' AND coalesce(pg_visible_in_snaps
 const Waiting = `(e.published_at = 'infinity' AND e.xid >= pg_snapshot_xmin(s.snap_from) AND NOT coalesce(pg_visible_in_snapshot(e.xid, s.snap_from)
   OR (s.snap_to IS NOT NULL AND pg_visible_in_snapshot(e.xid, s.snap_to) AND (e.xid, e.id) <= (s.after_xid, s.after_id)), false))`
 
+// IsDelivered and IsWaiting are Delivered and Waiting as expressions of their own, each with its Cursor
+// join, for a statement that cannot join (an UPDATE's WHERE): true or false, never NULL.
+const (
+	IsDelivered = `(SELECT ` + Delivered + ` FROM (SELECT 1) AS one ` + Cursor + `)`
+	IsWaiting   = `coalesce((SELECT ` + Waiting + ` FROM (SELECT 1) AS one ` + Cursor + `), false)`
+)
+
 // Enabled is a query for one boolean: whether the stream is on for the outbox, that is whether
 // published_at has the stream's default (relay.EnableStream sets it, relay.DisableStream drops it). It
 // reads only the catalog, so any role may ask it.
@@ -44,14 +66,16 @@ const Enabled = `SELECT EXISTS (SELECT 1 FROM pg_attrdef d
   JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
   WHERE d.adrelid = to_regclass('outbox_events') AND a.attname = 'published_at')`
 
-// Passed is true for a row of outbox_events aliased e that is in the stream and visible in the cursor's
-// last finished snapshot (snap_from): a part of Delivered that the index on (xid, id) finds as a range
-// (xid below the snapshot's xmax), for cleanup. It reads the cursor row itself (no Cursor join: the
-// bound must be a constant of the statement for the index), and is false without one. The rows of the
-// pair being delivered (snap_to) are left out until the pair is done.
+// Passed is true for a row of outbox_events aliased e that is in the stream and visible in the last
+// finished snapshot (snap_from) of the cursor row that judges it (see Cursor): a part of Delivered that
+// the index on (xid, id) finds as a range (xid below the greatest xmax of the cursors' snap_from), for
+// cleanup. It reads the cursor rows itself (no Cursor join: the bound must be a constant of the statement
+// for the index), and is false without one. The rows of the pair being delivered (snap_to) are left out
+// until the pair is done.
 const Passed = `(e.published_at = 'infinity'
-  AND e.xid < (SELECT pg_snapshot_xmax(snap_from) FROM bunbox_stream WHERE name = 'outbox')
-  AND pg_visible_in_snapshot(e.xid, (SELECT snap_from FROM bunbox_stream WHERE name = 'outbox')))`
+  AND e.xid < (SELECT max(pg_snapshot_xmax(snap_from)) FROM bunbox_stream)
+  AND coalesce(pg_visible_in_snapshot(e.xid, (SELECT sb.snap_from FROM bunbox_stream sb
+    WHERE sb.name = ` + cursorName + `)), false))`
 
 // DeliveredSince returns the condition, true for a row of outbox_events aliased e that may have become
 // delivered after the cursor had the snap_from given by the placeholder param (a pg_snapshot as text, e.g.
@@ -82,23 +106,24 @@ const Pending = `(e.published_at = 'infinity' AND e.cancelled_at IS NULL AND e.x
 // snapshot, its own rows lie above that xmax and are not counted.)
 const WaitingTo = `pg_snapshot_xmax(pg_current_snapshot())`
 
-// WaitingFrom is the least xid a waiting streamed row can have: the xmin of the cursor's snap_from (every
-// transaction below it had ended before that snapshot, so its rows are delivered), 0 without a cursor row.
-// It reads the cursor row itself, so that it is a constant of the statement: a range of the index on
-// (xid, id).
-const WaitingFrom = `coalesce((SELECT pg_snapshot_xmin(snap_from) FROM bunbox_stream WHERE name = 'outbox'), '0'::xid8)`
+// WaitingFrom is the least xid a waiting streamed row can have: the least xmin of the cursor rows'
+// snap_from (every transaction below it had ended before each of those snapshots, so its rows are
+// delivered, whichever cursor judges them), 0 without a cursor row. It reads the cursor rows itself, so
+// that it is a constant of the statement: a range of the index on (xid, id). (The base row, which judges
+// the lanes without a cursor row, is moved on as the relays create lanes, so that it does not hold this
+// bound back.)
+const WaitingFrom = `coalesce((SELECT min(pg_snapshot_xmin(snap_from)) FROM bunbox_stream), '0'::xid8)`
 
-// Lag is a query for the cursor's state, for bunbox status: whether a cursor row exists, the streamed rows
-// pending (see Pending), the age in seconds of the oldest of them (by created_at; 0 when none), the
+// Lag is a query for the cursors' state, for bunbox status: whether a cursor row exists, the streamed
+// rows pending (see Pending), the age in seconds of the oldest of them (by created_at; 0 when none), the
 // oldest transaction whose rows wait (their least xid, as text; NULL when none waits) and the seconds since
-// the cursor last moved (0 without a cursor).
-const Lag = `SELECT s.name IS NOT NULL,
-  (SELECT count(*) FROM outbox_events e WHERE ` + Pending + `),
-  coalesce((SELECT extract(epoch FROM clock_timestamp() - min(e.created_at))::float8 FROM outbox_events e
+// a cursor last moved (0 without a cursor).
+const Lag = `SELECT ` + CursorExists + `,
+  (SELECT count(*) FROM outbox_events e ` + Cursor + ` WHERE ` + Pending + `),
+  coalesce((SELECT extract(epoch FROM clock_timestamp() - min(e.created_at))::float8 FROM outbox_events e ` + Cursor + `
     WHERE ` + Pending + `), 0),
-  (SELECT min(e.xid)::text FROM outbox_events e WHERE ` + Pending + `),
-  coalesce(extract(epoch FROM clock_timestamp() - s.moved_at)::float8, 0)
-FROM (SELECT 1) AS one ` + Cursor
+  (SELECT min(e.xid)::text FROM outbox_events e ` + Cursor + ` WHERE ` + Pending + `),
+  coalesce((SELECT extract(epoch FROM clock_timestamp() - max(moved_at))::float8 FROM bunbox_stream), 0)`
 
 // IndexOrderSettings are the planner settings, as rows of (name, setting) for set_config, under which a
 // statement that asks for the next rows in an index's order (ORDER BY the index's columns LIMIT n) reads

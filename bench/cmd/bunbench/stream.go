@@ -131,7 +131,7 @@ FROM outbox_events e `+streamsql.Cursor).Scan(ctx, &st.delivered, &st.waiting, &
 	}
 	var moved float64
 	err = db.NewRaw(`SELECT snap_from::text, coalesce(snap_to::text, ''), coalesce(after_xid::text, ''), coalesce(after_id, 0),
-  extract(epoch FROM clock_timestamp() - moved_at) FROM bunbox_stream WHERE name = 'outbox'`).
+  extract(epoch FROM clock_timestamp() - moved_at) FROM bunbox_stream ORDER BY moved_at DESC LIMIT 1`). // the cursor (base or lane) that moved last
 		Scan(ctx, &st.snapFrom, &st.snapTo, &st.afterXid, &st.afterID, &moved)
 	switch {
 	case err == nil:

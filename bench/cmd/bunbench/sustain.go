@@ -461,7 +461,7 @@ func redisLatency(ctx context.Context, rdb *redis.Client, q string, ids []string
 // reading only those of transactions at or past the xmin of the cursor's finished snapshot (every older
 // one is visible in it, so delivered): 0 with the stream never turned on.
 const streamWaitingSQL = `SELECT count(*) FROM outbox_events e ` + streamsql.Cursor + `
-WHERE e.published_at = 'infinity' AND e.xid >= (SELECT pg_snapshot_xmin(snap_from) FROM bunbox_stream WHERE name = 'outbox')
+WHERE e.published_at = 'infinity' AND e.xid >= ` + streamsql.WaitingFrom + `
   AND ` + streamsql.Waiting
 
 func totalBytes(s sustainSnap) int64 {
@@ -656,7 +656,7 @@ FROM generate_series(?::bigint, ?::bigint) g,
 	}
 	if stream { // delivered: the cursor past every row written so far
 		if _, err := kept.ExecContext(ctx, `UPDATE bunbox_stream SET snap_from = pg_current_snapshot(), snap_to = NULL,
-  after_xid = NULL, after_id = NULL, moved_at = now() WHERE name = 'outbox'`); err != nil {
+  after_xid = NULL, after_id = NULL, moved_at = now()`); err != nil { // the base and the lanes
 			return err
 		}
 		if st, err := readStreamState(ctx, kept); err != nil || st.delivered != int64(o.keptRows) || st.waiting != 0 {
