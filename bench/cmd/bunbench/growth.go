@@ -68,8 +68,8 @@ FROM generate_series(?::bigint, ?::bigint) g,
 			}
 		}
 		if c.dead > 0 {
-			if _, err := db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, queue, payload, attempts, last_error, dead_at)
-SELECT gen_random_uuid(), 'bench.dead', 'default', ?, 10, 'bench: dead', now() FROM generate_series(1, ?)`, string(drainPayload), c.dead); err != nil {
+			if _, err := db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, queue, payload, attempts, last_error, dead_at, published_at)
+SELECT gen_random_uuid(), 'bench.dead', 'default', ?, 10, 'bench: dead', now(), NULL FROM generate_series(1, ?)`, string(drainPayload), c.dead); err != nil {
 				return err
 			}
 		}

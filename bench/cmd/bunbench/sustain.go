@@ -67,11 +67,12 @@ type indexSize struct {
 }
 
 // sustainArms are the relays the sustain and keptdrain parts run, each on an outbox of its own: today's
-// per-row relay, and the same relay on an outbox with the stream on (relay.EnableStream before any row).
+// relay with its zero Config on a freshly migrated outbox (the stream on, as the migrations leave it), and the
+// same relay on an outbox where relay.DisableStream was called before any row (the per-row path).
 var sustainArms = []struct {
 	name   string
 	stream bool
-}{{"bunbox relay", false}, {"bunbox stream", true}}
+}{{"bunbox relay", true}, {"bunbox per-row", false}}
 
 // runSustain is the sustain part: each arm of sustainArms that -arms names (both when it names none), one
 // after the other.
@@ -87,12 +88,13 @@ func runSustain(ctx context.Context, e *env, o options) error {
 		}
 	}
 	if !ran {
-		return fmt.Errorf("-arms %q names no arm of this part (bunbox relay, bunbox stream)", o.arms)
+		return fmt.Errorf("-arms %q names no arm of this part (bunbox relay, bunbox per-row)", o.arms)
 	}
 	return nil
 }
 
-// sustainArm is the sustain part for one relay; stream turns the stream on before the writers start.
+// sustainArm is the sustain part for one relay: with stream the outbox keeps the stream on (the default),
+// without it relay.DisableStream turns it off before the writers start.
 func sustainArm(ctx context.Context, e *env, o options, name string, stream bool) error {
 	rewrite := "on"
 	if !o.aofRewrite {
@@ -110,9 +112,12 @@ func sustainArm(ctx context.Context, e *env, o options, name string, stream bool
 		return err
 	}
 	if stream {
-		if err := enableStream(ctx, db); err != nil {
-			return err
-		}
+		err = streamOn(ctx, db)
+	} else {
+		err = disableStream(ctx, db)
+	}
+	if err != nil {
+		return err
 	}
 	avlog, err := openAutovacuumLog(ctx, e, o.pgLog, schema)
 	if err != nil {
@@ -609,12 +614,13 @@ func runKeptDrain(ctx context.Context, e *env, o options) error {
 		}
 	}
 	if !ran {
-		return fmt.Errorf("-arms %q names no arm of this part (bunbox relay, bunbox stream)", o.arms)
+		return fmt.Errorf("-arms %q names no arm of this part (bunbox relay, bunbox per-row)", o.arms)
 	}
 	return nil
 }
 
-// keptDrainArm is the keptdrain part for one relay. With stream, both outboxes have the stream on, the kept
+// keptDrainArm is the keptdrain part for one relay. With stream, both outboxes keep the stream on (the
+// default; without it relay.DisableStream turns it off on both before any row is written), the kept
 // rows are streamed rows the cursor has passed (written with the stream's defaults, then the cursor moved
 // past them as a relay's round does: snap_from the current snapshot), and each backlog is streamed
 // (fillStream).
@@ -629,14 +635,17 @@ func keptDrainArm(ctx context.Context, e *env, o options, name string, stream bo
 	if err != nil {
 		return err
 	}
-	publishedAt, published := ", published_at", ", t"
-	if stream {
-		for _, db := range []*bun.DB{kept, empty} {
-			if err := enableStream(ctx, db); err != nil {
-				return err
-			}
+	publishedAt, published := "", "" // the stream's default, 'infinity'
+	for _, db := range []*bun.DB{kept, empty} {
+		if stream {
+			err = streamOn(ctx, db)
+		} else {
+			err = disableStream(ctx, db)
+			publishedAt, published = ", published_at", ", t"
 		}
-		publishedAt, published = "", "" // the stream's default, 'infinity'
+		if err != nil {
+			return err
+		}
 	}
 	t0 := time.Now()
 	const chunk = 1_000_000
@@ -690,11 +699,11 @@ VALUES (now() - make_interval(secs => ?::float8), pg_snapshot_xmax(pg_current_sn
 		for i := range sides {
 			s := sides[(i+r)%2] // alternate which goes first
 			q := e.queue("kept")
-			fill, read := fillOutbox, claimTime
+			read := claimTime
 			if stream {
-				fill, read = fillStream, streamReadTime
+				read = streamReadTime
 			}
-			if err := fill(ctx, s.db, q, o.keptN); err != nil {
+			if err := fillBacklog(ctx, s.db, q, o.keptN, stream); err != nil {
 				return err
 			}
 			claim, err := read(ctx, s.db)
@@ -736,9 +745,9 @@ VALUES (now() - make_interval(secs => ?::float8), pg_snapshot_xmax(pg_current_sn
 	}
 	table([]string{"table holds", "drain events/s, each round", "median", "claim of 500 ms (stream: read of 500; median)", "table + indexes MB at the end"}, rows)
 	fmt.Printf("\nKept / empty: **%.3f** of the medians (per round %s). Filling %d rows, VACUUM ANALYZE and CHECKPOINT took %s. "+
-		"Each round writes the backlog (fillOutbox: INSERT, VACUUM ANALYZE, CHECKPOINT) then drains it with relay.New "+
-		"(DisableNotify, PublishedRetention -1, as the drain part); the drained rows stay, published. With the stream on, "+
-		"the backlog is streamed (fillStream: transactions of 1,000 events) and the read is the stream round's.\n",
+		"Each round writes the backlog (fillBacklog: transactions of 1,000 events, VACUUM ANALYZE, CHECKPOINT) then drains it "+
+		"with relay.New (DisableNotify, PublishedRetention -1, as the drain part); the drained rows stay, published. With the "+
+		"stream on (the default), the backlog is streamed and the read is the stream round's; per-row, it is the claim.\n",
 		median(sides[1].rates)/median(sides[0].rates), spread(ratios), o.keptRows, fill.Round(time.Second))
 	return nil
 }
