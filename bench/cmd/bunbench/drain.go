@@ -61,17 +61,6 @@ func benchTaskOf(id uuid.UUID, queue string, payload []byte) (*asynq.Task, []asy
 		[]asynq.Option{asynq.TaskID(id.String()), asynq.Queue(queue), asynq.Retention(taskRetention)}
 }
 
-// fillOutbox inserts n pending rows into bunbox's table, vacuums it and checkpoints, as a committed
-// backlog: after the CHECKPOINT each arm's first change to a page writes a full-page image to the WAL, as
-// a relay draining a backlog written before the last checkpoint does.
-func fillOutbox(ctx context.Context, db *bun.DB, queue string, n int) error {
-	if _, err := db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, queue, payload)
-SELECT gen_random_uuid(), 'bench.event', ?, ? FROM generate_series(1, ?)`, queue, string(drainPayload), n); err != nil {
-		return err
-	}
-	return vacuumAndCheckpoint(ctx, db, "outbox_events")
-}
-
 // checkpointBacklog is whether a backlog is checkpointed before its drain: off in a -quick run, whose
 // WAL figures are then not comparable, to keep the smoke run short.
 var checkpointBacklog = true

@@ -56,7 +56,9 @@ func disableStream(ctx context.Context, db *bun.DB) error {
 
 // fillBacklog writes a backlog of n events into bunbox's table, backlogTx events per transaction, checks
 // that every row is streamed (streamed: published_at 'infinity', xid set) or a pending row of the per-row
-// path (published_at NULL), then VACUUM ANALYZE and CHECKPOINT as fillOutbox does.
+// path (published_at NULL), then vacuums the table and checkpoints, as a committed backlog: after the
+// CHECKPOINT each arm's first change to a page writes a full-page image to the WAL, as a relay draining a
+// backlog written before the last checkpoint does.
 func fillBacklog(ctx context.Context, db *bun.DB, queue string, n int, streamed bool) error {
 	which, what := "published_at = 'infinity' AND xid IS NOT NULL", "streamed (published_at 'infinity', xid set): is the stream on?"
 	if !streamed {

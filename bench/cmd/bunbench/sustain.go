@@ -664,23 +664,11 @@ FROM generate_series(?::bigint, ?::bigint) g,
 		}
 	}
 	if stream { // delivered: the cursor past every row written so far
-		if _, err := kept.ExecContext(ctx, `UPDATE bunbox_stream SET snap_from = pg_current_snapshot(), snap_to = NULL,
-  after_xid = NULL, after_id = NULL, moved_at = now() WHERE name = 'outbox'`); err != nil {
+		if err := passCursor(ctx, kept, int64(o.keptRows)); err != nil {
 			return err
 		}
-		if st, err := readStreamState(ctx, kept); err != nil || st.delivered != int64(o.keptRows) || st.waiting != 0 {
-			return fmt.Errorf("the kept rows are not all delivered streamed rows: %s", st.describe(err))
-		}
-		// The time mark that the reconcilers of a table written over days would have recorded before the
-		// window of a new relay's reconciler (bunbox_stream_marks): the kept rows count as created then, so
-		// only the rounds' backlogs, written from now on, are past it. Without it that reconciler's first
-		// sweep reads every kept row, as one just deployed on a table with no marks yet does.
-		for _, db := range []*bun.DB{kept, empty} {
-			if _, err := db.ExecContext(ctx, `INSERT INTO bunbox_stream_marks (at, next_xid)
-VALUES (now() - make_interval(secs => ?::float8), pg_snapshot_xmax(pg_current_snapshot()))`,
-				(time.Hour /* ReconcilerConfig.Window's default */ + time.Minute).Seconds()); err != nil {
-				return fmt.Errorf("record a time mark: %w", err)
-			}
+		if err := passCursor(ctx, empty, 0); err != nil {
+			return err
 		}
 	}
 	if err := execAll(ctx, kept, "VACUUM ANALYZE outbox_events", "CHECKPOINT"); err != nil {
@@ -749,6 +737,28 @@ VALUES (now() - make_interval(secs => ?::float8), pg_snapshot_xmax(pg_current_sn
 		"with relay.New (DisableNotify, PublishedRetention -1, as the drain part); the drained rows stay, published. With the "+
 		"stream on (the default), the backlog is streamed and the read is the stream round's; per-row, it is the claim.\n",
 		median(sides[1].rates)/median(sides[0].rates), spread(ratios), o.keptRows, fill.Round(time.Second))
+	return nil
+}
+
+// passCursor moves the stream's cursor of the outbox in db's schema past every row written so far, as a
+// relay's round does (snap_from the current snapshot), checks that the outbox then holds delivered streamed
+// rows and no waiting one, and records the time mark that the reconcilers of a table written over days would
+// have recorded before the window of a new relay's reconciler (bunbox_stream_marks): the rows written so far
+// count as created then, so only those written from now on are past it. Without it that reconciler's first
+// sweep reads every kept row, as one just deployed on a table with no marks yet does.
+func passCursor(ctx context.Context, db *bun.DB, delivered int64) error {
+	if _, err := db.ExecContext(ctx, `UPDATE bunbox_stream SET snap_from = pg_current_snapshot(), snap_to = NULL,
+  after_xid = NULL, after_id = NULL, moved_at = now() WHERE name = 'outbox'`); err != nil {
+		return err
+	}
+	if st, err := readStreamState(ctx, db); err != nil || st.delivered != delivered || st.waiting != 0 {
+		return fmt.Errorf("the kept rows are not all delivered streamed rows (%d expected): %s", delivered, st.describe(err))
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO bunbox_stream_marks (at, next_xid)
+VALUES (now() - make_interval(secs => ?::float8), pg_snapshot_xmax(pg_current_snapshot()))`,
+		(time.Hour /* ReconcilerConfig.Window's default */ + time.Minute).Seconds()); err != nil {
+		return fmt.Errorf("record a time mark: %w", err)
+	}
 	return nil
 }
 
