@@ -141,7 +141,10 @@ func drainDeleteBunbox(ctx context.Context, e *env, n int, cap time.Duration) (f
 	if err := execAll(ctx, db, dlTables[1]); err != nil {
 		return 0, false, err
 	}
-	if err := fillOutbox(ctx, db, "unused", n); err != nil {
+	if err := disableStream(ctx, db); err != nil { // its rows pending rows, as the claim reads them
+		return 0, false, err
+	}
+	if err := fillBacklog(ctx, db, "unused", n, false); err != nil {
 		return 0, false, err
 	}
 	return drainDeleteFrom(ctx, e, db, n, cap, "outbox_events", `SELECT id, event_id, payload FROM outbox_events

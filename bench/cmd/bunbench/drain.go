@@ -61,17 +61,6 @@ func benchTaskOf(id uuid.UUID, queue string, payload []byte) (*asynq.Task, []asy
 		[]asynq.Option{asynq.TaskID(id.String()), asynq.Queue(queue), asynq.Retention(taskRetention)}
 }
 
-// fillOutbox inserts n pending rows into bunbox's table, vacuums it and checkpoints, as a committed
-// backlog: after the CHECKPOINT each arm's first change to a page writes a full-page image to the WAL, as
-// a relay draining a backlog written before the last checkpoint does.
-func fillOutbox(ctx context.Context, db *bun.DB, queue string, n int) error {
-	if _, err := db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, queue, payload)
-SELECT gen_random_uuid(), 'bench.event', ?, ? FROM generate_series(1, ?)`, queue, string(drainPayload), n); err != nil {
-		return err
-	}
-	return vacuumAndCheckpoint(ctx, db, "outbox_events")
-}
-
 // checkpointBacklog is whether a backlog is checkpointed before its drain: off in a -quick run, whose
 // WAL figures are then not comparable, to keep the smoke run short.
 var checkpointBacklog = true
@@ -102,24 +91,6 @@ func waitCount(ctx context.Context, start time.Time, n int, cap time.Duration, c
 		case <-t.C:
 		}
 	}
-}
-
-// drainBunbox drains with a relay of default Config (NOTIFY off: the backlog is there from the start).
-func drainBunbox(ctx context.Context, e *env, n int, cap time.Duration) (float64, bool, error) {
-	db, _, err := e.schema(ctx, 20, true)
-	if err != nil {
-		return 0, false, err
-	}
-	q := e.queue("bunbox")
-	defer e.dropQueue(q)
-	if err := fillOutbox(ctx, db, q, n); err != nil {
-		return 0, false, err
-	}
-	rate, capped, err := relayDrain(ctx, db, e.redis, n, cap, e.cur)
-	if err != nil {
-		return 0, false, err
-	}
-	return rate, capped, e.cur.vacuumAfter(ctx, db, "outbox_events")
 }
 
 // relayDrain drains with relay.New(db) and measures the drain with p (nil measures nothing).
@@ -226,7 +197,10 @@ func drainNaive(ctx context.Context, e *env, n int, cap time.Duration) (float64,
 	}
 	q := e.queue("naive")
 	defer e.dropQueue(q)
-	if err := fillOutbox(ctx, db, q, n); err != nil {
+	if err := disableStream(ctx, db); err != nil { // its rows pending rows, as the loop reads them
+		return 0, false, err
+	}
+	if err := fillBacklog(ctx, db, q, n, false); err != nil {
 		return 0, false, err
 	}
 	client := asynq.NewClient(e.redis)
@@ -463,14 +437,14 @@ func drainArms() []drainArm {
 		{"bare asynq", "asynq.Client.EnqueueContext of the same tasks from 32 goroutines: the ceiling", drainAsynq, false},
 		{"bare asynq, plain tasks", "asynq.Client.EnqueueContext of asynq.NewTask(type, payload) with a TaskID (and the run's queue) only, from 32 goroutines: the enqueue a user writes by hand", drainAsynqPlain, false},
 		{"lean naive relay", "the relay a user writes in an afternoon, on the table they would write: lean_outbox (id bigserial, event_id uuid, payload jsonb, published_at; one partial index on id WHERE published_at IS NULL, no other); one loop: SELECT id, event_id, payload ... LIMIT 500 FOR UPDATE SKIP LOCKED, 32 enqueues in flight, UPDATE ... SET published_at = now() WHERE id = ANY(...), COMMIT (synchronous_commit on)", drainLean, false},
-		{"bunbox relay", "relay.New with the default Config (2 workers, batches of 500, 32 enqueues in flight), NOTIFY off", drainBunbox, false},
-		{"bunbox stream", "the same relay on an outbox where relay.EnableStream was called before the backlog was written (in transactions of 1,000 events): every row streamed, delivered by the snapshot cursor with no per-row UPDATE; the run fails unless the queue then holds every row once, no streamed row waits and none left the stream", drainStream(relay.Config{}), false},
-		{"bunbox stream, 1 worker", "the same with relay.Config{Workers: 1}: no second worker polling while the first streams", drainStream(relay.Config{Workers: 1}), true},
-		{"naive SKIP LOCKED relay", "the lean naive relay's loop on bunbox's table (seven indexes), reading id and event_id only", drainNaive, false},
+		{"bunbox relay", "relay.New(db, redis, relay.Config{}) on a freshly migrated outbox (2 workers, batches of 500, 32 enqueues in flight; NOTIFY off), the stream on as the migrations leave it; the backlog written in transactions of 1,000 events: every row streamed, delivered by the snapshot cursor with no per-row UPDATE; the run fails unless the queue then holds every row once, no streamed row waits and none left the stream", drainRelay(relay.Config{}, true), false},
+		{"bunbox per-row", "the same relay and backlog on an outbox where relay.DisableStream was called first: every row a pending row of the per-row path, claimed and marked published by an UPDATE; the run fails unless the queue then holds every row once and every row is marked published", drainRelay(relay.Config{}, false), false},
+		{"bunbox relay, 1 worker", "the bunbox relay with relay.Config{Workers: 1}: no second worker polling the per-row path while the first streams", drainRelay(relay.Config{Workers: 1}, true), true},
+		{"naive SKIP LOCKED relay", "the lean naive relay's loop on bunbox's table (seven indexes; relay.DisableStream first, so that its rows are pending rows), reading id and event_id only", drainNaive, false},
 		{"(a) snapshot cursor, 2 relays", "prototype: rows carry txid xid8 DEFAULT pg_current_xact_id(), one index (txid, id); a relay holding the lease on a one-row cursor reads 500 rows at a time with (txid, id) > cursor AND txid < pg_snapshot_xmin(pg_current_snapshot()), up to two batches ahead, 32 enqueues in flight across batches, and moves the cursor once per batch (synchronous_commit off); no per-row UPDATE; the second relay waits for the lease", drainSnapshot, false},
 		{"(b) DELETE + full published log, 2 relays", "prototype: a pending-only table dl_outbox (id bigserial PRIMARY KEY, event_id, payload); each relay claims 500 FOR UPDATE SKIP LOCKED and, while enqueuing (32 in flight over both), deletes the delivered rows 100 at a time and appends them (id, event_id, payload, published_at) to dl_published (no index), in the claim's transaction (synchronous_commit off)", drainDelete(true), true},
 		{"(b) DELETE + slim published log, 2 relays", "the same appending (id, event_id, published_at) only: enough to find a lost task, not to enqueue it again", drainDelete(false), true},
-		{"(b) DELETE + full published log on bunbox's table, 2 relays", "the full-log loop on bunbox's table and claim (seven indexes): the rolling-deploy path, today's relays marking and the next release's deleting in one table under the same row locks", drainDeleteBunbox, true},
+		{"(b) DELETE + full published log on bunbox's table, 2 relays", "the full-log loop on bunbox's table (relay.DisableStream first) and claim (seven indexes): the rolling-deploy path, today's relays marking and the next release's deleting in one table under the same row locks", drainDeleteBunbox, true},
 		{"Watermill Forwarder", "watermill v1.5 forwarder over watermill-sql v4 (default schema and offsets adapters, batches of 100) into asynq", drainWatermill, false},
 		{"River (defaults)", "river v0.51 on pgx: jobs whose worker enqueues the task; MaxWorkers 100, FetchCooldown 100 ms", drainRiver(false), false},
 		{"River (tuned)", "the same with MaxWorkers 128, FetchCooldown 1 ms, FetchPollInterval 50 ms", drainRiver(true), false},

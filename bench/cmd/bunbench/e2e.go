@@ -186,7 +186,7 @@ func e2eWatermill(ctx context.Context, e *env, handled func(string)) (func(conte
 
 func e2eArms() []e2eArm {
 	return []e2eArm{
-		{"bunbox, asynq server defaults", "relay default Config (adaptive poll, no NOTIFY trigger); asynq.Server with its defaults (Concurrency one per CPU, TaskCheckInterval 1 s)", e2eBunbox(asynq.Config{})},
+		{"bunbox, asynq server defaults", "relay default Config on a freshly migrated outbox (the stream on; adaptive poll, no NOTIFY trigger); asynq.Server with its defaults (Concurrency one per CPU, TaskCheckInterval 1 s)", e2eBunbox(asynq.Config{})},
 		{"bunbox, worker.ServerConfig", "the same with worker.ServerConfig (TaskCheckInterval 10 ms, DelayedTaskCheckInterval 100 ms)", e2eBunbox(worker.ServerConfig(asynq.Config{}))},
 		{"bunbox, worker.ServerConfig, Concurrency 32", "the same with 32 handler goroutines instead of asynq's default (one per CPU, 2 here)", e2eBunbox(worker.ServerConfig(asynq.Config{Concurrency: 32}))},
 		{"River", "river v0.51 on pgx, InsertTx in the producer's tx, default Config (LISTEN/NOTIFY), MaxWorkers 100", e2eRiver},

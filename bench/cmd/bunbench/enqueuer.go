@@ -106,7 +106,7 @@ func execAll(ctx context.Context, db bun.IDB, stmts ...string) error {
 }
 
 // fillProto writes a backlog of n events into table (which has event_id and payload columns and fills the
-// rest by default) in transactions of 1,000 rows, then VACUUM ANALYZE and a CHECKPOINT, as fillOutbox does.
+// rest by default) in transactions of 1,000 rows, then VACUUM ANALYZE and a CHECKPOINT, as fillBacklog does.
 func fillProto(ctx context.Context, db *bun.DB, table string, n int) error {
 	for done := 0; done < n; done += 1000 {
 		if _, err := db.ExecContext(ctx, "INSERT INTO "+table+` (event_id, payload)

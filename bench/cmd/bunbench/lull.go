@@ -42,15 +42,15 @@ type lullArm struct {
 	queue      string
 	proc       *exec.Cmd
 	extra      bool // run only when -arms names it
-	stream     bool // relay.EnableStream on the arm's outbox before its relay starts
+	perRow     bool // relay.DisableStream on the arm's outbox before its relay starts: the per-row path
 }
 
 func lullArms() []*lullArm {
 	return []*lullArm{
-		{name: "wake-up off (before)", note: "relay.Config{WakeInterval: -1}, every other field at its default: the adaptive poll up to PollInterval 500 ms", wake: -1},
-		{name: "default Config (wake-up on)", note: "relay.Config{}: the wake-up reads the id sequence's last value every 5 ms", wake: 0},
-		{name: "wake-up every 10 ms", note: "relay.Config{WakeInterval: 10 * time.Millisecond}", wake: 10 * time.Millisecond},
-		{name: "bunbox stream, default Config", note: "relay.Config{} on an outbox where relay.EnableStream was called: every event streamed (the snapshot cursor)", wake: 0, stream: true},
+		{name: "wake-up off (before)", note: "relay.Config{WakeInterval: -1}, every other field at its default: the adaptive poll up to PollInterval 500 ms; the stream on, as the migrations leave it", wake: -1},
+		{name: "default Config (wake-up on)", note: "relay.Config{} on a freshly migrated outbox: every event streamed (the snapshot cursor); the wake-up reads the id sequence's last value every 5 ms", wake: 0},
+		{name: "wake-up every 10 ms", note: "relay.Config{WakeInterval: 10 * time.Millisecond}, the stream on", wake: 10 * time.Millisecond},
+		{name: "bunbox per-row, default Config", note: "relay.Config{} on an outbox where relay.DisableStream was called: every event a pending row of the per-row path", wake: 0, perRow: true},
 		{name: "A/A: wake-up off, a second arm", note: "relay.Config{WakeInterval: -1} again: the spread of two identical arms", wake: -1, extra: true},
 	}
 }
@@ -143,8 +143,8 @@ func lullTax(ctx context.Context, e *env, o options, pm int, none *bun.DB, arms 
 		if err := createTables(ctx, db); err != nil {
 			return nil, err
 		}
-		if a.stream {
-			if err := enableStream(ctx, db); err != nil {
+		if a.perRow {
+			if err := disableStream(ctx, db); err != nil {
 				return nil, fmt.Errorf("%s: %w", a.name, err)
 			}
 		}
@@ -317,8 +317,8 @@ func (a *lullArm) start(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	if a.stream {
-		if err := enableStream(ctx, db); err != nil {
+	if a.perRow {
+		if err := disableStream(ctx, db); err != nil {
 			return err
 		}
 	}

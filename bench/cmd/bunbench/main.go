@@ -12,16 +12,18 @@
 // Two parts are left out of the default run, for they take half an hour and a 10 M-row table (issue 18, flat at
 // scale): sustain writes 5,000 events/s for 30 min with the relay in another process at its default Config and
 // prints a row every 5 min; keptdrain drains the same backlog with 10 M published rows kept and with none. Each
-// runs today's per-row relay ("bunbox relay") and then the relay on an outbox with the stream on ("bunbox
-// stream", relay.EnableStream); -arms picks one.
+// runs the relay with its zero Config on a freshly migrated outbox, where the stream is on by default ("bunbox
+// relay"), and then the same relay after relay.DisableStream, on the per-row path ("bunbox per-row"); -arms
+// picks one.
 //
-//	go run ./cmd/bunbench -parts sustain -sustain-batch 10 -arms 'bunbox stream'
+//	go run ./cmd/bunbench -parts sustain -sustain-batch 10 -arms 'bunbox relay'
 //	go run ./cmd/bunbench -parts keptdrain -rounds 3 -drain-cap 5m
 //
-// The arm "bunbox stream" is in the drain part (a streamed backlog), the tax part ("bunbox Record, stream on")
-// and the lull part ("bunbox stream, default Config") as well. A stream drain that does not finish within
-// -drain-cap fails the run with the stream's state (a relay without the stream round never delivers it):
-// at once in keptdrain, at the end of the run in drain (the other arms' figures are printed first).
+// The arm "bunbox per-row" is in the drain part as well, and in the tax part ("bunbox Record, per-row") and
+// the lull part ("bunbox per-row, default Config"); every other bunbox arm runs on the stream, the default. A
+// stream drain that does not finish within -drain-cap fails the run with the stream's state (a relay without
+// the stream round never delivers it): at once in keptdrain, at the end of the run in drain (the other arms'
+// figures are printed first).
 // BUNBENCH_DRAIN_PROFILE=DIR writes a CPU profile of this process over each drain arm's drain alone (one file
 // per arm and round; not with -cpuprofile).
 //

@@ -15,80 +15,122 @@ import (
 	"github.com/bunbox/bunbox/relay"
 )
 
-// The arm "bunbox stream": the bunbox relay with its default Config on an outbox where relay.EnableStream
-// was called before the events were written, so that every row is in the stream (published_at 'infinity',
-// xid = its transaction's id) and the relay delivers it by moving the snapshot cursor past it, with no
-// per-row UPDATE. The rows are written in transactions of streamFillTx events, as the prototypes' backlogs.
+// The arms "bunbox relay" and "bunbox per-row": relay.New with its zero Config on a freshly migrated outbox,
+// where the migrations turned the stream on (20261209000001_bunbox_stream_default), so that every row is in
+// the stream (published_at 'infinity', xid = its transaction's id) and the relay delivers it by moving the
+// snapshot cursor past it, with no per-row UPDATE; and the same relay on an outbox where relay.DisableStream
+// was called, so that every row is a pending row of the per-row path (claimed, enqueued, marked published by
+// an UPDATE). Both backlogs are written in transactions of backlogTx events, as the prototypes' backlogs.
 
-// streamFillTx is how many events each transaction of a streamed backlog writes: a backlog of many
-// transactions, as producers leave one, rather than one transaction whose rows all share an xid.
-const streamFillTx = 1000
+// backlogTx is how many events each transaction of a backlog writes: a backlog of many transactions, as
+// producers leave one, rather than one transaction whose rows all share an xid.
+const backlogTx = 1000
 
-// enableStream turns the stream on for the outbox in db's schema (the default table names).
-func enableStream(ctx context.Context, db *bun.DB) error {
-	if err := relay.EnableStream(ctx, db, model.Location{}); err != nil {
-		return fmt.Errorf("relay.EnableStream: %w", err)
-	}
+// streamOn checks that the outbox in db's schema has the stream on, as every freshly migrated outbox has.
+func streamOn(ctx context.Context, db *bun.DB) error {
 	on, err := relay.StreamEnabled(ctx, db, model.Location{})
 	if err != nil {
 		return err
 	}
 	if !on {
-		return errors.New("relay.EnableStream returned, but relay.StreamEnabled says the stream is off")
+		return errors.New("the stream is off on a freshly migrated outbox (relay.StreamEnabled): the migrations should turn it on (20261209000001_bunbox_stream_default)")
 	}
 	return nil
 }
 
-// fillStream writes a backlog of n events into bunbox's table with the stream on, streamFillTx events per
-// transaction, checks that every row is streamed, then VACUUM ANALYZE and CHECKPOINT as fillOutbox does.
-func fillStream(ctx context.Context, db *bun.DB, queue string, n int) error {
-	var before int64
-	if err := db.NewRaw("SELECT count(*) FROM outbox_events WHERE published_at = 'infinity'").Scan(ctx, &before); err != nil {
+// disableStream turns the stream off for the outbox in db's schema (the default table names): its new rows
+// are pending rows of the per-row path.
+func disableStream(ctx context.Context, db *bun.DB) error {
+	if err := relay.DisableStream(ctx, db, model.Location{}); err != nil {
+		return fmt.Errorf("relay.DisableStream: %w", err)
+	}
+	on, err := relay.StreamEnabled(ctx, db, model.Location{})
+	if err != nil {
 		return err
 	}
-	for done := 0; done < n; done += streamFillTx {
+	if on {
+		return errors.New("relay.DisableStream returned, but relay.StreamEnabled says the stream is on")
+	}
+	return nil
+}
+
+// fillBacklog writes a backlog of n events into bunbox's table, backlogTx events per transaction, checks
+// that every row is streamed (streamed: published_at 'infinity', xid set) or a pending row of the per-row
+// path (published_at NULL), then vacuums the table and checkpoints, as a committed backlog: after the
+// CHECKPOINT each arm's first change to a page writes a full-page image to the WAL, as a relay draining a
+// backlog written before the last checkpoint does.
+func fillBacklog(ctx context.Context, db *bun.DB, queue string, n int, streamed bool) error {
+	which, what := "published_at = 'infinity' AND xid IS NOT NULL", "streamed (published_at 'infinity', xid set): is the stream on?"
+	if !streamed {
+		which, what = "published_at IS NULL AND dead_at IS NULL", "pending rows of the per-row path (published_at NULL): is the stream off?"
+	}
+	count := func() (int64, error) {
+		var c int64
+		err := db.NewRaw("SELECT count(*) FROM outbox_events WHERE "+which).Scan(ctx, &c)
+		return c, err
+	}
+	before, err := count()
+	if err != nil {
+		return err
+	}
+	for done := 0; done < n; done += backlogTx {
 		if _, err := db.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, queue, payload)
-SELECT gen_random_uuid(), 'bench.event', ?, ? FROM generate_series(1, ?)`, queue, string(drainPayload), min(streamFillTx, n-done)); err != nil {
+SELECT gen_random_uuid(), 'bench.event', ?, ? FROM generate_series(1, ?)`, queue, string(drainPayload), min(backlogTx, n-done)); err != nil {
 			return err
 		}
 	}
-	var streamed int64
-	if err := db.NewRaw("SELECT count(*) FROM outbox_events WHERE published_at = 'infinity' AND xid IS NOT NULL").Scan(ctx, &streamed); err != nil {
+	after, err := count()
+	if err != nil {
 		return err
 	}
-	if streamed-before != int64(n) {
-		return fmt.Errorf("the stream's backlog: %d of the %d rows written are streamed (published_at 'infinity', xid set): is the stream on?", streamed-before, n)
+	if after-before != int64(n) {
+		return fmt.Errorf("the backlog: %d of the %d rows written are %s", after-before, n, what)
 	}
 	return vacuumAndCheckpoint(ctx, db, "outbox_events")
 }
 
-// drainStream drains a streamed backlog with a relay of Config cfg, as drainBunbox drains a backlog of
-// pending rows, and then checks what the stream left: every row delivered once (the queue holds n tasks,
-// no streamed row waits, none was handed to the per-row path). A drain that does not finish within the cap
-// fails the run (env.fail: at its end, with the stream's state; a relay without the stream round never
-// delivers these rows), its round reported as capped meanwhile.
-func drainStream(cfg relay.Config) func(ctx context.Context, e *env, n int, cap time.Duration) (float64, bool, error) {
+// fillStream is fillBacklog of a streamed backlog.
+func fillStream(ctx context.Context, db *bun.DB, queue string, n int) error {
+	return fillBacklog(ctx, db, queue, n, true)
+}
+
+// drainRelay drains a backlog with a relay of Config cfg on a freshly migrated outbox: with the stream on
+// (streamed, the default) or after relay.DisableStream (the per-row path). It then checks what the relay
+// left: every row delivered once (the queue holds n tasks; streamed: no streamed row waits and none was
+// handed to the per-row path; per-row: every row marked published, none pending or dead). A streamed drain
+// that does not finish within the cap fails the run (env.fail: at its end, with the stream's state; a relay
+// without the stream round never delivers these rows), its round reported as capped meanwhile; a per-row
+// drain that hits the cap is reported as capped.
+func drainRelay(cfg relay.Config, streamed bool) func(ctx context.Context, e *env, n int, cap time.Duration) (float64, bool, error) {
 	return func(ctx context.Context, e *env, n int, cap time.Duration) (float64, bool, error) {
-		return drainStreamConfig(ctx, e, cfg, n, cap)
+		return drainRelayConfig(ctx, e, cfg, streamed, n, cap)
 	}
 }
 
-func drainStreamConfig(ctx context.Context, e *env, cfg relay.Config, n int, cap time.Duration) (float64, bool, error) {
+func drainRelayConfig(ctx context.Context, e *env, cfg relay.Config, streamed bool, n int, cap time.Duration) (float64, bool, error) {
 	db, _, err := e.schema(ctx, 20, true)
 	if err != nil {
 		return 0, false, err
 	}
-	q := e.queue("stream")
+	q := e.queue("relay")
 	defer e.dropQueue(q)
-	if err := enableStream(ctx, db); err != nil {
+	if streamed {
+		err = streamOn(ctx, db)
+	} else {
+		err = disableStream(ctx, db)
+	}
+	if err != nil {
 		return 0, false, err
 	}
-	if err := fillStream(ctx, db, q, n); err != nil {
+	if err := fillBacklog(ctx, db, q, n, streamed); err != nil {
 		return 0, false, err
 	}
 	rate, capped, err := relayDrainConfig(ctx, db, e.redis, cfg, n, cap, e.cur)
 	if err != nil {
 		return 0, false, err
+	}
+	if capped && !streamed {
+		return rate, true, e.cur.vacuumAfter(ctx, db, "outbox_events")
 	}
 	st, serr := readStreamState(ctx, db)
 	if capped { // the run goes on, to keep the other arms' figures, and ends with an error that says this
@@ -100,7 +142,11 @@ func drainStreamConfig(ctx context.Context, e *env, cfg relay.Config, n int, cap
 	if serr != nil {
 		return 0, false, serr
 	}
-	if err := checkStreamDrained(e, q, n, st); err != nil {
+	check := checkStreamDrained
+	if !streamed {
+		check = checkPerRowDrained
+	}
+	if err := check(e, q, n, st); err != nil {
 		return 0, false, err
 	}
 	return rate, false, e.cur.vacuumAfter(ctx, db, "outbox_events")
@@ -164,6 +210,15 @@ func (st streamState) describe(err error) string {
 func checkStreamDrained(e *env, q string, n int, st streamState) error {
 	if st.delivered != int64(n) || st.waiting != 0 || st.pending != 0 || st.published != 0 || st.dead != 0 {
 		return fmt.Errorf("after the drain of %d streamed rows, %s", n, st.describe(nil))
+	}
+	return checkDelivered(e, q, n, 0)
+}
+
+// checkPerRowDrained fails unless the per-row path delivered the backlog of n rows once: queue q holds n
+// tasks, every row is marked published, none is pending, dead or in the stream.
+func checkPerRowDrained(e *env, q string, n int, st streamState) error {
+	if st.published != int64(n) || st.pending != 0 || st.dead != 0 || st.delivered != 0 || st.waiting != 0 {
+		return fmt.Errorf("after the per-row drain of %d rows, %s", n, st.describe(nil))
 	}
 	return checkDelivered(e, q, n, 0)
 }

@@ -67,11 +67,12 @@ type indexSize struct {
 }
 
 // sustainArms are the relays the sustain and keptdrain parts run, each on an outbox of its own: today's
-// per-row relay, and the same relay on an outbox with the stream on (relay.EnableStream before any row).
+// relay with its zero Config on a freshly migrated outbox (the stream on, as the migrations leave it), and the
+// same relay on an outbox where relay.DisableStream was called before any row (the per-row path).
 var sustainArms = []struct {
 	name   string
 	stream bool
-}{{"bunbox relay", false}, {"bunbox stream", true}}
+}{{"bunbox relay", true}, {"bunbox per-row", false}}
 
 // runSustain is the sustain part: each arm of sustainArms that -arms names (both when it names none), one
 // after the other.
@@ -87,12 +88,13 @@ func runSustain(ctx context.Context, e *env, o options) error {
 		}
 	}
 	if !ran {
-		return fmt.Errorf("-arms %q names no arm of this part (bunbox relay, bunbox stream)", o.arms)
+		return fmt.Errorf("-arms %q names no arm of this part (bunbox relay, bunbox per-row)", o.arms)
 	}
 	return nil
 }
 
-// sustainArm is the sustain part for one relay; stream turns the stream on before the writers start.
+// sustainArm is the sustain part for one relay: with stream the outbox keeps the stream on (the default),
+// without it relay.DisableStream turns it off before the writers start.
 func sustainArm(ctx context.Context, e *env, o options, name string, stream bool) error {
 	rewrite := "on"
 	if !o.aofRewrite {
@@ -110,9 +112,12 @@ func sustainArm(ctx context.Context, e *env, o options, name string, stream bool
 		return err
 	}
 	if stream {
-		if err := enableStream(ctx, db); err != nil {
-			return err
-		}
+		err = streamOn(ctx, db)
+	} else {
+		err = disableStream(ctx, db)
+	}
+	if err != nil {
+		return err
 	}
 	avlog, err := openAutovacuumLog(ctx, e, o.pgLog, schema)
 	if err != nil {
@@ -609,12 +614,13 @@ func runKeptDrain(ctx context.Context, e *env, o options) error {
 		}
 	}
 	if !ran {
-		return fmt.Errorf("-arms %q names no arm of this part (bunbox relay, bunbox stream)", o.arms)
+		return fmt.Errorf("-arms %q names no arm of this part (bunbox relay, bunbox per-row)", o.arms)
 	}
 	return nil
 }
 
-// keptDrainArm is the keptdrain part for one relay. With stream, both outboxes have the stream on, the kept
+// keptDrainArm is the keptdrain part for one relay. With stream, both outboxes keep the stream on (the
+// default; without it relay.DisableStream turns it off on both before any row is written), the kept
 // rows are streamed rows the cursor has passed (written with the stream's defaults, then the cursor moved
 // past them as a relay's round does: snap_from the current snapshot), and each backlog is streamed
 // (fillStream).
@@ -629,14 +635,17 @@ func keptDrainArm(ctx context.Context, e *env, o options, name string, stream bo
 	if err != nil {
 		return err
 	}
-	publishedAt, published := ", published_at", ", t"
-	if stream {
-		for _, db := range []*bun.DB{kept, empty} {
-			if err := enableStream(ctx, db); err != nil {
-				return err
-			}
+	publishedAt, published := "", "" // the stream's default, 'infinity'
+	for _, db := range []*bun.DB{kept, empty} {
+		if stream {
+			err = streamOn(ctx, db)
+		} else {
+			err = disableStream(ctx, db)
+			publishedAt, published = ", published_at", ", t"
 		}
-		publishedAt, published = "", "" // the stream's default, 'infinity'
+		if err != nil {
+			return err
+		}
 	}
 	t0 := time.Now()
 	const chunk = 1_000_000
@@ -655,23 +664,11 @@ FROM generate_series(?::bigint, ?::bigint) g,
 		}
 	}
 	if stream { // delivered: the cursor past every row written so far
-		if _, err := kept.ExecContext(ctx, `UPDATE bunbox_stream SET snap_from = pg_current_snapshot(), snap_to = NULL,
-  after_xid = NULL, after_id = NULL, moved_at = now()`); err != nil { // the base and the lanes
+		if err := passCursor(ctx, kept, int64(o.keptRows)); err != nil {
 			return err
 		}
-		if st, err := readStreamState(ctx, kept); err != nil || st.delivered != int64(o.keptRows) || st.waiting != 0 {
-			return fmt.Errorf("the kept rows are not all delivered streamed rows: %s", st.describe(err))
-		}
-		// The time mark that the reconcilers of a table written over days would have recorded before the
-		// window of a new relay's reconciler (bunbox_stream_marks): the kept rows count as created then, so
-		// only the rounds' backlogs, written from now on, are past it. Without it that reconciler's first
-		// sweep reads every kept row, as one just deployed on a table with no marks yet does.
-		for _, db := range []*bun.DB{kept, empty} {
-			if _, err := db.ExecContext(ctx, `INSERT INTO bunbox_stream_marks (at, next_xid)
-VALUES (now() - make_interval(secs => ?::float8), pg_snapshot_xmax(pg_current_snapshot()))`,
-				(time.Hour /* ReconcilerConfig.Window's default */ + time.Minute).Seconds()); err != nil {
-				return fmt.Errorf("record a time mark: %w", err)
-			}
+		if err := passCursor(ctx, empty, 0); err != nil {
+			return err
 		}
 	}
 	if err := execAll(ctx, kept, "VACUUM ANALYZE outbox_events", "CHECKPOINT"); err != nil {
@@ -690,11 +687,11 @@ VALUES (now() - make_interval(secs => ?::float8), pg_snapshot_xmax(pg_current_sn
 		for i := range sides {
 			s := sides[(i+r)%2] // alternate which goes first
 			q := e.queue("kept")
-			fill, read := fillOutbox, claimTime
+			read := claimTime
 			if stream {
-				fill, read = fillStream, streamReadTime
+				read = streamReadTime
 			}
-			if err := fill(ctx, s.db, q, o.keptN); err != nil {
+			if err := fillBacklog(ctx, s.db, q, o.keptN, stream); err != nil {
 				return err
 			}
 			claim, err := read(ctx, s.db)
@@ -736,10 +733,32 @@ VALUES (now() - make_interval(secs => ?::float8), pg_snapshot_xmax(pg_current_sn
 	}
 	table([]string{"table holds", "drain events/s, each round", "median", "claim of 500 ms (stream: read of 500; median)", "table + indexes MB at the end"}, rows)
 	fmt.Printf("\nKept / empty: **%.3f** of the medians (per round %s). Filling %d rows, VACUUM ANALYZE and CHECKPOINT took %s. "+
-		"Each round writes the backlog (fillOutbox: INSERT, VACUUM ANALYZE, CHECKPOINT) then drains it with relay.New "+
-		"(DisableNotify, PublishedRetention -1, as the drain part); the drained rows stay, published. With the stream on, "+
-		"the backlog is streamed (fillStream: transactions of 1,000 events) and the read is the stream round's.\n",
+		"Each round writes the backlog (fillBacklog: transactions of 1,000 events, VACUUM ANALYZE, CHECKPOINT) then drains it "+
+		"with relay.New (DisableNotify, PublishedRetention -1, as the drain part); the drained rows stay, published. With the "+
+		"stream on (the default), the backlog is streamed and the read is the stream round's; per-row, it is the claim.\n",
 		median(sides[1].rates)/median(sides[0].rates), spread(ratios), o.keptRows, fill.Round(time.Second))
+	return nil
+}
+
+// passCursor moves the stream's cursor of the outbox in db's schema past every row written so far, as a
+// relay's round does (snap_from the current snapshot), checks that the outbox then holds delivered streamed
+// rows and no waiting one, and records the time mark that the reconcilers of a table written over days would
+// have recorded before the window of a new relay's reconciler (bunbox_stream_marks): the rows written so far
+// count as created then, so only those written from now on are past it. Without it that reconciler's first
+// sweep reads every kept row, as one just deployed on a table with no marks yet does.
+func passCursor(ctx context.Context, db *bun.DB, delivered int64) error {
+	if _, err := db.ExecContext(ctx, `UPDATE bunbox_stream SET snap_from = pg_current_snapshot(), snap_to = NULL,
+  after_xid = NULL, after_id = NULL, moved_at = now()`); err != nil { // the base and the lanes
+		return err
+	}
+	if st, err := readStreamState(ctx, db); err != nil || st.delivered != delivered || st.waiting != 0 {
+		return fmt.Errorf("the kept rows are not all delivered streamed rows (%d expected): %s", delivered, st.describe(err))
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO bunbox_stream_marks (at, next_xid)
+VALUES (now() - make_interval(secs => ?::float8), pg_snapshot_xmax(pg_current_snapshot()))`,
+		(time.Hour /* ReconcilerConfig.Window's default */ + time.Minute).Seconds()); err != nil {
+		return fmt.Errorf("record a time mark: %w", err)
+	}
 	return nil
 }
 

@@ -204,7 +204,7 @@ func taxArms(ctx context.Context, e *env, conns int, designs bool) ([]taxArm, er
 			return nil, err
 		}
 		rec := bunx.New(recDB, v.opts...)
-		arms = append(arms, taxArm{"bunbox Record" + v.suffix, "Outbox.Record after each insert" + v.desc, run(recDB, func(ctx context.Context, tx bun.Tx, lines bool) error {
+		arms = append(arms, taxArm{"bunbox Record" + v.suffix, "Outbox.Record after each insert (the stream on, as the migrations leave it)" + v.desc, run(recDB, func(ctx context.Context, tx bun.Tx, lines bool) error {
 			return insertOrder(ctx, tx, lines, func(names []string, payloads []any) error {
 				evs := make([]*model.Event, len(names))
 				for i := range names {
@@ -219,18 +219,18 @@ func taxArms(ctx context.Context, e *env, conns int, designs bool) ([]taxArm, er
 		})})
 	}
 
-	// bunbox Record with the stream on (relay.EnableStream): the same INSERT, whose rows take the stream's
-	// defaults (xid = pg_current_xact_id(), published_at 'infinity'), so that they skip the three partial
-	// indexes of pending rows and go into the stream's index instead.
-	streamDB, err := schema(true)
+	// bunbox Record on the per-row path (relay.DisableStream): the same INSERT, whose rows are pending rows
+	// (published_at NULL, no xid), so that they go into the three partial indexes of pending rows rather than
+	// the stream's index, as the arms above (the stream, the default) do.
+	perRowDB, err := schema(true)
 	if err != nil {
 		return nil, err
 	}
-	if err := enableStream(ctx, streamDB); err != nil {
+	if err := disableStream(ctx, perRowDB); err != nil {
 		return nil, err
 	}
-	streamRec := bunx.New(streamDB)
-	arms = append(arms, taxArm{"bunbox Record, stream on", "Outbox.Record after each insert, on an outbox where relay.EnableStream was called", run(streamDB, func(ctx context.Context, tx bun.Tx, lines bool) error {
+	perRowRec := bunx.New(perRowDB)
+	arms = append(arms, taxArm{"bunbox Record, per-row", "Outbox.Record after each insert, on an outbox where relay.DisableStream was called (the per-row path)", run(perRowDB, func(ctx context.Context, tx bun.Tx, lines bool) error {
 		return insertOrder(ctx, tx, lines, func(names []string, payloads []any) error {
 			evs := make([]*model.Event, len(names))
 			for i := range names {
@@ -240,7 +240,7 @@ func taxArms(ctx context.Context, e *env, conns int, designs bool) ([]taxArm, er
 				}
 				evs[i] = ev
 			}
-			return streamRec.Record(ctx, tx, evs...)
+			return perRowRec.Record(ctx, tx, evs...)
 		})
 	})})
 
