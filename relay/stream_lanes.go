@@ -32,11 +32,7 @@ const streamSlices = 4
 
 // laneOrder returns the names of the lanes with rows due, in the order the relay takes them.
 func (sr *streamReader) laneOrder(ctx context.Context) ([]string, error) {
-	cs, err := sr.st.Lanes(ctx, sr.db)
-	if err != nil {
-		return nil, err
-	}
-	due, err := sr.st.Due(ctx, sr.db, cs)
+	cs, due, err := sr.st.LanesDue(ctx, sr.db)
 	if err != nil {
 		return nil, err
 	}

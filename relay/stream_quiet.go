@@ -7,8 +7,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/bunbox/bunbox/internal/store"
 )
 
 // The stream's round for quiet queues, with Config.Queues: a backlog in one queue must not delay another.
@@ -71,15 +69,12 @@ func (q *quietLanes) serve(fq *fairQueues) []string {
 }
 
 // streamQuiet runs the quiet queues' stream rounds until ctx is done: while some lane has a backlog, every
-// MinPollInterval it reads the greatest xid of each lane of the queues it serves (store.Stream.Tops: one
-// backward index descent each, no snapshot arithmetic to plan) and runs a round of the lanes whose
-// greatest xid moved since it last looked, most likely the ones a row was committed to. A look misses a
-// row whose transaction had an xid below the lane's last top: the workers' rounds deliver it. Its errors
+// MinPollInterval it asks which lanes have rows due (store.Stream.LanesDue, one statement: an index
+// descent or three per lane) and runs a round of each lane of the queues it serves that has. Its errors
 // back it off as a worker's do (RoundBackoff).
 func (rs *rounds) streamQuiet(ctx context.Context) {
 	timer := time.NewTimer(rs.cfg.MinPollInterval)
 	defer timer.Stop()
-	seen := map[string]string{} // by lane: the greatest xid of its rows at the last look
 	failures := 0
 	for {
 		select {
@@ -89,7 +84,7 @@ func (rs *rounds) streamQuiet(ctx context.Context) {
 		}
 		wait := rs.cfg.MinPollInterval
 		if queues := rs.stream.state.quiet.serve(rs.stream.queues); len(queues) > 0 && rs.stream.streaming(ctx) {
-			res := rs.quietRound(ctx, queues, seen)
+			res := rs.quietRound(ctx, queues)
 			switch {
 			case ctx.Err() != nil:
 				return
@@ -108,41 +103,20 @@ func (rs *rounds) streamQuiet(ctx context.Context) {
 	}
 }
 
-// quietRound looks at the lanes of queues (see streamQuiet) and runs a round of each lane whose rows'
-// greatest xid moved past seen, which it updates; none when none moved.
-func (rs *rounds) quietRound(ctx context.Context, queues []string, seen map[string]string) BatchEvent {
-	sr := rs.stream
-	cs, err := sr.st.Lanes(ctx, rs.db)
-	if err == nil {
-		cs = slices.DeleteFunc(cs, func(c store.Cursor) bool { return !slices.Contains(queues, c.Queue) })
-	}
-	var tops []string
-	if err == nil {
-		tops, err = sr.st.Tops(ctx, rs.db, cs)
-	}
+// quietRound runs a round of each lane of queues with rows due (see streamQuiet); none when none has.
+func (rs *rounds) quietRound(ctx context.Context, queues []string) BatchEvent {
+	cs, due, err := rs.stream.st.LanesDue(ctx, rs.db)
 	if err != nil {
 		if ctx.Err() != nil {
 			return BatchEvent{}
 		}
 		return BatchEvent{Err: fmt.Errorf("stream: look at the quiet queues' lanes: %w", err)}
 	}
-	var moved []string
-	for i, c := range cs {
-		if tops[i] != "" && store.XidLess(seen[c.Name], tops[i]) {
-			moved = append(moved, c.Name)
-			seen[c.Name] = tops[i]
-		}
-	}
-	if len(moved) == 0 {
-		return BatchEvent{}
-	}
 	var res BatchEvent
-	for _, name := range moved { // a round each: a round works the first lane it locks
-		one := rs.streamRound(ctx, []string{name})
-		if one.Err != nil || one.full {
-			delete(seen, name) // look at it again
+	for i, c := range cs {
+		if due[i] && slices.Contains(queues, c.Queue) { // a round each: a round works the first lane it locks
+			res = addRounds(res, rs.streamRound(ctx, []string{c.Name}))
 		}
-		res = addRounds(res, one)
 	}
 	return res
 }

@@ -2,9 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
-	"strconv"
-	"strings"
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
@@ -18,9 +15,54 @@ import (
 // (streamsql.Cursor): the lane's rows are some of the rows the base judged, so the base's pair and
 // position, kept to them, are a valid cursor of the lane, and a row is judged the same before and after.
 
-// readLanesSQL reads the lanes' cursor rows.
-const readLanesSQL = `SELECT name, queue, slice, snap_from::text, snap_to::text, after_xid::text, after_id
-FROM bunbox_stream WHERE queue IS NOT NULL ORDER BY name`
+// LanesDueSQL reads the lanes' cursor rows c and, for each, whether streamed rows wait for it, in three
+// parts, each a range of outbox_events_stream_lane_idx over the lane's rows that starts where its
+// undelivered rows can begin, never at the delivered rows the retention keeps nor at those of the open pair
+// the cursor has passed:
+//   - the rows of a transaction running at snap_from (its xip list), not passed in the open pair;
+//   - the rows of a transaction running at snap_to that began after snap_from (not in the open pair at
+//     all; none with no pair open);
+//   - from the greater of snap_from's xmax and the position's xid on, the rows not passed in the open pair,
+//     or with no pair open every row of a transaction begun after snap_from. In the position's transaction
+//     it starts after the position (a row comparison on the index's columns), so that it does not walk the
+//     rows of a large transaction the pair has passed.
+//
+// A row is passed when it is visible in snap_to and at or before the position (lanePassed). Cancelled rows
+// count too: the stream settles their cancels as it passes them.
+//
+// The cursor row's columns are the keys of each part's index scan, at run time (the inner side of a nested
+// loop; an xip list is a set the scan is repeated for, one descent per transaction in it): one statement
+// planned once whatever the number of lanes. Written out with constants per lane, it took about a
+// millisecond of planning per lane, 37 ms a look at 12 lanes. Each part is a scalar subquery that asks for
+// its first row in the index's order (ORDER BY ... LIMIT 1), so that the planner walks the index whatever
+// the statistics say: an EXISTS loses its ORDER BY and LIMIT to the planner, and after an ANALYZE that
+// counted many rows past the position it was planned as a sequential scan that walks every row kept before
+// the first one due (in the drain bench, 9 ms a check); the ORDER BY names the lane's columns, which in
+// (xid, id) order made the planner take the index on (xid, id) and walk the other lanes' rows.
+const LanesDueSQL = `SELECT c.name, c.queue, c.slice, c.snap_from::text, c.snap_to::text, c.after_xid::text, c.after_id,
+  (SELECT 1 FROM pg_snapshot_xip(c.snap_from) AS x(xid), LATERAL (SELECT 1 FROM outbox_events e
+    WHERE ` + laneOfC + ` AND e.xid = x.xid
+      AND e.id > CASE WHEN x.xid = c.after_xid THEN c.after_id ELSE -9223372036854775807 END AND NOT ` + lanePassed + `
+    ORDER BY e.queue, coalesce(e.stream_slice, 0), e.xid, e.id LIMIT 1) r LIMIT 1) IS NOT NULL
+  OR (SELECT 1 FROM pg_snapshot_xip(c.snap_to) AS x(xid), LATERAL (SELECT 1 FROM outbox_events e
+    WHERE ` + laneOfC + ` AND e.xid = x.xid
+    ORDER BY e.queue, coalesce(e.stream_slice, 0), e.xid, e.id LIMIT 1) r
+    WHERE x.xid >= pg_snapshot_xmax(c.snap_from) LIMIT 1) IS NOT NULL
+  OR (SELECT 1 FROM outbox_events e
+    WHERE ` + laneOfC + ` AND (e.xid, e.id) > (v.start_xid, v.start_id) AND NOT ` + lanePassed + `
+    ORDER BY e.queue, coalesce(e.stream_slice, 0), e.xid, e.id LIMIT 1) IS NOT NULL
+FROM bunbox_stream c, LATERAL (SELECT greatest(pg_snapshot_xmax(c.snap_from), c.after_xid) AS start_xid,
+    CASE WHEN c.snap_to IS NOT NULL AND c.after_xid >= pg_snapshot_xmax(c.snap_from) THEN c.after_id
+      ELSE -9223372036854775807 END AS start_id) v
+WHERE c.queue IS NOT NULL
+ORDER BY c.name`
+
+// laneOfC keeps a read of outbox_events aliased e to the streamed rows of the lane of the cursor row c.
+const laneOfC = `e.queue = c.queue AND coalesce(e.stream_slice, 0) = c.slice AND e.published_at = 'infinity'`
+
+// lanePassed is true for a row of outbox_events aliased e that the open pair of the cursor row c has
+// passed (see LanesDueSQL), false with no pair open.
+const lanePassed = `coalesce(pg_visible_in_snapshot(e.xid, c.snap_to) AND (e.xid, e.id) <= (c.after_xid, c.after_id), false)`
 
 // lanesWithRowsSQL lists the lanes that hold streamed rows, one index descent each on
 // outbox_events_stream_lane_idx (a loose index scan: the index holds many rows per lane).
@@ -88,6 +130,27 @@ func (s *Stream) HandOverUnlaned(ctx context.Context, tx bun.Tx, snap, cancelRes
 	return n, err
 }
 
+// LanesDue reads the lanes' cursor rows, by name, and whether a stream round may find rows to deliver in
+// each (LanesDueSQL), in one statement: a look that costs an index descent or three per lane.
+func (s *Stream) LanesDue(ctx context.Context, db bun.IDB) ([]Cursor, []bool, error) {
+	rows, err := db.QueryContext(ctx, s.lanesDue)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	var cs []Cursor
+	var due []bool
+	for rows.Next() {
+		var c Cursor
+		var d bool
+		if err := rows.Scan(&c.Name, &c.Queue, &c.Slice, &c.From, &c.To, &c.AfterXid, &c.AfterID, &d); err != nil {
+			return nil, nil, err
+		}
+		cs, due = append(cs, c), append(due, d)
+	}
+	return cs, due, rows.Err()
+}
+
 // MissingLanes reports whether a lane holds streamed rows and has no cursor row yet (missingLanesSQL).
 func (s *Stream) MissingLanes(ctx context.Context, db bun.IDB) (bool, error) {
 	var missing bool
@@ -113,36 +176,4 @@ func (s *Stream) AddLanes(ctx context.Context, tx bun.Tx, snap string, queues []
 func (s *Stream) LockAll(ctx context.Context, tx bun.Tx) error {
 	_, err := tx.ExecContext(ctx, s.names.SQL(`SELECT 1 FROM bunbox_stream ORDER BY name = 'outbox' DESC, name FOR UPDATE`))
 	return err
-}
-
-// topSQL is the greatest xid among the streamed rows of the lane ?0, ?1 (one backward descent of
-// outbox_events_stream_lane_idx), NULL when it has none.
-const topSQL = `(SELECT max(xid)::text FROM outbox_events WHERE published_at = 'infinity' AND queue = ?0
-  AND coalesce(stream_slice, 0) = ?1)`
-
-// Tops reads, for each lane of cs, the greatest xid among its streamed rows ("" when none), in one
-// statement: a cheap look for new rows in a few lanes (the round of quiet queues).
-func (s *Stream) Tops(ctx context.Context, db bun.IDB, cs []Cursor) ([]string, error) {
-	if len(cs) == 0 {
-		return nil, nil
-	}
-	parts := make([]string, len(cs))
-	args := make([]any, 0, 2*len(cs))
-	for i, c := range cs {
-		parts[i] = strings.NewReplacer("?0", "?"+strconv.Itoa(2*i), "?1", "?"+strconv.Itoa(2*i+1)).Replace(topSQL)
-		args = append(args, c.Queue, c.Slice)
-	}
-	tops := make([]sql.NullString, len(cs))
-	dest := make([]any, len(cs))
-	for i := range tops {
-		dest[i] = &tops[i]
-	}
-	if err := db.QueryRowContext(ctx, s.names.SQL("SELECT "+strings.Join(parts, ", ")), args...).Scan(dest...); err != nil {
-		return nil, err
-	}
-	out := make([]string, len(cs))
-	for i, t := range tops {
-		out[i] = t.String
-	}
-	return out, nil
 }

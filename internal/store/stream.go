@@ -4,10 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"math"
-	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
@@ -98,51 +96,6 @@ ORDER BY stream_xid, id
 LIMIT ?5`
 }
 
-// StreamDueSQL reports whether streamed rows wait for a lane of the stream. Its arguments come from the
-// lane's cursor row (Stream.Due reads them first, and asks for every lane in one statement), as constants, so that each part is a range of outbox_events_stream_idx that
-// starts where the undelivered rows can begin, never at the delivered rows the retention keeps nor at those
-// of the open pair the cursor has passed:
-//   - ?0: snap_from's xip list: rows of a transaction running at snap_from, not passed in the open pair;
-//   - ?1, ?2: snap_to's xip list and snap_from's xmax: rows of a transaction running at snap_to that began
-//     after snap_from (not in the open pair at all; empty with no pair open);
-//   - ?3: the greater of snap_from's xmax and the position's xid: rows not passed in the open pair, or
-//     with no pair open every row of a transaction begun after snap_from.
-//
-// ?4, ?5, ?6 are snap_to and the position (NULL with no pair open): a row is passed when it is visible in
-// snap_to and at or before the position. Cancelled rows count too: the stream settles their cancels as it
-// passes them.
-//
-// ?7 is where the third part starts in ?3's transaction: after the position when ?3 is the position's xid
-// (every row of that transaction up to the position is passed), before every row otherwise. The bound is a
-// row comparison on the index's columns, so that the scan starts at the position and does not walk the rows
-// of a large transaction the pair has passed.
-//
-// Each part is a scalar subquery that asks for its first row in the index's order (ORDER BY xid, id LIMIT
-// 1), so that the planner walks the index whatever the statistics say: an EXISTS loses its ORDER BY and
-// LIMIT to the planner, and after an ANALYZE that counted many rows past ?3 it was planned as a sequential
-// scan that walks every row kept before the first one due (in the drain bench, 9 ms a check).
-const StreamDueSQL = `(SELECT 1 FROM outbox_events e
-  WHERE ` + dueLane + ` AND e.xid = ANY(?0::xid8[]) AND e.published_at = 'infinity' AND NOT ` + streamPassedInPair + `
-  ORDER BY e.queue, coalesce(e.stream_slice, 0), e.xid, e.id LIMIT 1) IS NOT NULL
-  OR (SELECT 1 FROM outbox_events e
-  WHERE ` + dueLane + ` AND e.xid = ANY(?1::xid8[]) AND e.xid >= ?2::xid8 AND e.published_at = 'infinity'
-  ORDER BY e.queue, coalesce(e.stream_slice, 0), e.xid, e.id LIMIT 1) IS NOT NULL
-  OR (SELECT 1 FROM outbox_events e
-  WHERE ` + dueLane + ` AND (e.xid, e.id) > (?3::xid8, ?7::bigint) AND e.published_at = 'infinity' AND NOT ` + streamPassedInPair + `
-  ORDER BY e.queue, coalesce(e.stream_slice, 0), e.xid, e.id LIMIT 1) IS NOT NULL`
-
-// dueLane keeps StreamDueSQL to the rows of one lane: ?8 and ?9 are its queue and slice, so that each part
-// walks outbox_events_stream_lane_idx over the lane's rows only. Each part asks for the lane index's order
-// (queue and slice first, though they are constants): in (xid, id) order the planner took the index on
-// (xid, id) and walked every row of the other lanes after the cursor (a queue with no row in the
-// statistics looked rare), 100 ms and more a check behind a bulk backlog.
-const dueLane = `e.queue = ?8 AND coalesce(e.stream_slice, 0) = ?9`
-
-// streamPassedInPair is true for a row of outbox_events aliased e that the open pair has passed (see
-// StreamDueSQL's ?4-?6), false with no pair open.
-const streamPassedInPair = `coalesce(pg_visible_in_snapshot(e.xid, ?4::pg_snapshot)
-  AND (e.xid, e.id) <= (?5::xid8, ?6::bigint), false)`
-
 // moveCursorSQL writes the cursor's new place: the pair (from, to) and the position in it, and raises
 // max_id to the largest id of the rows the round read. Arguments: from, to, the position's xid and id
 // (NULL when no pair is open), the largest id read (NULL: none), the cursor row's name.
@@ -161,8 +114,7 @@ const beforeEveryID = int64(math.MinInt64 + 1)
 type Stream struct {
 	names                                    tables.Names
 	lock, wait, lockLane, read, readAfter    string
-	readCurs, move, catalog, lanes, addLanes string
-	due                                      sync.Map // by number of lanes: the statement asking for each
+	move, catalog, lanes, addLanes, lanesDue string
 }
 
 // NewStream returns the stream statements of names's outbox.
@@ -171,8 +123,9 @@ func NewStream(names tables.Names) *Stream {
 		wait:     names.SQL(strings.Replace(LockCursorSQL, "SKIP LOCKED", "", 1)),
 		lockLane: names.SQL(LockLaneSQL),
 		read:     names.SQL(StreamReadSQL), readAfter: names.SQL(StreamReadAfterSQL),
-		readCurs: names.SQL(readLanesSQL), lanes: names.SQL(missingLanesSQL), addLanes: names.SQL(addLanesSQL),
-		move: names.SQL(moveCursorSQL), catalog: names.SQL(catalogSQL)}
+		lanes: names.SQL(missingLanesSQL), addLanes: names.SQL(addLanesSQL),
+		lanesDue: names.SQL(LanesDueSQL),
+		move:     names.SQL(moveCursorSQL), catalog: names.SQL(catalogSQL)}
 }
 
 // Catalog returns whether the stream is on for the outbox and whether the cursor's table exists.
@@ -261,87 +214,6 @@ func (s *Stream) Read(ctx context.Context, tx bun.Tx, c Cursor, limit int, rd Re
 		return nil, false, err
 	}
 	return events, cut || len(events)-first >= limit, nil
-}
-
-// Lanes reads the cursor rows of the lanes, by name, without locking them.
-func (s *Stream) Lanes(ctx context.Context, db bun.IDB) ([]Cursor, error) {
-	rows, err := db.QueryContext(ctx, s.readCurs)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var cs []Cursor
-	for rows.Next() {
-		var c Cursor
-		if err := rows.Scan(&c.Name, &c.Queue, &c.Slice, &c.From, &c.To, &c.AfterXid, &c.AfterID); err != nil {
-			return nil, err
-		}
-		cs = append(cs, c)
-	}
-	return cs, rows.Err()
-}
-
-// Due reports, for each lane of cs (read by Lanes), whether a stream round may find rows to deliver in it
-// (StreamDueSQL), in one statement.
-func (s *Stream) Due(ctx context.Context, db bun.IDB, cs []Cursor) ([]bool, error) {
-	if len(cs) == 0 {
-		return nil, nil
-	}
-	query, ok := s.due.Load(len(cs))
-	if !ok {
-		query = s.names.SQL(dueLanesSQL(len(cs)))
-		s.due.Store(len(cs), query)
-	}
-	args := make([]any, 0, 10*len(cs))
-	for _, c := range cs {
-		args = append(args, dueArgs(c)...)
-	}
-	due := make([]bool, len(cs))
-	dest := make([]any, len(cs))
-	for i := range due {
-		dest[i] = &due[i]
-	}
-	err := db.QueryRowContext(ctx, query.(string), args...).Scan(dest...)
-	return due, err
-}
-
-// dueArgs are StreamDueSQL's arguments for the lane of c.
-func dueArgs(c Cursor) []any {
-	fromXmax := SnapshotXmax(c.From.String)
-	from := fromXmax
-	if c.AfterXid.Valid && XidLess(fromXmax, c.AfterXid.String) {
-		from = c.AfterXid.String
-	}
-	var to, afterXid any // NULL with no pair open
-	var afterID any
-	startID := beforeEveryID // before every row of from's transaction
-	if c.To.Valid {
-		to = c.To.String
-		if c.AfterXid.Valid && c.AfterID.Valid {
-			afterXid, afterID = c.AfterXid.String, c.AfterID.Int64
-			if from == c.AfterXid.String {
-				startID = c.AfterID.Int64
-			}
-		}
-	}
-	return []any{SnapshotXip(c.From.String), SnapshotXip(c.To.String), fromXmax, from, to, afterXid, afterID, startID,
-		c.Queue, c.Slice}
-}
-
-// placeholder is a numbered placeholder of bun's, ?n.
-var placeholder = regexp.MustCompile(`\?(\d+)`)
-
-// dueLanesSQL asks StreamDueSQL of n lanes in one statement, one boolean each: lane k's arguments are
-// the 10 from 10k on.
-func dueLanesSQL(n int) string {
-	parts := make([]string, n)
-	for k := range parts {
-		parts[k] = placeholder.ReplaceAllStringFunc(StreamDueSQL, func(p string) string {
-			i, _ := strconv.Atoi(p[1:])
-			return "?" + strconv.Itoa(10*k+i)
-		})
-	}
-	return "SELECT " + strings.Join(parts, ",\n  ")
 }
 
 // MoveCursor moves the cursor of tx's round to the position (xid, id) in its pair, or past the pair when
