@@ -45,4 +45,4 @@ ALTER TABLE outbox_events DROP COLUMN IF EXISTS stream_slice;
 
 --bun:split
 
-COMMENT ON TABLE outbox_events IS 'bunbox schema 20261208000002';
+COMMENT ON TABLE outbox_events IS 'bunbox schema 20261209000001';
