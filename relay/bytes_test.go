@@ -49,7 +49,7 @@ func TestRelayBytes(t *testing.T) {
 			require.NoError(t, bunx.New(b.db, opts...).Record(ctx, b.db, ev, routed))
 
 			r := b.newRelay(t, Config{Location: model.Location{Codec: tt.relay}, Routes: fanout.Routes{"blob.routed": {"archive"}}})
-			res := r.rounds.runRounds(ctx)
+			res := r.rounds.runAll(ctx)
 			require.NoError(t, res.Err)
 			require.Equal(t, 2, res.Published)
 
@@ -89,7 +89,7 @@ func TestRelayRefusesMalformedBytesRows(t *testing.T) {
 (gen_random_uuid(), 'unknown.format', ?, '{"a": 1}', NULL, '{"bunbox-payload-format": "text"}')`, b.queue, b.queue)
 	require.NoError(t, err)
 	r := b.newRelay(t, Config{})
-	require.NoError(t, r.rounds.runRounds(ctx).Err)
+	require.NoError(t, r.rounds.runAll(ctx).Err)
 	var errs []string
 	require.NoError(t, b.db.NewRaw(`SELECT last_error FROM outbox_events WHERE dead_at IS NOT NULL ORDER BY id`).Scan(ctx, &errs))
 	require.Len(t, errs, 2)

@@ -300,7 +300,7 @@ func TestCancelledRowsCleanedUp(t *testing.T) {
 	require.NoError(t, err)
 	r := b.newRelay(t, Config{})
 	// A streamed row's cancel is settled by the stream round that passes it; cleanup deletes settled ones.
-	require.NoError(t, r.rounds.runRounds(context.Background()).Err)
+	require.NoError(t, r.rounds.runAll(context.Background()).Err)
 	n, err := r.cleaner.CancelledOnce(context.Background())
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)

@@ -44,7 +44,7 @@ func TestRelayCodecDecodesOrPassesThrough(t *testing.T) {
 				cfg.Location.Codec = codec
 			}
 			r := b.newRelay(t, cfg)
-			res := r.rounds.runRounds(ctx)
+			res := r.rounds.runAll(ctx)
 			require.NoError(t, res.Err)
 			require.Equal(t, 1, res.Published)
 
@@ -106,7 +106,7 @@ func TestRelayCodecKeepsUndecodableRows(t *testing.T) {
 			codec, err := model.NewCodec(model.EncryptWith(ring))
 			require.NoError(t, err)
 			r := b.newRelay(t, Config{Location: model.Location{Codec: codec}, MaxAttempts: 1})
-			res := r.rounds.runRounds(ctx)
+			res := r.rounds.runAll(ctx)
 			require.NoError(t, res.Err)
 			require.Equal(t, 2, res.Published)
 
@@ -145,7 +145,7 @@ func TestRelayRefusesMismatchedEncodedRows(t *testing.T) {
 (gen_random_uuid(), 'no.bytes', ?, 'null', NULL, '{"bunbox-payload-encoding": "gzip"}')`, b.queue, b.queue)
 	require.NoError(t, err)
 	r := b.newRelay(t, Config{})
-	require.NoError(t, r.rounds.runRounds(ctx).Err)
+	require.NoError(t, r.rounds.runAll(ctx).Err)
 	var errs []string
 	require.NoError(t, b.db.NewRaw(`SELECT last_error FROM outbox_events WHERE dead_at IS NOT NULL ORDER BY id`).Scan(ctx, &errs))
 	require.Len(t, errs, 2)
@@ -196,7 +196,7 @@ FROM outbox_events WHERE event_id = ?`, ev.EventID).Scan(ctx, &st.Attempts, &st.
 		// round that charged the row and handed it over, does not find it due again.
 		RetryBackoff: time.Second, RetryBackoffMax: time.Second})
 	ev := record()
-	res := old.rounds.runRounds(ctx)
+	res := old.rounds.runAll(ctx)
 	require.NoError(t, res.Err, "an unknown key id is not an outage: the round goes on")
 	st := state(ev)
 	require.Equal(t, 1, st.Attempts)
@@ -210,7 +210,7 @@ FROM outbox_events WHERE event_id = ?`, ev.EventID).Scan(ctx, &st.Attempts, &st.
 	// The relay given k2 delivers it on its next attempt, decoded.
 	updated := b.newRelay(t, Config{Location: model.Location{Codec: newCodec("k2", map[string][]byte{"k1": k1, "k2": k2})}})
 	outboxtest.WaitFor(t, 10*time.Second, "the row delivered by the relay with the key", func() bool {
-		require.NoError(t, updated.rounds.runRounds(ctx).Err)
+		require.NoError(t, updated.rounds.runAll(ctx).Err)
 		return state(ev).Published
 	})
 	ti, err := b.inspector.GetTaskInfo(b.queue, ev.EventID.String())
@@ -220,7 +220,7 @@ FROM outbox_events WHERE event_id = ?`, ev.EventID).Scan(ctx, &st.Attempts, &st.
 	// Without the key, it is dead after MaxAttempts.
 	ev = record()
 	outboxtest.WaitFor(t, 20*time.Second, "the row dead after MaxAttempts", func() bool {
-		require.NoError(t, old.rounds.runRounds(ctx).Err)
+		require.NoError(t, old.rounds.runAll(ctx).Err)
 		return state(ev).Dead
 	})
 	st = state(ev)

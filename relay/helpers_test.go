@@ -281,3 +281,18 @@ func bareRelay(db *bun.DB) *Relay {
 	r.engine()
 	return r
 }
+
+// runAll runs the workers' iterations (runRounds) until one claims nothing, and adds up their outcomes: with
+// the stream's lanes a stream round works one lane, so the rows of one test spread over several rounds.
+// It stops at the first error, and after 100 iterations.
+func (rs *rounds) runAll(ctx context.Context) BatchEvent {
+	var total BatchEvent
+	for range 100 {
+		res := rs.runRounds(ctx)
+		total = addRounds(total, res)
+		if res.Err != nil || res.Claimed == 0 {
+			break
+		}
+	}
+	return total
+}

@@ -28,12 +28,12 @@ func TestOrderingLateLowerIDWaitsForTheKeyInFlight(t *testing.T) {
 	early := insertKeyed(t, b.db, b.queue, "account.changed", []keyedPayload{{"k", 0}})[0]
 	require.Less(t, late.ID, early.ID, "the late row has the lower id")
 
-	res := r.rounds.runRounds(ctx)
+	res := r.rounds.runAll(ctx)
 	require.NoError(t, res.Err)
 	require.Equal(t, 1, res.Published, "the committed row of the key")
 	require.NoError(t, tx.Commit())
 
-	res = r.rounds.runRounds(ctx)
+	res = r.rounds.runAll(ctx)
 	require.NoError(t, res.Err)
 	require.Zero(t, res.Published, "the late row waits while its key's task is in asynq")
 	require.Zero(t, b.enq.count(late.EventID.String()))
@@ -68,10 +68,10 @@ func TestOrderingLateLowerIDWhileARoundHoldsTheKey(t *testing.T) {
 	b.enq.before = func(int) {
 		if started.CompareAndSwap(false, true) { // in the first round, as it enqueues early
 			require.NoError(t, tx.Commit())
-			second = r.rounds.runRounds(ctx)
+			second = r.rounds.runAll(ctx)
 		}
 	}
-	first := r.rounds.runRounds(ctx)
+	first := r.rounds.runAll(ctx)
 	require.NoError(t, first.Err)
 	require.Equal(t, 1, first.Published)
 	require.Equal(t, 1, b.enq.count(early.EventID.String()))
@@ -79,7 +79,7 @@ func TestOrderingLateLowerIDWhileARoundHoldsTheKey(t *testing.T) {
 	require.Zero(t, second.Published, "the late row waited for the round that held its key")
 	require.Zero(t, b.enq.count(late.EventID.String()))
 
-	res := r.rounds.runRounds(ctx)
+	res := r.rounds.runAll(ctx)
 	require.NoError(t, res.Err)
 	require.Zero(t, res.Published, "and waits while the key's task is in asynq")
 	require.Zero(t, b.enq.count(late.EventID.String()))

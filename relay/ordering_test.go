@@ -242,7 +242,7 @@ func TestOrderingUnkeyedFlowWhileKeyBlocked(t *testing.T) {
 		return nil
 	})
 	r := b.newRelay(t, Config{MaxAttempts: 1})
-	res := r.rounds.runRounds(ctx)
+	res := r.rounds.runAll(ctx)
 	require.NoError(t, res.Err)
 	require.Equal(t, 1, res.Dead, "the head of the key died")
 
@@ -407,7 +407,7 @@ func TestOrderingMissingTaskEnqueuedAgain(t *testing.T) {
 	ctx := context.Background()
 	events := insertKeyed(t, b.db, b.queue, "account.changed", []keyedPayload{{"k", 0}, {"k", 1}})
 	r := b.newRelay(t, Config{})
-	res := r.rounds.runRounds(ctx)
+	res := r.rounds.runAll(ctx)
 	require.NoError(t, res.Err)
 	require.Equal(t, 1, res.Published, "only the head of the key")
 	require.NoError(t, b.inspector.DeleteTask(b.queue, events[0].EventID.String()))
@@ -415,7 +415,7 @@ func TestOrderingMissingTaskEnqueuedAgain(t *testing.T) {
 	tr, err := r.keys.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, keytrack.Result{InFlight: 1, Requeued: 1}, tr)
-	res = r.rounds.runRounds(ctx)
+	res = r.rounds.runAll(ctx)
 	require.NoError(t, res.Err)
 	require.Equal(t, 1, res.Published, "the lost head again, not its follower")
 	require.Equal(t, 2, b.enq.count(events[0].EventID.String()))
@@ -479,7 +479,7 @@ func TestOrderingEnqueuedBeforeACrash(t *testing.T) {
 	require.NoError(t, err)
 
 	r := b.newRelay(t, Config{})
-	res := r.rounds.runRounds(ctx)
+	res := r.rounds.runAll(ctx)
 	require.NoError(t, res.Err)
 	require.Equal(t, 1, res.Published)
 	rec := newSequenceRecorder()
@@ -508,7 +508,7 @@ func TestOrderingWithoutInspectorKeyedRowsWait(t *testing.T) {
 	outboxtest.WaitFor(t, 10*time.Second, "the unkeyed event published", func() bool {
 		return outboxtest.CountDelivered(t, b.db, "ordering_key IS NULL") == 1
 	})
-	res := r.rounds.runRounds(ctx)
+	res := r.rounds.runAll(ctx)
 	require.NoError(t, res.Err)
 	require.Zero(t, res.Claimed, "the keyed event is not claimed")
 	stop()

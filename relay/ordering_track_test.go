@@ -21,7 +21,7 @@ func TestOrderingTrackerRedisErrorIsNoMissingTask(t *testing.T) {
 	ctx := context.Background()
 	events := insertKeyed(t, b.db, b.queue, "account.changed", []keyedPayload{{"a", 0}, {"b", 0}, {"a", 1}, {"b", 1}})
 	r := b.newRelay(t, Config{})
-	res := r.rounds.runRounds(ctx)
+	res := r.rounds.runAll(ctx)
 	require.NoError(t, res.Err)
 	require.Equal(t, 2, res.Published, "the heads of a and b")
 

@@ -17,7 +17,7 @@ func TestPreparedStatementsOffByDefault(t *testing.T) {
 	events := insertEvents(t, b.db, b.queue, 5)
 	r := b.newRelay(t, Config{BatchSize: 10})
 	for range 3 {
-		require.NoError(t, r.rounds.runRounds(ctx).Err)
+		require.NoError(t, r.rounds.runAll(ctx).Err)
 	}
 	keyed, mark := r.stmts.Made()
 	require.False(t, keyed)
@@ -31,7 +31,7 @@ func TestPreparedStatementsOffByDefault(t *testing.T) {
 func TestKeyedClaimPreparedKeepsTheOrder(t *testing.T) {
 	t.Parallel()
 	outboxtest.SkipPooled(t, "Config.PreparedStatements is not for use behind a transaction pooler")
-	b := setup(t)
+	b := setupPerRow(t)
 	ctx := context.Background()
 	events := insertKeyed(t, b.db, b.queue, "account.changed", []keyedPayload{
 		{Key: "a", Seq: 0}, {Key: "b", Seq: 0}, {Key: "a", Seq: 1}, {Key: "a", Seq: 2}, {Key: "b", Seq: 1},
@@ -39,7 +39,7 @@ func TestKeyedClaimPreparedKeepsTheOrder(t *testing.T) {
 	r := b.newRelay(t, Config{BatchSize: 10, PreparedStatements: true})
 	var got [][]string
 	for range 4 {
-		res := r.rounds.runRounds(ctx)
+		res := r.rounds.runAll(ctx)
 		require.NoError(t, res.Err)
 		var published []string
 		require.NoError(t, b.db.NewRaw(`SELECT event_id::text FROM outbox_events
@@ -67,18 +67,18 @@ func TestPreparedStatementsLostFallBack(t *testing.T) {
 	b.db.SetMaxOpenConns(1) // one connection, so that DEALLOCATE reaches the relay's statements
 	r := b.newRelay(t, Config{BatchSize: 10, PreparedStatements: true})
 	first := insertEvents(t, b.db, b.queue, 3)
-	require.NoError(t, r.rounds.runRounds(ctx).Err) // the first claim is windowed; the marks run prepared
+	require.NoError(t, r.rounds.runAll(ctx).Err) // the first claim is windowed; the marks run prepared
 	_, mark := r.stmts.Made()
 	require.True(t, mark)
 	_, err := b.db.ExecContext(ctx, "DEALLOCATE ALL")
 	require.NoError(t, err)
 
 	second := insertEvents(t, b.db, b.queue, 3)
-	res := r.rounds.runRounds(ctx)
+	res := r.rounds.runAll(ctx)
 	require.ErrorContains(t, res.Err, "prepared statement", "the statements are gone")
 	require.Zero(t, res.Published)
 	require.True(t, r.stmts.Off(), "the statements are turned off after %v", res.Err)
-	res = r.rounds.runRounds(ctx)
+	res = r.rounds.runAll(ctx)
 	require.NoError(t, res.Err)
 	require.Equal(t, 3, res.Published)
 	requireDeliveredOnce(t, b.inspector, b.queue, append(first, second...))

@@ -77,7 +77,7 @@ func TestRolledBackEventsNeverReachRedis(t *testing.T) {
 	committed := insertEvents(t, b.db, b.queue, 5)
 
 	r := b.newRelay(t, Config{})
-	res := r.rounds.runRounds(ctx)
+	res := r.rounds.runAll(ctx)
 	require.NoError(t, res.Err)
 	require.Equal(t, 5, res.Claimed)
 	require.Equal(t, 5, res.Published)
@@ -95,7 +95,7 @@ func TestTaskCarriesEvent(t *testing.T) {
 	b := setup(t)
 	events := insertEvents(t, b.db, b.queue, 1)
 	r := b.newRelay(t, Config{TaskRetention: time.Hour})
-	require.NoError(t, r.rounds.runRounds(context.Background()).Err)
+	require.NoError(t, r.rounds.runAll(context.Background()).Err)
 
 	ev := events[0]
 	ti, err := b.inspector.GetTaskInfo(b.queue, ev.EventID.String())
@@ -113,7 +113,7 @@ func TestTaskCarriesEvent(t *testing.T) {
 	// Enqueued again (a crash between enqueue and commit): the TaskID conflict counts as delivered.
 	_, err = b.db.NewUpdate().Model((*model.Event)(nil)).Set("published_at = NULL").Where("TRUE").Exec(context.Background())
 	require.NoError(t, err)
-	res := r.rounds.runRounds(context.Background())
+	res := r.rounds.runAll(context.Background())
 	require.NoError(t, res.Err)
 	require.Equal(t, 1, res.Published)
 	require.Equal(t, 2, b.enq.count(ev.EventID.String()))
@@ -362,7 +362,7 @@ VALUES (gen_random_uuid(), 'test.event', ?, '{}', '{"tenant": 7}')`, b.queue)
 	after := insertEvents(t, b.db, b.queue, 10)
 
 	r := b.newRelay(t, Config{MaxAttempts: 5})
-	res := r.rounds.runRounds(context.Background())
+	res := r.rounds.runAll(context.Background())
 	require.NoError(t, res.Err)
 	require.Equal(t, 20, res.Published)
 	require.Equal(t, 1, res.Dead)

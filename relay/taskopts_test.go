@@ -51,7 +51,7 @@ func TestDeliveryOptionsOnTheTask(t *testing.T) {
 	plain := b.newEvent(t, "opts.plain")
 
 	r := b.newRelay(t, Config{TaskRetention: time.Hour})
-	res := r.rounds.runRounds(ctx)
+	res := r.rounds.runAll(ctx)
 	require.NoError(t, res.Err)
 	require.Equal(t, 7, res.Published, "every event is enqueued at once")
 
@@ -104,12 +104,12 @@ func TestScheduledTaskDedupes(t *testing.T) {
 	ctx := context.Background()
 	ev := b.newEvent(t, "opts.scheduled", model.WithProcessIn(time.Hour), model.WithMaxRetry(1))
 	r := b.newRelay(t, Config{})
-	require.NoError(t, r.rounds.runRounds(ctx).Err)
+	require.NoError(t, r.rounds.runAll(ctx).Err)
 	require.Equal(t, asynq.TaskStateScheduled, b.taskInfo(t, ev.EventID.String()).State)
 
 	_, err := b.db.NewUpdate().Model((*model.Event)(nil)).Set("published_at = NULL").Where("id = ?", ev.ID).Exec(ctx)
 	require.NoError(t, err)
-	res := r.rounds.runRounds(ctx)
+	res := r.rounds.runAll(ctx)
 	require.NoError(t, res.Err)
 	require.Equal(t, 1, res.Published)
 	require.Equal(t, 2, b.enq.count(ev.EventID.String()), "enqueued twice")
@@ -135,7 +135,7 @@ func TestScheduledAndGroupedEventsReachTheWorker(t *testing.T) {
 		grouped = append(grouped, b.newEvent(t, "opts.digest", model.WithGroup("digest")))
 	}
 	r := b.newRelay(t, Config{})
-	require.NoError(t, r.rounds.runRounds(ctx).Err)
+	require.NoError(t, r.rounds.runAll(ctx).Err)
 
 	var (
 		mu          sync.Mutex
@@ -202,7 +202,7 @@ func TestFanOutWithDeliveryOptions(t *testing.T) {
 	ev := b.newEvent(t, "order.placed", model.WithProcessAt(at), model.WithMaxRetry(2), model.WithTimeout(time.Minute))
 	grouped := b.newEvent(t, "order.placed", model.WithGroup("digest"))
 	r := b.newRelay(t, Config{Routes: fanout.Routes{"order.placed": {"email", "stock"}}})
-	require.NoError(t, r.rounds.runRounds(ctx).Err)
+	require.NoError(t, r.rounds.runAll(ctx).Err)
 
 	for _, l := range []string{"email", "stock"} {
 		ti := b.taskInfo(t, ev.EventID.String()+":"+l)
@@ -234,7 +234,7 @@ func TestScheduledBacklogAndCleanup(t *testing.T) {
 	pendingLater := b.newEvent(t, "opts.later", model.WithProcessIn(time.Hour))
 
 	r := b.newRelay(t, Config{PublishedRetention: time.Hour})
-	require.NoError(t, r.rounds.runRounds(ctx).Err)
+	require.NoError(t, r.rounds.runAll(ctx).Err)
 	_, err := b.db.ExecContext(ctx, "UPDATE outbox_events SET published_at = NULL WHERE id = ?", pendingLater.ID)
 	require.NoError(t, err)
 	bl, err := adminOf(t, b.db).ReadBacklog(ctx)
