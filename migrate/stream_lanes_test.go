@@ -29,7 +29,7 @@ func TestStreamLanesMigrationDown(t *testing.T) {
 	exec(`ALTER TABLE outbox_events ALTER COLUMN xid SET DEFAULT pg_current_xact_id(),
   ALTER COLUMN published_at SET DEFAULT 'infinity'::timestamptz`)
 	exec(`INSERT INTO bunbox_stream (name, snap_from, system_id, max_id) VALUES ('outbox', pg_current_snapshot(),
-  (SELECT system_identifier FROM pg_control_system()), 0)`)
+  (SELECT system_identifier FROM pg_control_system()), 0) ON CONFLICT (name) DO NOTHING`) // 20261209000001 wrote it
 	require.NoError(t, bunboxmigrate.Up(ctx, db))
 	insert := func(event string, slice int) {
 		t.Helper()
