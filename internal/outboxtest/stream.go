@@ -62,8 +62,8 @@ const streamOffSQL = `ALTER TABLE outbox_events ALTER COLUMN xid DROP DEFAULT, A
 // undeliveredSQL counts the rows of the default outbox not delivered: a row of the per-row path with no
 // published_at (pending or dead), or a streamed row the cursor has not passed (internal/streamsql.Waiting),
 // meeting the condition that follows.
-const undeliveredSQL = `SELECT count(*) FROM outbox_events e ` + streamsql.Cursor + `
-WHERE (e.published_at IS NULL OR ` + streamsql.Waiting + `) AND `
+const undeliveredSQL = `SELECT count(*) FROM (SELECT e.* FROM outbox_events e ` + streamsql.Cursor + `
+WHERE e.published_at IS NULL OR ` + streamsql.Waiting + `) AS e WHERE `
 
 // CountUndelivered counts the rows of db's default outbox not delivered (what published_at IS NULL
 // counts on the per-row path), whether the stream is on or off, that also meet where (SQL on
@@ -73,7 +73,9 @@ func CountUndelivered(tb testing.TB, db bun.IDB, where string, args ...any) int6
 	return countWhere(tb, db, undeliveredSQL, where, args)
 }
 
-// countWhere runs query, a count that ends with AND, for the rows that meet where ("" for all).
+// countWhere runs query, a count of a subquery's rows aliased e (only outbox_events' columns, so that a
+// condition's column names are never ambiguous) that ends with WHERE, for the rows that meet where ("" for
+// all).
 func countWhere(tb testing.TB, db bun.IDB, query, where string, args []any) int64 {
 	tb.Helper()
 	if where == "" {
@@ -88,8 +90,8 @@ func countWhere(tb testing.TB, db bun.IDB, query, where string, args []any) int6
 
 // deliveredSQL counts the rows of the default outbox that were delivered: published by the per-row path,
 // or streamed rows the cursor has passed (internal/streamsql.Delivered), meeting ?0.
-const deliveredSQL = `SELECT count(*) FROM outbox_events e ` + streamsql.Cursor + `
-WHERE ((e.published_at IS NOT NULL AND e.published_at <> ` + streamsql.Sentinel + `) OR ` + streamsql.Delivered + `) AND `
+const deliveredSQL = `SELECT count(*) FROM (SELECT e.* FROM outbox_events e ` + streamsql.Cursor + `
+WHERE (e.published_at IS NOT NULL AND e.published_at <> ` + streamsql.Sentinel + `) OR ` + streamsql.Delivered + `) AS e WHERE `
 
 // CountDelivered counts the rows of db's default outbox that were delivered, whether by the per-row path
 // or by the stream, that also meet where (SQL on outbox_events aliased e; "" for all).
