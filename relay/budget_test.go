@@ -63,7 +63,7 @@ func TestClaimStopsAtTheByteBudget(t *testing.T) {
 			r := b.newRelay(t, Config{BatchBytes: tt.budget(rowSizes(t, b.db)), BatchSize: tt.batch})
 			var got []int
 			for range len(tt.want) + 1 {
-				res := r.rounds.runAll(context.Background())
+				res := r.rounds.runRounds(context.Background())
 				require.NoError(t, res.Err)
 				if res.Claimed == 0 {
 					break
@@ -274,7 +274,7 @@ func TestFirstClaimRespectsTheByteBudget(t *testing.T) {
 	deadline := time.Now().Add(2 * time.Minute)
 	for published(t, b.db) < 30 {
 		require.True(t, time.Now().Before(deadline), "the rounds did not drain the rows in 2 minutes")
-		res := r.rounds.runAll(ctx)
+		res := r.rounds.runRounds(ctx)
 		if res.Err != nil {
 			require.False(t, taskOwn(res.Err), "a round failed for the task's own fault: %v", res.Err)
 			t.Logf("a round met an outage and released its rows: %v", res.Err)
