@@ -102,7 +102,7 @@ func (rs *rounds) runRounds(ctx context.Context) BatchEvent {
 		s = rs.streamRound(ctx, nil)
 		st.active.Add(-1)
 		s.streamed = true
-		if s.full {
+		if s.full && s.Err == nil { // a failed round leaves the backoff to loop, not to a helper
 			rs.callHelper()
 		}
 	}
