@@ -43,6 +43,10 @@ func (rs *rounds) loop(ctx context.Context, wake <-chan struct{}, busy chan<- st
 			wait = rs.cfg.roundBackoff(failures)
 			rs.log.LogAttrs(ctx, slog.LevelWarn, "bunbox relay round failed, backing off",
 				slog.Int("attempt", failures), slog.Duration("delay", wait), slog.Any("err", res.Err))
+		case failures > 0 && res.streamBusy && res.Claimed == 0:
+			// Another worker streams, and this iteration's per-row round found nothing: that is no sign
+			// that the outage is over (the streamed rows may still meet it), so the backoff goes on.
+			wait = rs.cfg.roundBackoff(failures)
 		case failures > 0:
 			rs.log.LogAttrs(ctx, slog.LevelInfo, "bunbox relay recovered", slog.Int("failed_rounds", failures))
 			failures, empties = 0, 0

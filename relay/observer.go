@@ -55,6 +55,9 @@ type BatchEvent struct {
 	// streamed: the iteration ran a stream round (runRounds); after one that delivered rows and was not
 	// full, the loop waits MinPollInterval rather than none (Relay.loop).
 	streamed bool
+	// streamBusy: the stream is on and the iteration's stream round found every lane due held by other
+	// rounds (streamRound): an empty iteration then says nothing of whether an outage is over.
+	streamBusy bool
 }
 
 // DeadEvent describes a row the relay gave up on.

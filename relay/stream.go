@@ -130,5 +130,6 @@ func addRounds(a, b BatchEvent) BatchEvent {
 	a.Err = errors.Join(a.Err, b.Err)
 	a.full = a.full || b.full
 	a.streamed = a.streamed || b.streamed
+	a.streamBusy = a.streamBusy || b.streamBusy
 	return a
 }

@@ -95,7 +95,8 @@ func (rs *rounds) streamRound(ctx context.Context, lanes []string) (res BatchEve
 		return failed("lock a lane", err)
 	}
 	if !ok {
-		return res // other rounds hold every lane due
+		res.streamBusy = true // other rounds hold every lane due
+		return res
 	}
 	if moved, err := sr.cluster(bg, tx, cur); err != nil || moved {
 		if err != nil {
