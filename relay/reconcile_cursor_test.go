@@ -8,6 +8,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/model"
@@ -80,6 +81,61 @@ func TestReconcilerCursorChecksEachRowOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Checked, "the row published again")
 	require.Zero(t, res.Missing)
+}
+
+// A lane whose rows wait while other lanes move (its cursor row held by a round that has not finished,
+// here a session of the test's) holds the reconciler's bound back: the passes that run meanwhile check
+// the other lanes' rows (again at each pass, as the bound waits), and the pass after the held lane
+// delivers checks its rows too, and finds the task Redis lost. (With a bound that passed the held lane's
+// rows, that pass would check none of them.)
+func TestReconcilerCursorWaitsForHeldLanes(t *testing.T) {
+	t.Parallel()
+	b := setupPrivateReconcile(t)
+	ctx := context.Background()
+	intoLane := func(events []*model.Event) { // every alpha row in one lane, before any relay reads them
+		ids := make([]any, len(events))
+		for i, ev := range events {
+			ids[i] = ev.EventID
+		}
+		_, err := b.db.NewRaw("UPDATE outbox_events SET stream_slice = 0 WHERE event_id IN (?)", bun.In(ids)).Exec(ctx)
+		require.NoError(t, err)
+	}
+	intoLane(b.insertInto(t, "alpha", 3))
+	b.insertInto(t, "beta", 3)
+	b.relayAll(t)
+	rc := newReconciler(t, b, relay.ReconcilerConfig{})
+	res, err := rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 6, res.Checked)
+
+	// The rows commit before the session takes the lane, so that its transaction, open at each pass,
+	// does not hold the bound back by itself.
+	late := b.insertInto(t, "alpha", 2)
+	intoLane(late)
+	held, err := b.db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = held.Rollback() }()
+	var lane string
+	require.NoError(t, held.NewRaw("SELECT name FROM bunbox_stream WHERE name = 'outbox/alpha/0' FOR UPDATE").Scan(ctx, &lane))
+	b.insertInto(t, "beta", 4)
+	b.relayWhere(t, nil, "queue = 'beta'")
+	require.EqualValues(t, 2, outboxtest.CountUndelivered(t, b.db, ""), "the held lane's rows wait")
+	for range 2 {
+		res, err = rc.ReconcileOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 4, res.Checked, "the other lane's rows, each pass while the held lane holds the bound back")
+	}
+
+	require.NoError(t, held.Rollback())
+	b.relayAll(t)
+	require.NoError(t, b.inspector.DeleteTask("alpha", late[1].EventID.String()))
+	res, err = rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, relay.ReconcileResult{Checked: 6, Missing: 1, Requeued: 1, Duration: res.Duration,
+		MissingTasks: []relay.MissingTask{{EventID: late[1].EventID, Queue: "alpha"}}}, res, "the held lane's rows, and the others' once more")
+	res, err = rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, res.Checked, "the bound moved past every row")
 }
 
 // A relay's round stamps its rows with its transaction's start and commits them later. A task it

@@ -45,6 +45,12 @@ func (b *reconcileBundle) relayAll(t *testing.T) { t.Helper(); b.relayAllRoutes(
 
 func (b *reconcileBundle) relayAllRoutes(t *testing.T, routes fanout.Routes) {
 	t.Helper()
+	b.relayWhere(t, routes, "")
+}
+
+// relayWhere runs a relay until no row that meets where ("" for all) waits for delivery.
+func (b *reconcileBundle) relayWhere(t *testing.T, routes fanout.Routes, where string) {
+	t.Helper()
 	r, err := relay.New(b.db, b.opt, relay.Config{PollInterval: 20 * time.Millisecond, RoundBackoff: 10 * time.Millisecond,
 		DisableNotify: true, DisableReconciler: true, Logger: outboxtest.Logger(t), Routes: routes})
 	require.NoError(t, err)
@@ -53,7 +59,7 @@ func (b *reconcileBundle) relayAllRoutes(t *testing.T, routes fanout.Routes) {
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 	outboxtest.WaitFor(t, 30*time.Second, "every row published", func() bool {
-		return outboxtest.CountUndelivered(t, b.db, "") == 0
+		return outboxtest.CountUndelivered(t, b.db, where) == 0
 	})
 	cancel()
 	require.NoError(t, <-done)
