@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -575,12 +576,17 @@ type result struct {
 	lost                    []string
 	tasksMissing            int
 	keyedDoneBeforeLoss     int // keyed events seen completed before Redis lost their tasks: not delivered again
+	lanes                   int // the stream's lane cursor rows at the end (0 with the stream off)
+	enqueuesByRelay         map[string]int
 }
 
 func verify(t *testing.T, db *bun.DB, ins *asynq.Inspector, dir string, l *ledger, st *stats, locked int) *result {
 	t.Helper()
 	ctx := context.Background()
-	r := &result{l: l, st: st, byName: map[string]int{}, locked: locked}
+	r := &result{l: l, st: st, byName: map[string]int{}, locked: locked, enqueuesByRelay: map[string]int{}}
+	if err := db.NewRaw("SELECT count(*) FROM bunbox_stream WHERE queue IS NOT NULL").Scan(ctx, &r.lanes); err != nil {
+		t.Fatalf("count the stream's lanes: %v", err)
+	}
 	routedKeys := map[string]bool{}
 	for id, name := range l.expected {
 		r.byName[name]++
@@ -683,7 +689,7 @@ func verify(t *testing.T, db *bun.DB, ins *asynq.Inspector, dir string, l *ledge
 	// Enqueues.
 	enq := map[string][]span{}
 	lostRows := map[string]bool{}
-	readLines(t, filepath.Join(dir, "enqueue-*.log"), func(_ string, f []string) {
+	readLines(t, filepath.Join(dir, "enqueue-*.log"), func(file string, f []string) {
 		if _, ok := l.forbidden[eventOf(f[1])]; ok {
 			r.enqueuedForbidden++
 		}
@@ -695,6 +701,7 @@ func verify(t *testing.T, db *bun.DB, ins *asynq.Inspector, dir string, l *ledge
 			return
 		}
 		r.okEnqueues++
+		r.enqueuesByRelay[strings.TrimSuffix(strings.TrimPrefix(file, "enqueue-"), ".log")]++
 		s, _ := strconv.ParseInt(f[2], 10, 64)
 		e, _ := strconv.ParseInt(f[3], 10, 64)
 		enq[f[1]] = append(enq[f[1]], span{time.Unix(0, s), time.Unix(0, e)})
@@ -807,6 +814,16 @@ func (r *result) assert(t *testing.T) {
 	}
 }
 
+// byRelay lists the counts of n by relay id, in order of id.
+func byRelay(n map[string]int) string {
+	ids := slices.Sorted(maps.Keys(n))
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = fmt.Sprintf("%s %d", id, n[id])
+	}
+	return strings.Join(parts, ", ")
+}
+
 func (r *result) table(seed int64, st *stats) string {
 	var b strings.Builder
 	row := func(k, format string, args ...any) {
@@ -827,6 +844,7 @@ func (r *result) table(seed int64, st *stats) string {
 	row("raw deliveries", "%d (%d redeliveries absorbed by the inbox)", r.rawDeliveries, r.rawDeliveries-r.distinctDelivered)
 	row("handlers cut by SIGKILL", "%d (redelivered after the lease expired, or by the reconciler)", r.cutHandlers)
 	row("enqueues", "%d created, %d conflicts (deduplicated)", r.okEnqueues, r.conflicts)
+	row("stream lanes, by relay", "%d lanes; tasks created by each relay: %s", r.lanes, byRelay(r.enqueuesByRelay))
 	row("re-enqueued after Redis loss", "%d tasks; reconcilers requeued %d rows of %d that had a task before",
 		r.reenqueuedAfterLoss, r.reconcilerRequeued, r.rowsLostWithRedis)
 	row("duplicate enqueues", "%d (ambiguous spans %d)", r.dupEnqueues, r.ambiguous)
