@@ -78,8 +78,17 @@ func TestPreparedStatementsLostFallBack(t *testing.T) {
 	require.ErrorContains(t, res.Err, "prepared statement", "the statements are gone")
 	require.Zero(t, res.Published)
 	require.True(t, r.stmts.Off(), "the statements are turned off after %v", res.Err)
-	res = r.rounds.runAll(ctx)
-	require.NoError(t, res.Err)
-	require.Equal(t, 3, res.Published)
+	// On pgx, DEALLOCATE ALL dropped the driver's own cached statements too, and pgx forgets each one
+	// only when it fails: a round or two more may fail on them, then one runs clean.
+	published := 0
+	for i := 0; ; i++ {
+		res = r.rounds.runAll(ctx)
+		published += res.Published
+		if res.Err == nil {
+			break
+		}
+		require.Less(t, i, 10, "a round runs clean once pgx has forgotten its statements: %v", res.Err)
+	}
+	require.Equal(t, 3, published)
 	requireDeliveredOnce(t, b.inspector, b.queue, append(first, second...))
 }
