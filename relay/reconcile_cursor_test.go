@@ -93,7 +93,7 @@ func TestReconcilerCursorWaitsForHeldLanes(t *testing.T) {
 	b := setupPrivateReconcile(t)
 	ctx := context.Background()
 	require.NoError(t, relay.EnableStream(ctx, b.db, model.Location{})) // a test of the stream's lanes, also under BUNBOX_TEST_STREAM=off
-	intoLane := func(events []*model.Event) { // every alpha row in one lane, before any relay reads them
+	intoLane := func(events []*model.Event) {                           // every alpha row in one lane, before any relay reads them
 		ids := make([]any, len(events))
 		for i, ev := range events {
 			ids[i] = ev.EventID
