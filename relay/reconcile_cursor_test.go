@@ -92,13 +92,15 @@ func TestReconcilerCursorWaitsForHeldLanes(t *testing.T) {
 	t.Parallel()
 	b := setupPrivateReconcile(t)
 	ctx := context.Background()
-	require.NoError(t, relay.EnableStream(ctx, b.db, model.Location{})) // a test of the stream's lanes, also under BUNBOX_TEST_STREAM=off
-	intoLane := func(events []*model.Event) {                           // every alpha row in one lane, before any relay reads them
+	// A test of the stream's lanes, also under BUNBOX_TEST_STREAM=off.
+	require.NoError(t, relay.EnableStream(ctx, b.db, model.Location{}))
+	// intoLane puts every alpha row in one lane, before any relay reads them.
+	intoLane := func(events []*model.Event) {
 		ids := make([]any, len(events))
 		for i, ev := range events {
 			ids[i] = ev.EventID
 		}
-		_, err := b.db.NewRaw("UPDATE outbox_events SET stream_slice = 0 WHERE event_id IN (?)", bun.In(ids)).Exec(ctx)
+		_, err := b.db.NewRaw("UPDATE outbox_events SET stream_slice = 0 WHERE event_id IN (?)", bun.List(ids)).Exec(ctx)
 		require.NoError(t, err)
 	}
 	intoLane(b.insertInto(t, "alpha", 3))
