@@ -524,9 +524,11 @@ func redisLatency(ctx context.Context, rdb *redis.Client, q string, ids []string
 
 // streamWaitingSQL counts the streamed rows the cursor has not passed (internal/streamsql's Waiting),
 // reading only those of transactions at or past the xmin of the cursor's finished snapshot (every older
-// one is visible in it, so delivered): 0 with the stream never turned on.
+// one is visible in it, so delivered): 0 with the stream never turned on. The upper bound (WaitingTo)
+// is for the planner, as in streamsql.Pending: without it, with a million delivered rows kept, it planned
+// a sequential scan that ran for minutes, holding the xmin horizon (and so autovacuum) back.
 const streamWaitingSQL = `SELECT count(*) FROM outbox_events e ` + streamsql.Cursor + `
-WHERE e.published_at = 'infinity' AND e.xid >= ` + streamsql.WaitingFrom + `
+WHERE e.published_at = 'infinity' AND e.xid >= ` + streamsql.WaitingFrom + ` AND e.xid < ` + streamsql.WaitingTo + `
   AND ` + streamsql.Waiting
 
 func totalBytes(s sustainSnap) int64 {
