@@ -237,7 +237,7 @@ WHERE relid IN (to_regclass('bunbox_stream'), to_regclass('bunbox_leases'))`).Sc
 			return s, err
 		}
 		if err := db.NewRaw(`SELECT (SELECT coalesce(max(id), 0) FROM outbox_events),
-  (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL) + (`+streamWaitingSQL+`),
+  (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL) + (`+streamWaitingSQL(q)+`),
   pg_current_wal_lsn()::text, pg_relation_size('outbox_events'),
   n_dead_tup, n_live_tup, autovacuum_count FROM pg_stat_user_tables WHERE relid = 'outbox_events'::regclass`).
 			Scan(ctx, &s.maxID, &s.pending, &s.lsn, &s.tableBytes, &s.dead, &s.live, &s.avCount); err != nil {
@@ -329,7 +329,7 @@ FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'outb
 	t0 := time.Now()
 	var left int64
 	for {
-		if err := db.NewRaw("SELECT (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL) + ("+streamWaitingSQL+")").Scan(ctx, &left); err != nil {
+		if err := db.NewRaw("SELECT (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL) + ("+streamWaitingSQL(q)+")").Scan(ctx, &left); err != nil {
 			return err
 		}
 		if left == 0 || time.Since(t0) > 2*time.Minute {
@@ -522,14 +522,21 @@ func redisLatency(ctx context.Context, rdb *redis.Client, q string, ids []string
 	return s, nil
 }
 
-// streamWaitingSQL counts the streamed rows the cursor has not passed (internal/streamsql's Waiting),
-// reading only those of transactions at or past the xmin of the cursor's finished snapshot (every older
-// one is visible in it, so delivered): 0 with the stream never turned on. The upper bound (WaitingTo)
-// is for the planner, as in streamsql.Pending: without it, with a million delivered rows kept, it planned
-// a sequential scan that ran for minutes, holding the xmin horizon (and so autovacuum) back.
-const streamWaitingSQL = `SELECT count(*) FROM outbox_events e ` + streamsql.Cursor + `
-WHERE e.published_at = 'infinity' AND e.xid >= ` + streamsql.WaitingFrom + ` AND e.xid < ` + streamsql.WaitingTo + `
+// streamWaitingSQL counts the streamed rows of queue q the cursor has not passed (internal/streamsql's
+// Waiting), reading only those of transactions at or past the least xmin of the snap_from of the cursor
+// rows that judge q's rows (its lanes' and the base row's: every older transaction is visible in those
+// snapshots, so its rows are delivered) and below the statement's xmax (for the planner, as in
+// streamsql.Pending): 0 with the stream never turned on. streamsql.WaitingFrom, the least xmin of every
+// cursor row, would not do: the lanes of the queue "default", created by the migrations and idle in this
+// run, keep it at the run's start, and the count then read every row the table keeps, for minutes, holding
+// the xmin horizon (and so autovacuum) back. (q is a queue name of env.queue: letters, digits, "_".)
+func streamWaitingSQL(q string) string {
+	return `SELECT count(*) FROM outbox_events e ` + streamsql.Cursor + `
+WHERE e.published_at = 'infinity' AND e.xid < ` + streamsql.WaitingTo + `
+  AND e.xid >= coalesce((SELECT min(pg_snapshot_xmin(snap_from)) FROM bunbox_stream
+    WHERE name = 'outbox' OR name LIKE 'outbox/` + q + `/%'), '0'::xid8)
   AND ` + streamsql.Waiting
+}
 
 func totalBytes(s sustainSnap) int64 {
 	n := s.tableBytes
