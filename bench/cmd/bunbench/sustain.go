@@ -638,10 +638,14 @@ func (l *avLog) read() (vacuums, analyzes int, secs float64) {
 
 // dropBigQueue deletes the tasks of queue q a batch at a time (asynq's DeleteQueue would run one Lua script
 // over millions of keys, holding Redis for its whole length), then its pending list, and says what it did.
-func dropBigQueue(rdb *redis.Client, q string) {
+// It has a client of its own with a read timeout of a minute: with the machine loaded, an UNLINK of 10,000
+// keys outlived go-redis's 3 s, the tasks stayed, and env.close's DeleteQueue then held Redis for minutes.
+func dropBigQueue(run *redis.Client, q string) {
 	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: run.Options().Addr, ReadTimeout: time.Minute})
+	defer rdb.Close()
 	iter := rdb.Scan(ctx, 0, "asynq:{"+q+"}:t:*", 10_000).Iterator()
-	batch := make([]string, 0, 10_000)
+	batch := make([]string, 0, 2_000)
 	var n int
 	var err error
 	flush := func() {
