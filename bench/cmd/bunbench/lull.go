@@ -508,6 +508,8 @@ func runChildRelay(args []string) int {
 		return 1
 	}
 	cfg.WakeInterval = cmp.Or(wake, cfg.WakeInterval)
+	var passes relayPasses
+	cfg.Reconciler.OnPass = passes.add
 	r, err := relay.New(db, asynq.RedisClientOpt{Addr: addr}, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -517,6 +519,7 @@ func runChildRelay(args []string) int {
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 	fmt.Println("running")
+	go answerStats(r, &passes) // the sustain part asks for the relay's counters on stdin
 	if err := <-done; err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

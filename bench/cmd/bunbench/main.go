@@ -60,18 +60,23 @@ type options struct {
 	lullN      int           // samples per relay of the lull part
 	cpuProfile string
 
-	sustainRate    int           // events per second the sustain part writes
-	sustainDur     time.Duration // how long the sustain part writes
-	sustainEvery   time.Duration // a row of the sustain part per this much time
-	sustainWriters int           // writers of the sustain part
-	sustainBatch   int           // events per transaction of the sustain part
-	pgLog          string        // the server log the sustain part reads autovacuums from
-	aofRewrite     bool          // sustain: leave Redis's automatic AOF rewrite on
-	keptRows       int           // published rows kept in the keptdrain part's table
-	holdXmin       time.Duration // sustain: how long a transaction holds the xmin horizon (0: none)
-	holdAfter      time.Duration // sustain: when, after the writers start, that transaction begins
-	holdXid        bool          // sustain: the holding transaction takes a transaction id (it wrote)
-	keptN          int           // pending events drained in each keptdrain round
+	sustainRate           int           // events per second the sustain part writes
+	sustainDur            time.Duration // how long the sustain part writes
+	sustainEvery          time.Duration // a row of the sustain part per this much time
+	sustainWriters        int           // writers of the sustain part
+	sustainBatch          int           // events per transaction of the sustain part
+	pgLog                 string        // the server log the sustain part reads autovacuums from
+	aofRewrite            bool          // sustain: leave Redis's automatic AOF rewrite on
+	keptRows              int           // published rows kept in the keptdrain part's table
+	holdXmin              time.Duration // sustain: how long a transaction holds the xmin horizon (0: none)
+	holdAfter             time.Duration // sustain: when, after the writers start, that transaction begins
+	holdXid               bool          // sustain: the holding transaction takes a transaction id (it wrote)
+	sustainRetention      time.Duration // sustain: the relay's PublishedRetention (0: its default)
+	sustainConsume        bool          // sustain: an asynq server with a no-op handler drains the queue
+	sustainConsumers      int           // sustain: the Concurrency of each of those servers
+	sustainConsumeServers int           // sustain: how many asynq servers drain the queue
+	sustainTaskRetention  time.Duration // sustain: the relay's TaskRetention (0: 2m with -sustain-consume, else its default)
+	keptN                 int           // pending events drained in each keptdrain round
 }
 
 func main() {
@@ -80,6 +85,9 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == childRelayCommand {
 		os.Exit(runChildRelay(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == childConsumeCommand {
+		os.Exit(runChildConsume(os.Args[2:]))
 	}
 	var o options
 	var parts, growth string
@@ -107,6 +115,11 @@ func main() {
 	flag.DurationVar(&o.holdXmin, "sustain-hold-xmin", 0, "sustain: a transaction holds the xmin horizon this long (0: none)")
 	flag.DurationVar(&o.holdAfter, "sustain-hold-after", 2*time.Minute, "sustain: the holding transaction begins this long after the writers")
 	flag.BoolVar(&o.holdXid, "sustain-hold-xid", true, "sustain: the holding transaction takes a transaction id, as one that wrote and stays open")
+	flag.DurationVar(&o.sustainRetention, "sustain-retention", 0, "sustain: the relay's PublishedRetention for the run (0: its default, 7 days)")
+	flag.BoolVar(&o.sustainConsume, "sustain-consume", false, "sustain: an asynq server (no-op handler) in a process of its own drains the queue")
+	flag.IntVar(&o.sustainConsumers, "sustain-consumers", 16, "sustain: the Concurrency of each of -sustain-consume's servers")
+	flag.IntVar(&o.sustainConsumeServers, "sustain-consume-servers", 4, "sustain: how many asynq servers -sustain-consume runs (each takes its tasks one Redis round trip at a time)")
+	flag.DurationVar(&o.sustainTaskRetention, "sustain-task-retention", 0, "sustain: the relay's TaskRetention for the run (0: 2m with -sustain-consume, so Redis keeps 2 minutes of completed tasks; else its default, 24h)")
 	flag.IntVar(&o.keptRows, "kept-rows", 10_000_000, "keptdrain: published rows kept in the table")
 	flag.IntVar(&o.keptN, "kept-n", 50_000, "keptdrain: pending events drained per round")
 	flag.BoolVar(&o.quick, "quick", false, "a smoke run: 2 rounds, short arms, small backlogs")

@@ -30,10 +30,13 @@ import (
 // sustain: writers commit events at a steady rate (-sustain-batch events per transaction; 1, the default,
 // is a service that records one event per business transaction) while the relay, in a process of its own at its default
 // Config (cleanup on, PublishedRetention 7 days, reconciler on, TaskRetention 24 h), forwards them to
-// asynq. Nothing consumes the queue: its tasks stay pending in Redis for the run (a consumer would keep as
-// many completed tasks for the default TaskRetention of 24 h, and spend the shared CPU), and deleting
-// them would make the reconciler requeue their rows. Every interval prints one row of what should stay
-// flat.
+// asynq. -sustain-retention sets its PublishedRetention, so that cleanup deletes rows during the run.
+// Without -sustain-consume nothing consumes the queue: its tasks stay pending in Redis for the run
+// (deleting them would make the reconciler requeue their rows). With it, an asynq server with a no-op
+// handler drains the queue (sustainconsume.go), and the relay's TaskRetention is 2 minutes unless
+// -sustain-task-retention says otherwise: Redis then holds about 2 minutes of completed tasks, and the
+// reconciler's Window (half of it, 1 minute) only looks at rows whose completed tasks are still kept.
+// Every interval prints one row of what should stay flat.
 //
 // keptdrain: the same drain of a backlog with 10 M published rows kept in the table and with none,
 // rounds alternating, and the ratio of the medians.
@@ -41,11 +44,14 @@ import (
 // sustainSnap is what the sustain part reads at the end of each interval.
 type sustainSnap struct {
 	at         time.Time
-	written    int64  // events committed by the writers
-	missed     int64  // events the pacer could not hand to a writer within a second
-	maxID      int64  // the table's largest id
-	pending    int64  // rows not yet published
-	inRedis    int64  // tasks in the queue's pending list
+	written    int64 // events committed by the writers
+	missed     int64 // events the pacer could not hand to a writer within a second
+	maxID      int64 // the table's largest id
+	pending    int64 // rows not yet published
+	inRedis    int64 // tasks in the queue's pending list
+	processed  int64 // tasks asynq's server processed (asynq:{q}:processed)
+	rows       int64 // count(*) of outbox_events
+	relay      relayStats
 	lsn        string // pg_current_wal_lsn()
 	tableBytes int64
 	indexes    []indexSize
@@ -100,8 +106,13 @@ func sustainArm(ctx context.Context, e *env, o options, name string, stream bool
 	if !o.aofRewrite {
 		rewrite = "off for the run"
 	}
-	fmt.Printf("## Flat at scale, %s: %d events/s for %s, %d writers, %d events per transaction, a row per %s, Redis's automatic AOF rewrite %s (load average %s)\n\n",
-		name, o.sustainRate, o.sustainDur, o.sustainWriters, max(1, o.sustainBatch), o.sustainEvery, rewrite, loadAverage())
+	relayEnv, relayConf := sustainRelayEnv(o)
+	consume := "nothing consumes the queue"
+	if o.sustainConsume {
+		consume = fmt.Sprintf("%d asynq servers (Concurrency %d each, a no-op handler) in a process of their own drain the queue", o.sustainConsumeServers, o.sustainConsumers)
+	}
+	fmt.Printf("## Flat at scale, %s: %d events/s for %s, %d writers, %d events per transaction, a row per %s, Redis's automatic AOF rewrite %s, the relay's Config %s, %s (load average %s)\n\n",
+		name, o.sustainRate, o.sustainDur, o.sustainWriters, max(1, o.sustainBatch), o.sustainEvery, rewrite, relayConf, consume, loadAverage())
 	db, schema, err := e.schema(ctx, o.sustainWriters+4, true)
 	if err != nil {
 		return err
@@ -138,19 +149,35 @@ func sustainArm(ctx context.Context, e *env, o options, name string, stream bool
 		return err
 	}
 	proc := exec.CommandContext(ctx, exe, childRelayCommand, schema, "0") // relay.Config{}: every default, unless OUTBOX_* are set
+	proc.Env = append(os.Environ(), relayEnv...)
 	proc.Stderr = os.Stderr
 	out, err := proc.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	in, err := proc.StdinPipe()
 	if err != nil {
 		return err
 	}
 	if err := proc.Start(); err != nil {
 		return err
 	}
-	defer func() { _ = proc.Process.Signal(os.Interrupt); _ = proc.Wait() }()
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || strings.TrimSpace(line) != "running" {
+	defer func() { _ = in.Close(); _ = proc.Process.Signal(os.Interrupt); _ = proc.Wait() }()
+	asker := &relayAsker{in: in, out: bufio.NewReader(out)}
+	if line, err := asker.out.ReadString('\n'); err != nil || strings.TrimSpace(line) != "running" {
 		return fmt.Errorf("the relay's process did not start: %q %v", line, err)
 	}
+	var cons *consumer
+	if o.sustainConsume {
+		if cons, err = startConsumer(ctx, q, o.sustainConsumeServers, o.sustainConsumers); err != nil {
+			return err
+		}
+		defer cons.stop()
+	}
 	cpu := newCPUSampler(newMeter(ctx, db, e.redis.Addr), proc.Process.Pid, rdb)
+	if cons != nil {
+		cpu.consumer = cons.proc.Process.Pid
+	}
 	forksCtx, stopForks := context.WithCancel(ctx)
 	defer stopForks()
 	go cpu.watchForks(forksCtx)
@@ -202,8 +229,15 @@ func sustainArm(ctx context.Context, e *env, o options, name string, stream bool
 WHERE relid IN (to_regclass('bunbox_stream'), to_regclass('bunbox_leases'))`).Scan(ctx, &s.smallDead); err != nil {
 			return s, err
 		}
+		var err error
+		if s.relay, err = asker.ask(); err != nil {
+			return s, err
+		}
+		if err := db.NewRaw("SELECT count(*) FROM outbox_events").Scan(ctx, &s.rows); err != nil {
+			return s, err
+		}
 		if err := db.NewRaw(`SELECT (SELECT coalesce(max(id), 0) FROM outbox_events),
-  (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL) + (`+streamWaitingSQL+`),
+  (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL) + (`+streamWaitingSQL(q)+`),
   pg_current_wal_lsn()::text, pg_relation_size('outbox_events'),
   n_dead_tup, n_live_tup, autovacuum_count FROM pg_stat_user_tables WHERE relid = 'outbox_events'::regclass`).
 			Scan(ctx, &s.maxID, &s.pending, &s.lsn, &s.tableBytes, &s.dead, &s.live, &s.avCount); err != nil {
@@ -227,6 +261,7 @@ FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'outb
 			return s, err
 		}
 		s.inRedis, _ = rdb.LLen(ctx, "asynq:{"+q+"}:pending").Result()
+		s.processed, _ = rdb.Get(ctx, "asynq:{"+q+"}:processed").Int64()
 		if info, err := rdb.Info(ctx, "memory").Result(); err == nil {
 			for _, line := range strings.Split(info, "\n") {
 				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
@@ -268,7 +303,11 @@ FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'outb
 		if err != nil {
 			return err
 		}
-		row, err := sustainRow(ctx, db, rdb, q, stream, prev, s, start)
+		var consumed map[string]int64
+		if cons != nil {
+			consumed = cons.take()
+		}
+		row, err := sustainRow(ctx, db, rdb, q, stream, prev, s, start, consumed)
 		if err != nil {
 			return err
 		}
@@ -290,7 +329,7 @@ FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'outb
 	t0 := time.Now()
 	var left int64
 	for {
-		if err := db.NewRaw("SELECT (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL) + ("+streamWaitingSQL+")").Scan(ctx, &left); err != nil {
+		if err := db.NewRaw("SELECT (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL) + ("+streamWaitingSQL(q)+")").Scan(ctx, &left); err != nil {
 			return err
 		}
 		if left == 0 || time.Since(t0) > 2*time.Minute {
@@ -299,10 +338,11 @@ FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'outb
 		time.Sleep(100 * time.Millisecond) // the poll step of the wait
 	}
 	fmt.Println()
-	table([]string{"elapsed", "written/s", "in Redis/s", "backlog rows", "created→claimed p50 / p99 ms", "created→in Redis p50 / p99 ms", "claim (stream: read) ms",
-		"table MB", "indexes MB", "pending indexes kB", "WAL B/event", "autovacuum n / s", "dead tuples", "cursor + leases dead tuples", "xmin held", "Redis MB", "load avg",
-		cpuHeader[0], cpuHeader[1]}, rows)
+	table(sustainHeader, rows)
 	last := prev
+	fmt.Printf("\nThe relay's process: %d rows delivered to asynq (relay.Stats().Published), %d rows deleted by cleanup; its reconciler made %d passes (%d failed), "+
+		"looked up %d rows' tasks, found %d missing and requeued %d.\n",
+		last.relay.published, last.relay.cleaned, last.relay.passes, last.relay.failedPasses, last.relay.checked, last.relay.missing, last.relay.requeued)
 	fmt.Printf("\n%d events written in %s (%.0f/s, %d transactions the pacer could not hand to a writer); backlog at the end %d rows, "+
 		"%d after %s; table + indexes grew %.0f bytes per event written.\n",
 		last.written-first.written, last.at.Sub(first.at).Round(time.Second), float64(last.written-first.written)/last.at.Sub(first.at).Seconds(),
@@ -330,25 +370,37 @@ FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'outb
 	table(header, ixRows)
 	fmt.Println(`
 written/s: events committed per second by the writers (-sustain-batch events per transaction, paced by a ticker);
-in Redis/s: tasks that reached the queue's pending list per second (nothing consumes it); backlog: rows not yet
+in Redis/s: tasks that reached the queue per second (its pending list's growth plus the tasks asynq's server processed,
+asynq:{q}:processed); consumed/s: those processed (-sustain-consume; 0 without); backlog: rows not yet
 published at the end of the interval (pending rows, and streamed rows the cursor has not passed); created→claimed:
 published_at − created_at of every 50th row written in the interval (created_at is the producer's transaction
 start, published_at the relay's claim transaction's now(), so it is commit → claimed, a lower bound of commit →
 in Redis; a streamed row has no such time); created→in Redis: the same rows' task's pending_since (asynq's
-client clock when it enqueued the task, on this machine) − created_at; claim: relay/claim.go's claim of 500,
+client clock when it enqueued the task, on this machine) − created_at (asynq drops pending_since when a worker takes
+the task: with a consumer, only the tasks still pending are measured); created→handler: the time the consumer's
+handler ran − created_at, of the tasks whose id ends in "00" handled in the interval (about 1 in 256); claim: relay/claim.go's claim of 500,
 timed alone 21 times in a transaction rolled back, median (with the stream on: the stream round's read of 500
 after the cursor, the same way); sizes: pg_relation_size of the table (main fork) and
 of each index; WAL: pg_current_wal_lsn() difference over the events written in the interval (the server is
 this run's alone); autovacuum: the automatic vacuums of outbox_events that ended in the interval and the sum of
 their elapsed time, from the server log (log_autovacuum_min_duration = 0 on the table); dead tuples:
-pg_stat_user_tables.n_dead_tup (of outbox_events; then of bunbox_stream and bunbox_leases together); xmin held: whether
+pg_stat_user_tables.n_dead_tup (of outbox_events; then of bunbox_stream and bunbox_leases together); rows in table:
+count(*) of outbox_events at the end of the interval; cleanup deleted: the rows the relay's cleanup deleted in the
+interval (relay.Stats().Cleaned, asked of its process); reconciler: its passes that ended in the interval, the rows
+whose tasks they looked up in Redis, and the rows they requeued (ReconcilerConfig.OnPass); xmin held: whether
 the transaction of -sustain-hold-xmin was open at the end of the interval; load avg: /proc/loadavg at the end of the interval (the machine is shared).`)
 	fmt.Printf(cpuNote+"\n", gomaxprocs())
 	return nil
 }
 
+// sustainHeader heads sustainRow's columns.
+var sustainHeader = []string{"elapsed", "written/s", "in Redis/s", "consumed/s", "backlog rows", "created→claimed p50 / p99 ms",
+	"created→in Redis p50 / p99 ms", "created→handler p50 / p99 ms", "claim (stream: read) ms", "table MB", "indexes MB", "pending indexes kB", "WAL B/event",
+	"rows in table", "cleanup deleted", "autovacuum n / s", "dead tuples", "cursor + leases dead tuples", "xmin held",
+	"reconciler passes / looked up / requeued", "Redis MB", "load avg", cpuHeader[0], cpuHeader[1]}
+
 // sustainRow is the printed row of the interval from a to b.
-func sustainRow(ctx context.Context, db *bun.DB, rdb *redis.Client, q string, stream bool, a, b sustainSnap, start time.Time) ([]string, error) {
+func sustainRow(ctx context.Context, db *bun.DB, rdb *redis.Client, q string, stream bool, a, b sustainSnap, start time.Time, consumed map[string]int64) ([]string, error) {
 	secs := b.at.Sub(a.at).Seconds()
 	events := b.written - a.written
 	var p50, p99 float64
@@ -418,12 +470,20 @@ WHERE id = ANY(ARRAY(SELECT generate_series(?::bigint, ?::bigint, 50)))`, a.maxI
 	if b.avN >= 0 {
 		av = fmt.Sprintf("%d / %.1f s (%d analyze)", b.avN, b.avSec, b.anN)
 	}
+	handler := "–"
+	if consumed != nil {
+		if handler, err = handlerLatency(ctx, db, consumed); err != nil {
+			return nil, err
+		}
+	}
 	row := []string{fmtElapsed(b.at.Sub(start)), fmt.Sprintf("%.0f", float64(events)/secs),
-		fmt.Sprintf("%.0f", float64(b.inRedis-a.inRedis)/secs), strconv.FormatInt(b.pending, 10),
-		latency, inRedis, fmt.Sprintf("%.2f", claim),
+		fmt.Sprintf("%.0f", float64(b.inRedis-a.inRedis+b.processed-a.processed)/secs), fmt.Sprintf("%.0f", float64(b.processed-a.processed)/secs),
+		strconv.FormatInt(b.pending, 10), latency, inRedis, handler, fmt.Sprintf("%.2f", claim),
 		fmt.Sprintf("%.0f", float64(b.tableBytes)/(1<<20)), fmt.Sprintf("%.0f", float64(all)/(1<<20)),
 		strconv.FormatInt(pending/1024, 10), fmt.Sprintf("%.0f", float64(wal)/float64(max(1, events))),
+		strconv.FormatInt(b.rows, 10), fmt.Sprintf("%d (%.0f/s)", b.relay.cleaned-a.relay.cleaned, float64(b.relay.cleaned-a.relay.cleaned)/secs),
 		av, strconv.FormatInt(b.dead, 10), strconv.FormatInt(b.smallDead, 10), map[bool]string{true: "yes", false: "no"}[b.holding],
+		fmt.Sprintf("%d / %d / %d", b.relay.passes-a.relay.passes, b.relay.checked-a.relay.checked, b.relay.requeued-a.relay.requeued),
 		fmt.Sprintf("%.0f", b.redisMB), b.load}
 	return append(row, cpuColumns(a.cpu, b.cpu, secs)...), nil
 }
@@ -462,12 +522,21 @@ func redisLatency(ctx context.Context, rdb *redis.Client, q string, ids []string
 	return s, nil
 }
 
-// streamWaitingSQL counts the streamed rows the cursor has not passed (internal/streamsql's Waiting),
-// reading only those of transactions at or past the xmin of the cursor's finished snapshot (every older
-// one is visible in it, so delivered): 0 with the stream never turned on.
-const streamWaitingSQL = `SELECT count(*) FROM outbox_events e ` + streamsql.Cursor + `
-WHERE e.published_at = 'infinity' AND e.xid >= ` + streamsql.WaitingFrom + `
+// streamWaitingSQL counts the streamed rows of queue q the cursor has not passed (internal/streamsql's
+// Waiting), reading only those of transactions at or past the least xmin of the snap_from of the cursor
+// rows that judge q's rows (its lanes' and the base row's: every older transaction is visible in those
+// snapshots, so its rows are delivered) and below the statement's xmax (for the planner, as in
+// streamsql.Pending): 0 with the stream never turned on. streamsql.WaitingFrom, the least xmin of every
+// cursor row, would not do: the lanes of the queue "default", created by the migrations and idle in this
+// run, keep it at the run's start, and the count then read every row the table keeps, for minutes, holding
+// the xmin horizon (and so autovacuum) back. (q is a queue name of env.queue: letters, digits, "_".)
+func streamWaitingSQL(q string) string {
+	return `SELECT count(*) FROM outbox_events e ` + streamsql.Cursor + `
+WHERE e.published_at = 'infinity' AND e.xid < ` + streamsql.WaitingTo + `
+  AND e.xid >= coalesce((SELECT min(pg_snapshot_xmin(snap_from)) FROM bunbox_stream
+    WHERE name = 'outbox' OR name LIKE 'outbox/` + q + `/%'), '0'::xid8)
   AND ` + streamsql.Waiting
+}
 
 func totalBytes(s sustainSnap) int64 {
 	n := s.tableBytes
@@ -569,10 +638,14 @@ func (l *avLog) read() (vacuums, analyzes int, secs float64) {
 
 // dropBigQueue deletes the tasks of queue q a batch at a time (asynq's DeleteQueue would run one Lua script
 // over millions of keys, holding Redis for its whole length), then its pending list, and says what it did.
-func dropBigQueue(rdb *redis.Client, q string) {
+// It has a client of its own with a read timeout of a minute: with the machine loaded, an UNLINK of 10,000
+// keys outlived go-redis's 3 s, the tasks stayed, and env.close's DeleteQueue then held Redis for minutes.
+func dropBigQueue(run *redis.Client, q string) {
 	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: run.Options().Addr, ReadTimeout: time.Minute})
+	defer rdb.Close()
 	iter := rdb.Scan(ctx, 0, "asynq:{"+q+"}:t:*", 10_000).Iterator()
-	batch := make([]string, 0, 10_000)
+	batch := make([]string, 0, 2_000)
 	var n int
 	var err error
 	flush := func() {
@@ -592,7 +665,8 @@ func dropBigQueue(rdb *redis.Client, q string) {
 		err = iter.Err()
 	}
 	if err == nil {
-		err = rdb.Unlink(ctx, "asynq:{"+q+"}:pending").Err()
+		err = rdb.Unlink(ctx, "asynq:{"+q+"}:pending", "asynq:{"+q+"}:completed", "asynq:{"+q+"}:active", "asynq:{"+q+"}:lease",
+			"asynq:{"+q+"}:processed", "asynq:{"+q+"}:failed").Err()
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bunbench: deleting the tasks of queue %s: %v (%d deleted)\n", q, err, n)

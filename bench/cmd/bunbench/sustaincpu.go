@@ -21,6 +21,7 @@ import (
 // cpuSampler reads the counters of sustainCPU.
 type cpuSampler struct {
 	relay, postmaster, redis int // pids; 0: not found, not measured
+	consumer                 int // the pid of -sustain-consume's process; 0: none
 	rdb                      *redis.Client
 	forkSecs                 atomic.Int64 // seconds in which Redis had a background save in progress
 }
@@ -30,6 +31,7 @@ type cpuSampler struct {
 // Redis's forks) and those still running.
 type sustainCPU struct {
 	relay, pg, redis time.Duration
+	consumer         time.Duration
 	forkSecs         int64
 	aofRewrites      int64 // INFO persistence aof_rewrites
 	rdbSaves         int64 // INFO persistence rdb_saves
@@ -80,6 +82,9 @@ func (c *cpuSampler) read(ctx context.Context) sustainCPU {
 	if c.relay != 0 {
 		s.relay = procStat(c.relay).cpu
 	}
+	if c.consumer != 0 {
+		s.consumer = procStat(c.consumer).cpu
+	}
 	p := c.persistence(ctx)
 	s.aofRewrites, s.rdbSaves = p["aof_rewrites"], p["rdb_saves"]
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
@@ -105,16 +110,16 @@ func (c *cpuSampler) read(ctx context.Context) sustainCPU {
 func cpuColumns(a, b sustainCPU, secs float64) []string {
 	pct := func(d time.Duration) string { return fmt.Sprintf("%.0f", 100*d.Seconds()/secs) }
 	return []string{
-		pct(b.relay-a.relay) + " / " + pct(b.pg-a.pg) + " / " + pct(b.redis-a.redis),
+		pct(b.relay-a.relay) + " / " + pct(b.consumer-a.consumer) + " / " + pct(b.pg-a.pg) + " / " + pct(b.redis-a.redis),
 		fmt.Sprintf("%d / %d s", b.aofRewrites-a.aofRewrites+b.rdbSaves-a.rdbSaves, b.forkSecs-a.forkSecs),
 	}
 }
 
 // cpuHeader and cpuNote go with cpuColumns.
-var cpuHeader = []string{"CPU % relay / PostgreSQL / Redis", "Redis saves n / s"}
+var cpuHeader = []string{"CPU % relay / consumer / PostgreSQL / Redis", "Redis saves n / s"}
 
 const cpuNote = `CPU %%: CPU time in the interval as a percentage of one core (the machine has %d), of the relay's
-process, of every PostgreSQL process (autovacuum included) and of Redis (its forks included), from /proc;
+process, of the consumer's (-sustain-consume; 0 without), of every PostgreSQL process (autovacuum included) and of Redis (its forks included), from /proc;
 Redis saves: AOF rewrites and RDB saves that ended in the interval (INFO persistence), and the seconds in
 which one was in progress (sampled each second).`
 
