@@ -511,15 +511,21 @@ func redisLatency(ctx context.Context, rdb *redis.Client, q string, ids []string
 		}
 		ms = append(ms, (ns-created[i])/1e6)
 	}
+	return latencySummary(ms, len(ids), "in Redis", "in Redis"), nil
+}
+
+// latencySummary formats the latencies ms (in ms) of a sample of n as "p50 / p99", saying how many of the
+// n it measured when not all: none (noneWhat) or some (someWhat).
+func latencySummary(ms []float64, n int, noneWhat, someWhat string) string {
 	if len(ms) == 0 {
-		return fmt.Sprintf("– (0 of %d in Redis)", len(ids)), nil
+		return fmt.Sprintf("– (0 of %d %s)", n, noneWhat)
 	}
 	slices.Sort(ms)
 	s := fmt.Sprintf("%.1f / %.1f", median(ms), ms[min(len(ms)-1, int(float64(len(ms))*0.99))])
-	if len(ms) < len(ids) {
-		s += fmt.Sprintf(" (%d of %d in Redis)", len(ms), len(ids))
+	if len(ms) < n {
+		s += fmt.Sprintf(" (%d of %d %s)", len(ms), n, someWhat)
 	}
-	return s, nil
+	return s
 }
 
 // streamWaitingSQL counts the streamed rows of queue q the cursor has not passed (internal/streamsql's

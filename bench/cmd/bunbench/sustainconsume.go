@@ -280,13 +280,5 @@ WHERE event_id = ANY(?::uuid[])`, pgdialect.Array(ids))
 	if err := rows.Close(); err != nil {
 		return "", err
 	}
-	if len(ms) == 0 {
-		return fmt.Sprintf("– (0 of %d sampled still in the table)", len(consumed)), nil
-	}
-	slices.Sort(ms)
-	s := fmt.Sprintf("%.1f / %.1f", median(ms), ms[min(len(ms)-1, int(float64(len(ms))*0.99))])
-	if len(ms) < len(consumed) {
-		s += fmt.Sprintf(" (%d of %d sampled)", len(ms), len(consumed))
-	}
-	return s, nil
+	return latencySummary(ms, len(consumed), "sampled still in the table", "sampled"), nil
 }
