@@ -66,22 +66,9 @@ func ReadHorizon(ctx context.Context, db bun.IDB) (Horizon, error) {
 }
 
 // reconcileStreamFromSQL reads, as text, a snapshot below which no streamed row delivered after this
-// statement can lie (NULL without a cursor row), then the xmax of the statement's snapshot S and the
-// clock. It is the least, by xmin, of S and of the last finished snapshot (snap_from) of each cursor that
-// has rows waiting at S: a cursor with rows waiting delivers later only rows not visible in its
-// snap_from, whose xids are at or above its xmin; a cursor with none waiting at S delivers later only
-// rows that were not visible in S, whose xids are at or above S's xmin. So an idle lane, whose snap_from
-// stays where it last moved, does not hold the bound back. The base row ('outbox') counts for the rows
-// of the lanes that have no cursor row yet.
-const reconcileStreamFromSQL = `SELECT (SELECT snap::text FROM (
-  SELECT s.snap_from AS snap FROM bunbox_stream s WHERE s.queue IS NOT NULL AND EXISTS (SELECT 1 FROM outbox_events e
-    WHERE e.queue = s.queue AND coalesce(e.stream_slice, 0) = s.slice AND ` + streamsql.Waiting + `)
-  UNION ALL
-  SELECT s.snap_from FROM bunbox_stream s WHERE s.name = 'outbox' AND EXISTS (SELECT 1 FROM outbox_events e
-    WHERE NOT EXISTS (SELECT 1 FROM bunbox_stream l WHERE l.name = ` + streamsql.LaneOf + `) AND ` + streamsql.Waiting + `)
-  UNION ALL
-  SELECT pg_current_snapshot() WHERE EXISTS (SELECT 1 FROM bunbox_stream)
-) x ORDER BY pg_snapshot_xmin(snap) LIMIT 1),
+// statement can lie (streamsql.LeastWaiting; NULL without a cursor row), then the xmax of the statement's
+// snapshot and the clock.
+const reconcileStreamFromSQL = `SELECT (` + streamsql.LeastWaiting + `)::text,
   pg_snapshot_xmax(pg_current_snapshot())::text, clock_timestamp()`
 
 // ReadStreamFrom reads the stream cursor's last finished snapshot (NULL without a cursor row), and the next

@@ -106,13 +106,28 @@ const Pending = `(e.published_at = 'infinity' AND e.cancelled_at IS NULL AND e.x
 // snapshot, its own rows lie above that xmax and are not counted.)
 const WaitingTo = `pg_snapshot_xmax(pg_current_snapshot())`
 
-// WaitingFrom is the least xid a waiting streamed row can have: the least xmin of the cursor rows'
-// snap_from (every transaction below it had ended before each of those snapshots, so its rows are
-// delivered, whichever cursor judges them), 0 without a cursor row. It reads the cursor rows itself, so
-// that it is a constant of the statement: a range of the index on (xid, id). (The base row, which judges
-// the lanes without a cursor row, is moved on as the relays create lanes, so that it does not hold this
-// bound back.)
-const WaitingFrom = `coalesce((SELECT min(pg_snapshot_xmin(snap_from)) FROM bunbox_stream), '0'::xid8)`
+// WaitingFrom is the least xid a waiting streamed row can have: the xmin of LeastWaiting, 0 without a
+// cursor row. It is a subquery of its own, so that it is a constant of the statement: a range of the index
+// on (xid, id).
+const WaitingFrom = `coalesce(pg_snapshot_xmin(` + LeastWaiting + `), '0'::xid8)`
+
+// LeastWaiting is a snapshot below whose xmin no streamed row waits, nor will be delivered after the
+// statement (NULL without a cursor row): the least, by xmin, of the statement's snapshot S and of the last
+// finished snapshot (snap_from) of each cursor row that has rows waiting at S. A cursor with rows waiting
+// delivers later only rows not visible in its snap_from, whose xids are at or above its xmin; a cursor with
+// none waiting delivers later only rows not visible in S, whose xids are at or above S's xmin. So an idle
+// lane, whose snap_from stays where it last moved, holds back neither the counts of waiting rows nor the
+// reconciler. The base row ('outbox') counts for the rows of the lanes that have no cursor row yet. Each
+// EXISTS stops at a lane's first waiting row, read from the lane's index from its snap_from's xmin.
+const LeastWaiting = `(SELECT lw.snap FROM (
+  SELECT s.snap_from AS snap FROM bunbox_stream s WHERE s.queue IS NOT NULL AND EXISTS (SELECT 1 FROM outbox_events e
+    WHERE e.queue = s.queue AND coalesce(e.stream_slice, 0) = s.slice AND ` + Waiting + `)
+  UNION ALL
+  SELECT s.snap_from FROM bunbox_stream s WHERE s.name = 'outbox' AND EXISTS (SELECT 1 FROM outbox_events e
+    WHERE NOT EXISTS (SELECT 1 FROM bunbox_stream l WHERE l.name = ` + LaneOf + `) AND ` + Waiting + `)
+  UNION ALL
+  SELECT pg_current_snapshot() WHERE EXISTS (SELECT 1 FROM bunbox_stream)
+) lw ORDER BY pg_snapshot_xmin(lw.snap) LIMIT 1)`
 
 // Lag is a query for the cursors' state, for bunbox status: whether a cursor row exists, the streamed
 // rows pending (see Pending), the age in seconds of the oldest of them (by created_at; 0 when none), the
