@@ -21,9 +21,9 @@ import (
 
 // Defaults applied by New to the zero fields of a Config.
 const (
-	batchSizeDefault          = 500
+	batchSizeDefault          = 1000
 	batchBytesDefault         = 16 << 20
-	concurrencyDefault        = 32
+	concurrencyDefault        = 128
 	workersDefault            = 2
 	pollIntervalDefault       = 500 * time.Millisecond
 	minPollIntervalDefault    = 5 * time.Millisecond
@@ -62,7 +62,7 @@ var _ pinger = (*asynq.Client)(nil)
 // Config tunes a Relay. The zero value is ready to use.
 type Config struct {
 	// BatchSize is the largest number of rows claimed, enqueued and marked in one round, 1 to 10000.
-	// Defaults to 500.
+	// Defaults to 1000.
 	BatchSize int
 	// BatchBytes bounds the bytes of payload and metadata (as JSON text, an encoded payload as its bytes)
 	// one round claims: the claim stops adding rows once the next one would go over, and always takes at
@@ -74,8 +74,10 @@ type Config struct {
 	// messages take at most BatchBytes more, plus twice the Codec's limit (model.MaxDecodedSize), however
 	// small they are stored. 1 byte to 1 GiB. Defaults to 16 MiB.
 	BatchBytes int64
-	// Concurrency bounds the enqueues running at once over all workers, 1 to 1024. Defaults to 32. asynq
-	// has one script call per enqueue; the relay's own Redis client pipelines the calls in flight.
+	// Concurrency bounds the enqueues running at once over all workers, 1 to 1024. Defaults to 128.
+	// asynq has one script call per enqueue; the relay's own Redis client pipelines the calls in flight,
+	// so more of them in flight make fewer, larger round trips (see docs/performance.md for the figures
+	// that chose the default).
 	Concurrency int
 	// Workers is how many rounds one relay runs at once, each claiming its own batch (SKIP LOCKED keeps
 	// them apart) and all sharing the Concurrency bound: while one batch is marked and committed, the
