@@ -190,6 +190,80 @@ func TestStreamPendingCountIsBoundedByTheCursor(t *testing.T) {
 	require.Less(t, est, float64(kept)/100)
 }
 
+// A count of the waiting streamed rows (bunbox status, the metrics, the page) reads bunbox_stream a few
+// times per statement, not once per row it judges, and no delivered row. Looked up per row, each lookup of
+// a cursor row walks every version of it the xmin horizon keeps: under a transaction holding the horizon
+// for 10 minutes at 1,000 events/s, the count ran for more than 8 minutes (bunbench -sustain-hold-xmin).
+// And the base cursor row ('outbox'), which moves only when lanes are added, must not make it read every
+// streamed row written since it moved, delivered or not.
+func TestStreamPendingCountReadsTheCursorRowsOnce(t *testing.T) {
+	t.Parallel()
+	outboxtest.SkipShort(t)
+	ctx := context.Background()
+	const delivered, waiting = 5000, 300
+	db := streamWithKeptRows(t, 10)
+	laneCursor(t, bareRelay(db))
+	insertStreamed(t, db, "delivered", delivered)
+	// The lanes deliver them, as a relay's rounds do; the base row stays where the lanes were added.
+	_, err := db.ExecContext(ctx, `UPDATE bunbox_stream SET snap_from = pg_current_snapshot(), snap_to = NULL,
+  after_xid = NULL, after_id = NULL, moved_at = now() WHERE queue IS NOT NULL`)
+	require.NoError(t, err)
+	for range 3 {
+		insertStreamed(t, db, "new", waiting/3)
+	}
+	count := "SELECT count(*) FROM outbox_events e " + streamsql.Cursor + " WHERE " + streamsql.Pending
+	var n int
+	require.NoError(t, db.NewRaw(count).Scan(ctx, &n))
+	require.Equal(t, waiting, n)
+	var plan json.RawMessage
+	require.NoError(t, db.QueryRowContext(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+count).Scan(&plan))
+	cursorLoops, eventsRead := scansRun(t, plan, "bunbox_stream"), scansRead(t, plan, "outbox_events")
+	t.Logf("scans of bunbox_stream run: %d; rows of outbox_events read: %d (%d waiting, %d delivered)",
+		cursorLoops, eventsRead, waiting, delivered)
+	require.Less(t, cursorLoops, 20, "bunbox_stream is read per row")
+	require.Less(t, eventsRead, waiting+delivered/10, "the count reads the delivered rows")
+}
+
+// scansRun and scansRead return how many times the plan (EXPLAIN ANALYZE FORMAT JSON) ran a scan of
+// relation, and how many rows those scans read (returned or removed by a filter), its subqueries included.
+func scansRun(t *testing.T, plan json.RawMessage, relation string) int {
+	loops, _ := scanActuals(t, plan, relation)
+	return loops
+}
+
+func scansRead(t *testing.T, plan json.RawMessage, relation string) int {
+	_, rows := scanActuals(t, plan, relation)
+	return rows
+}
+
+func scanActuals(t *testing.T, plan json.RawMessage, relation string) (loops, rows int) {
+	t.Helper()
+	type node struct {
+		Relation string  `json:"Relation Name"`
+		Rows     float64 `json:"Actual Rows"`
+		Loops    float64 `json:"Actual Loops"`
+		Removed  float64 `json:"Rows Removed by Filter"`
+		Plans    []json.RawMessage
+	}
+	var walk func(raw json.RawMessage)
+	walk = func(raw json.RawMessage) {
+		var n node
+		require.NoError(t, json.Unmarshal(raw, &n))
+		if n.Relation == relation {
+			loops += int(n.Loops)
+			rows += int((n.Rows + n.Removed) * n.Loops)
+		}
+		for _, p := range n.Plans {
+			walk(p)
+		}
+	}
+	var out []struct{ Plan json.RawMessage }
+	require.NoError(t, json.Unmarshal(plan, &out))
+	require.Len(t, out, 1)
+	walk(out[0].Plan)
+	return loops, rows
+}
+
 // scanEstimate returns the rows the planner expects from the scans of relation in a plan (EXPLAIN FORMAT
 // JSON), added up, but for those in the plan's subqueries (InitPlan, SubPlan): the count's lower bound
 // (streamsql.WaitingFrom) looks up each lane's first waiting row, which the planner estimates as if it

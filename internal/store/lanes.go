@@ -64,20 +64,9 @@ const laneOfC = `e.queue = c.queue AND coalesce(e.stream_slice, 0) = c.slice AND
 // passed (see LanesDueSQL), false with no pair open.
 const lanePassed = `coalesce(pg_visible_in_snapshot(e.xid, c.snap_to) AND (e.xid, e.id) <= (c.after_xid, c.after_id), false)`
 
-// lanesWithRowsSQL lists the lanes that hold streamed rows, one index descent each on
-// outbox_events_stream_lane_idx (a loose index scan: the index holds many rows per lane).
-const lanesWithRowsSQL = `WITH RECURSIVE l AS (
-  (SELECT queue, coalesce(stream_slice, 0) AS slice FROM outbox_events WHERE published_at = 'infinity'
-   ORDER BY queue, coalesce(stream_slice, 0) LIMIT 1)
-  UNION ALL
-  SELECT n.queue, n.slice FROM l, LATERAL (SELECT queue, coalesce(stream_slice, 0) AS slice FROM outbox_events
-    WHERE published_at = 'infinity' AND (queue, coalesce(stream_slice, 0)) > (l.queue, l.slice)
-    ORDER BY queue, coalesce(stream_slice, 0) LIMIT 1) n)
-SELECT queue, slice FROM l`
-
 // missingLanesSQL reports whether a lane holds streamed rows and has no cursor row, while the base row
 // exists (the stream was turned on).
-const missingLanesSQL = `SELECT EXISTS (SELECT 1 FROM (` + lanesWithRowsSQL + `) l
+const missingLanesSQL = `SELECT EXISTS (SELECT 1 FROM (` + streamsql.Lanes + `) l
   WHERE EXISTS (SELECT 1 FROM bunbox_stream WHERE name = 'outbox')
     AND NOT EXISTS (SELECT 1 FROM bunbox_stream s WHERE s.name = 'outbox/' || l.queue || '/' || l.slice))`
 
@@ -88,7 +77,7 @@ const addLanesSQL = `INSERT INTO bunbox_stream (name, queue, slice, snap_from, s
   system_id, max_id)
 SELECT 'outbox/' || l.queue || '/' || l.slice, l.queue, l.slice, b.snap_from, b.snap_to, b.after_xid, b.after_id,
   b.moved_at, b.system_id, b.max_id
-FROM (` + lanesWithRowsSQL + `
+FROM (` + streamsql.Lanes + `
   UNION SELECT q, s::smallint FROM unnest(?0::text[]) AS q, generate_series(0, ?1 - 1) AS s) l,
   bunbox_stream b
 WHERE b.name = 'outbox'
@@ -105,7 +94,7 @@ const moveBaseSQL = `UPDATE bunbox_stream SET snap_from = ?0::pg_snapshot, snap_
 // per-row path, for a role that may not create the lanes' cursor rows (no INSERT on bunbox_stream): they
 // are pending rows from then on. Its one argument is the cancel result of the cancelled rows it hands over.
 const handOverUnlanedSQL = `UPDATE outbox_events e ` + handOverWaitingSet + `
-FROM (` + lanesWithRowsSQL + `) l
+FROM (` + streamsql.Lanes + `) l
 WHERE NOT EXISTS (SELECT 1 FROM bunbox_stream s WHERE s.name = 'outbox/' || l.queue || '/' || l.slice)
   AND e.queue = l.queue AND coalesce(e.stream_slice, 0) = l.slice AND e.published_at = 'infinity'
   AND ` + streamsql.IsWaiting

@@ -252,14 +252,14 @@ const handOverWaitingSet = `SET published_at = NULL,
 // delivered rows whose xid the new cursor could take for waiting leave the stream as published at their
 // cursor's last move; every cursor row, the base and the lanes', starts at a snapshot of this cluster (an
 // UPDATE: the relay's role needs no DELETE on bunbox_stream). Each row is judged by its lane's cursor
-// (streamsql.Cursor). (ResetCursor then deletes the
+// (streamsql.RowCursor). (ResetCursor then deletes the
 // reconciler's time marks of the old id space, when the role may.)
 var resetSQL = []string{
 	`LOCK TABLE outbox_events IN SHARE ROW EXCLUSIVE MODE`,
 	`UPDATE outbox_events e ` + handOverWaitingSet + `
 WHERE ` + streamsql.CursorExists + ` AND e.published_at = ` + streamsql.Sentinel + `
-  AND NOT (SELECT e.id <= coalesce(s.max_id, 0) AND ` + streamsql.Delivered + ` FROM (SELECT 1) AS one ` + streamsql.Cursor + `)`,
-	`UPDATE outbox_events e SET published_at = (SELECT s.moved_at FROM (SELECT 1) AS one ` + streamsql.Cursor + `)
+  AND NOT (SELECT e.id <= coalesce(s.max_id, 0) AND ` + streamsql.Delivered + ` FROM (SELECT 1) AS one ` + streamsql.RowCursor + `)`,
+	`UPDATE outbox_events e SET published_at = (SELECT s.moved_at FROM (SELECT 1) AS one ` + streamsql.RowCursor + `)
 WHERE ` + streamsql.CursorExists + ` AND e.published_at = ` + streamsql.Sentinel + `
   AND e.xid >= pg_snapshot_xmin(pg_current_snapshot())`,
 	`UPDATE bunbox_stream SET snap_from = pg_current_snapshot(), snap_to = NULL, after_xid = NULL, after_id = NULL,

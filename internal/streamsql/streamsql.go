@@ -21,17 +21,30 @@ const Sentinel = `'infinity'::timestamptz`
 // named 'outbox', judges the rows of a lane that has no cursor row yet (see Cursor).
 const LaneOf = `'outbox/' || e.queue || '/' || coalesce(e.stream_slice, 0)`
 
-// Cursor is the join that names the cursor row s that judges a row of outbox_events aliased e (its
+// Cursor is the join that names the cursor row s that judges each row of outbox_events aliased e (its
 // columns snap_from, snap_to, after_xid, after_id, moved_at; all NULL when the stream was never turned
-// on), for Delivered and Waiting: its lane's cursor row (LaneOf), or the base row ('outbox') while the
-// lane has none. A lane's cursor row starts as a copy of the base, so a row is judged the same before and
-// after its lane's row is created.
+// on), for Delivered and Waiting over many rows: its lane's cursor row (LaneOf), or the base row
+// ('outbox') while the lane has none. A lane's cursor row starts as a copy of the base, so a row is judged
+// the same before and after its lane's row is created.
+//
+// Each side reads bunbox_stream once per statement (a subquery the planner may not pull up: OFFSET 0),
+// then looks rows up in what it read (a hash). Looked up per row of outbox_events through bunbox_stream's
+// index, as RowCursor does, each lookup walks every version of the cursor row that the xmin horizon keeps:
+// under a transaction holding the horizon, a relay moving its cursors writes thousands a minute, and a
+// count of the waiting rows took 0.05 ms a row, ten seconds for 200,000 rows.
 //
 //	SELECT count(*) FROM outbox_events e <Cursor> WHERE <Waiting>
-const Cursor = `LEFT JOIN bunbox_stream s ON s.name = ` + cursorName
+const Cursor = `LEFT JOIN (SELECT name FROM bunbox_stream OFFSET 0) sl ON sl.name = ` + LaneOf + `
+  LEFT JOIN (SELECT * FROM bunbox_stream OFFSET 0) s ON s.name = coalesce(sl.name, 'outbox')`
 
-// cursorName is the name of the cursor row that judges a row of outbox_events aliased e (see Cursor). No
-// ORDER BY: the statements that read in an index's order run with enable_sort off (IndexOrderSettings).
+// RowCursor is Cursor for a subquery that judges one row of outbox_events aliased e, given by the outer
+// statement (IsDelivered, IsWaiting): it looks the cursor row up through bunbox_stream's index.
+//
+//	(SELECT <Delivered> FROM (SELECT 1) AS one <RowCursor>)
+const RowCursor = `LEFT JOIN bunbox_stream s ON s.name = ` + cursorName
+
+// cursorName is the name of the cursor row that judges a row of outbox_events aliased e (see RowCursor).
+// No ORDER BY: the statements that read in an index's order run with enable_sort off (IndexOrderSettings).
 const cursorName = `coalesce((SELECT sc.name FROM bunbox_stream sc WHERE sc.name = ` + LaneOf + `), 'outbox')`
 
 // CursorExists is true when the outbox has a cursor row (the stream was turned on once).
@@ -52,11 +65,11 @@ const Delivered = `(e.published_at = 'infinity' AND coalesce(pg_visible_in_snaps
 const Waiting = `(e.published_at = 'infinity' AND e.xid >= pg_snapshot_xmin(s.snap_from) AND NOT coalesce(pg_visible_in_snapshot(e.xid, s.snap_from)
   OR (s.snap_to IS NOT NULL AND pg_visible_in_snapshot(e.xid, s.snap_to) AND (e.xid, e.id) <= (s.after_xid, s.after_id)), false))`
 
-// IsDelivered and IsWaiting are Delivered and Waiting as expressions of their own, each with its Cursor
+// IsDelivered and IsWaiting are Delivered and Waiting as expressions of their own, each with its RowCursor
 // join, for a statement that cannot join (an UPDATE's WHERE): true or false, never NULL.
 const (
-	IsDelivered = `(SELECT ` + Delivered + ` FROM (SELECT 1) AS one ` + Cursor + `)`
-	IsWaiting   = `coalesce((SELECT ` + Waiting + ` FROM (SELECT 1) AS one ` + Cursor + `), false)`
+	IsDelivered = `(SELECT ` + Delivered + ` FROM (SELECT 1) AS one ` + RowCursor + `)`
+	IsWaiting   = `coalesce((SELECT ` + Waiting + ` FROM (SELECT 1) AS one ` + RowCursor + `), false)`
 )
 
 // Enabled is a query for one boolean: whether the stream is on for the outbox, that is whether
@@ -117,17 +130,34 @@ const WaitingFrom = `coalesce(pg_snapshot_xmin(` + LeastWaiting + `), '0'::xid8)
 // delivers later only rows not visible in its snap_from, whose xids are at or above its xmin; a cursor with
 // none waiting delivers later only rows not visible in S, whose xids are at or above S's xmin. So an idle
 // lane, whose snap_from stays where it last moved, holds back neither the counts of waiting rows nor the
-// reconciler. The base row ('outbox') counts for the rows of the lanes that have no cursor row yet. Each
-// EXISTS stops at a lane's first waiting row, read from the lane's index from its snap_from's xmin.
+// reconciler. The base row ('outbox') counts for the rows of the lanes that have no cursor row yet (found
+// through Lanes: the base moves only when lanes are added, and every row written since is in a lane that
+// has one). Each lane's look stops at its first waiting row, read from the lane's index from its
+// snap_from's xmin: a subquery that asks for the first row in the index's order (ORDER BY ... LIMIT 1), as
+// store.LanesDueSQL's parts do; as an EXISTS, the planner read every streamed row of the lane into a hash.
 const LeastWaiting = `(SELECT lw.snap FROM (
-  SELECT s.snap_from AS snap FROM bunbox_stream s WHERE s.queue IS NOT NULL AND EXISTS (SELECT 1 FROM outbox_events e
-    WHERE e.queue = s.queue AND coalesce(e.stream_slice, 0) = s.slice AND ` + Waiting + `)
+  SELECT s.snap_from AS snap FROM bunbox_stream s WHERE s.queue IS NOT NULL AND (SELECT 1 FROM outbox_events e
+    WHERE e.queue = s.queue AND coalesce(e.stream_slice, 0) = s.slice AND ` + Waiting + `
+    ORDER BY e.queue, coalesce(e.stream_slice, 0), e.xid, e.id LIMIT 1) IS NOT NULL
   UNION ALL
-  SELECT s.snap_from FROM bunbox_stream s WHERE s.name = 'outbox' AND EXISTS (SELECT 1 FROM outbox_events e
-    WHERE NOT EXISTS (SELECT 1 FROM bunbox_stream l WHERE l.name = ` + LaneOf + `) AND ` + Waiting + `)
+  SELECT s.snap_from FROM bunbox_stream s WHERE s.name = 'outbox' AND EXISTS (SELECT 1 FROM (` + Lanes + `) l
+    WHERE NOT EXISTS (SELECT 1 FROM bunbox_stream c WHERE c.name = 'outbox/' || l.queue || '/' || l.slice)
+      AND (SELECT 1 FROM outbox_events e WHERE e.queue = l.queue AND coalesce(e.stream_slice, 0) = l.slice
+        AND ` + Waiting + ` ORDER BY e.queue, coalesce(e.stream_slice, 0), e.xid, e.id LIMIT 1) IS NOT NULL)
   UNION ALL
   SELECT pg_current_snapshot() WHERE EXISTS (SELECT 1 FROM bunbox_stream)
 ) lw ORDER BY pg_snapshot_xmin(lw.snap) LIMIT 1)`
+
+// Lanes is a query for the lanes that hold streamed rows (queue, slice), one index descent each on
+// outbox_events_stream_lane_idx (a loose index scan: the index holds many rows per lane).
+const Lanes = `WITH RECURSIVE l AS (
+  (SELECT queue, coalesce(stream_slice, 0) AS slice FROM outbox_events WHERE published_at = 'infinity'
+   ORDER BY queue, coalesce(stream_slice, 0) LIMIT 1)
+  UNION ALL
+  SELECT n.queue, n.slice FROM l, LATERAL (SELECT queue, coalesce(stream_slice, 0) AS slice FROM outbox_events
+    WHERE published_at = 'infinity' AND (queue, coalesce(stream_slice, 0)) > (l.queue, l.slice)
+    ORDER BY queue, coalesce(stream_slice, 0) LIMIT 1) n)
+SELECT queue, slice FROM l`
 
 // Lag is a query for the cursors' state, for bunbox status: whether a cursor row exists, the streamed
 // rows pending (see Pending), the age in seconds of the oldest of them (by created_at; 0 when none), the

@@ -529,19 +529,11 @@ func latencySummary(ms []float64, n int, noneWhat, someWhat string) string {
 }
 
 // streamWaitingSQL counts the streamed rows of queue q the cursor has not passed (internal/streamsql's
-// Waiting), reading only those of transactions at or past the least xmin of the snap_from of the cursor
-// rows that judge q's rows (its lanes' and the base row's: every older transaction is visible in those
-// snapshots, so its rows are delivered) and below the statement's xmax (for the planner, as in
-// streamsql.Pending): 0 with the stream never turned on. streamsql.WaitingFrom, the least xmin of every
-// cursor row, would not do: the lanes of the queue "default", created by the migrations and idle in this
-// run, keep it at the run's start, and the count then read every row the table keeps, for minutes, holding
-// the xmin horizon (and so autovacuum) back. (q is a queue name of env.queue: letters, digits, "_".)
+// Pending, as bunbox status counts them): 0 with the stream never turned on. (q is a queue name of
+// env.queue: letters, digits, "_".)
 func streamWaitingSQL(q string) string {
 	return `SELECT count(*) FROM outbox_events e ` + streamsql.Cursor + `
-WHERE e.published_at = 'infinity' AND e.xid < ` + streamsql.WaitingTo + `
-  AND e.xid >= coalesce((SELECT min(pg_snapshot_xmin(snap_from)) FROM bunbox_stream
-    WHERE name = 'outbox' OR name LIKE 'outbox/` + q + `/%'), '0'::xid8)
-  AND ` + streamsql.Waiting
+WHERE e.queue = '` + q + `' AND ` + streamsql.Pending
 }
 
 func totalBytes(s sustainSnap) int64 {
