@@ -222,25 +222,16 @@ func TestStreamPendingCountReadsTheCursorRowsOnce(t *testing.T) {
 	require.Equal(t, waiting, n)
 	var plan json.RawMessage
 	require.NoError(t, db.QueryRowContext(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+count).Scan(&plan))
-	cursorLoops, eventsRead := scansRun(t, plan, "bunbox_stream"), scansRead(t, plan, "outbox_events")
+	cursorLoops, _ := scanActuals(t, plan, "bunbox_stream")
+	_, eventsRead := scanActuals(t, plan, "outbox_events")
 	t.Logf("scans of bunbox_stream run: %d; rows of outbox_events read: %d (%d waiting, %d delivered)",
 		cursorLoops, eventsRead, waiting, delivered)
 	require.Less(t, cursorLoops, 20, "bunbox_stream is read per row")
 	require.Less(t, eventsRead, waiting+delivered/10, "the count reads the delivered rows")
 }
 
-// scansRun and scansRead return how many times the plan (EXPLAIN ANALYZE FORMAT JSON) ran a scan of
-// relation, and how many rows those scans read (returned or removed by a filter), its subqueries included.
-func scansRun(t *testing.T, plan json.RawMessage, relation string) int {
-	loops, _ := scanActuals(t, plan, relation)
-	return loops
-}
-
-func scansRead(t *testing.T, plan json.RawMessage, relation string) int {
-	_, rows := scanActuals(t, plan, relation)
-	return rows
-}
-
+// scanActuals returns how many times the plan (EXPLAIN ANALYZE FORMAT JSON) ran a scan of relation, and
+// how many rows those scans read (returned or removed by a filter), its subqueries included.
 func scanActuals(t *testing.T, plan json.RawMessage, relation string) (loops, rows int) {
 	t.Helper()
 	type node struct {
