@@ -2,7 +2,7 @@ package relay
 
 import (
 	"context"
-	"database/sql"
+	"strconv"
 	"testing"
 	"time"
 
@@ -89,21 +89,20 @@ func TestReconcilerSweepStartsAtARecordedMark(t *testing.T) {
 	var now time.Time
 	require.NoError(t, b.db.NewRaw("SELECT now()").Scan(ctx, &now))
 	rg := reconcile.Range{From: now.Add(-window), To: now}
-	start, ok, err := second.impl.StreamStart(ctx, rg, nil)
+	start, ok, err := second.impl.StreamStart(ctx, rg, 0)
 	require.NoError(t, err)
 	require.True(t, ok)
 	least, err := store.FirstStreamedXID(ctx, b.db, tables.Default(), rg.From, rg.To)
 	require.NoError(t, err)
 	require.NotEqual(t, least.String, start)
-	require.Equal(t, recorded, start, "the recorded mark, not the least xid of the window's rows")
+	require.Equal(t, recorded, strconv.FormatUint(start, 10), "the recorded mark, not the least xid of the window's rows")
 
-	above := &sql.NullString{String: "18446744073709551000:18446744073709551001:", Valid: true}
-	start, _, err = second.impl.StreamStart(ctx, rg, above)
+	start, _, err = second.impl.StreamStart(ctx, rg, 18446744073709551000)
 	require.NoError(t, err)
-	require.Equal(t, "18446744073709551000", start, "an incremental pass: the cursor's xmin above the mark")
-	start, _, err = second.impl.StreamStart(ctx, rg, &sql.NullString{String: "3:3:", Valid: true})
+	require.EqualValues(t, uint64(18446744073709551000), start, "an incremental pass: its bound above the mark")
+	start, _, err = second.impl.StreamStart(ctx, rg, 3)
 	require.NoError(t, err)
-	require.Equal(t, recorded, start, "an incremental pass: the mark above the cursor's xmin")
+	require.Equal(t, recorded, strconv.FormatUint(start, 10), "an incremental pass: the mark above its bound")
 
 	res, err := second.Sweep(ctx)
 	require.NoError(t, err)

@@ -65,17 +65,32 @@ func ReadHorizon(ctx context.Context, db bun.IDB) (Horizon, error) {
 	return h, err
 }
 
-// reconcileStreamFromSQL reads, as text, a snapshot below which no streamed row delivered after this
-// statement can lie (streamsql.LeastWaiting; NULL without a cursor row), then the xmax of the statement's
+// reconcileStreamCursorsSQL reads, in one statement, the snapshots of streamsql.BoundingSnapshots as text
+// (NULL without a cursor row), the name and snap_from of each cursor row, then the xmax of the statement's
 // snapshot and the clock.
-const reconcileStreamFromSQL = `SELECT (` + streamsql.LeastWaiting + `)::text,
+const reconcileStreamCursorsSQL = `SELECT (SELECT array_agg(b.snap::text) FROM (` + streamsql.BoundingSnapshots + `) b),
+  (SELECT array_agg(name ORDER BY name) FROM bunbox_stream), (SELECT array_agg(snap_from::text ORDER BY name) FROM bunbox_stream),
   pg_snapshot_xmax(pg_current_snapshot())::text, clock_timestamp()`
 
-// ReadStreamFrom reads the stream cursor's last finished snapshot (NULL without a cursor row), and the next
-// xid to be assigned with the clock after it.
-func ReadStreamFrom(ctx context.Context, db bun.IDB, names tables.Names) (from sql.NullString, xmax string, at time.Time, err error) {
-	err = db.NewRaw(names.SQL(reconcileStreamFromSQL)).Scan(ctx, &from, &xmax, &at)
-	return from, xmax, at, err
+// StreamCursors is what a reconciler's pass reads of the stream's cursors before it writes its markers.
+type StreamCursors struct {
+	// Bounds are snapshots such that a streamed row delivered after the read is not visible in one of
+	// them (streamsql.BoundingSnapshots); none without a cursor row.
+	Bounds []string
+	// Names and Snaps are each cursor row's name and snap_from: a row its cursor row judged (by name, else
+	// the base's, see streamsql.Cursor) delivered after the read is not visible in that row's snap_from.
+	Names, Snaps []string
+	// XMax is the next xid to be assigned at the read, and At the clock after it.
+	XMax string
+	At   time.Time
+}
+
+// ReadStreamCursors reads the stream's cursors (reconcileStreamCursorsSQL).
+func ReadStreamCursors(ctx context.Context, db bun.IDB, names tables.Names) (StreamCursors, error) {
+	var c StreamCursors
+	err := db.NewRaw(names.SQL(reconcileStreamCursorsSQL)).Scan(ctx, pgdialect.Array(&c.Bounds),
+		pgdialect.Array(&c.Names), pgdialect.Array(&c.Snaps), &c.XMax, &c.At)
+	return c, err
 }
 
 // reconcilePageSQL reads a page of the rows to check, keyset-paginated on (published_at, id), or with
@@ -113,10 +128,16 @@ type Page struct {
 	AfterXID  string
 	AfterID   int64
 	Limit     int
-	// Since is, for the streamed rows, the cursor's snap_from read by the previous pass: only the rows
-	// delivered since are read (streamsql.DeliveredSince). NULL: any.
-	Since sql.NullString
+	// ToXID is, for the streamed rows, the greatest xid to read (at most: MaxXID).
+	ToXID string
+	// SinceNames and SinceSnaps are, for the streamed rows, the cursor rows read by the previous pass
+	// (StreamCursors.Names, Snaps): only the rows not visible in the snap_from of the cursor row that
+	// judged them then are read, those that may have been delivered since. Nil: any.
+	SinceNames, SinceSnaps []string
 }
+
+// MaxXID is the greatest xid8: Page.ToXID when the read has no end.
+const MaxXID = "18446744073709551615"
 
 // ReadPublishedPage reads a page of the published rows of the per-row path, in (published_at, id) order
 // (with Scheduled, (process_at, id)).
@@ -152,8 +173,10 @@ func FirstStreamedXID(ctx context.Context, db bun.IDB, names tables.Names, from,
 
 // StreamedPageSQL reads a page of the delivered streamed rows created within [?0, ?1], and with
 // scheduled those created before ?0 whose process_at is at or after it, keyset-paginated on (xid, id)
-// after (?2, ?3), of the queues ?4 (all when empty) but ?5, ?6 at most, delivered since the cursor had
-// the snap_from ?7 (NULL: any). Grouped and cancelled events are left out, as in reconcilePageSQL.
+// after (?2, ?3) up to the xid ?7, of the queues ?4 (all when empty) but ?5, ?6 at most. With the cursor
+// rows' names ?8 and snap_froms ?9 (NULL: any row), only the rows not visible in the snap_from of the
+// cursor row that judged them (their lane's when it was there, else the base's): those delivered since.
+// Grouped and cancelled events are left out, as in reconcilePageSQL.
 func StreamedPageSQL(scheduled bool) string {
 	window := `e.created_at >= ?0 AND e.created_at <= ?1`
 	if scheduled {
@@ -162,7 +185,12 @@ func StreamedPageSQL(scheduled bool) string {
 	return `SELECT e.id, e.event_id, e.event_name, e.queue, e.created_at AS published_at, e.process_at,
   e.created_at AS page_key, true AS streamed, e.xid::text AS page_xid
 FROM outbox_events e ` + streamsql.Cursor + `
-WHERE e.published_at = 'infinity' AND (e.xid, e.id) > (?2::xid8, ?3::bigint) AND ` + streamsql.DeliveredSince("?7") + `
+  LEFT JOIN (SELECT name, snap::pg_snapshot AS snap FROM unnest(?8::text[], ?9::text[]) AS u(name, snap) OFFSET 0) pl
+    ON pl.name = ` + streamsql.LaneOf + `
+  LEFT JOIN (SELECT snap::pg_snapshot AS snap FROM unnest(?8::text[], ?9::text[]) AS u(name, snap) WHERE name = 'outbox' OFFSET 0) pb
+    ON true
+WHERE e.published_at = 'infinity' AND (e.xid, e.id) > (?2::xid8, ?3::bigint) AND e.xid <= ?7::xid8
+  AND (?8::text[] IS NULL OR NOT coalesce(pg_visible_in_snapshot(e.xid, coalesce(pl.snap, pb.snap)), false))
   AND ` + streamsql.Delivered + ` AND ` + window + ` AND e.task_group IS NULL AND e.cancelled_at IS NULL
   AND (cardinality(?4::text[]) = 0 OR e.queue = ANY(?4::text[])) AND NOT (e.queue = ANY(?5::text[]))
 ORDER BY e.xid, e.id
@@ -172,8 +200,16 @@ LIMIT ?6`
 // ReadStreamedPage reads a page of the delivered streamed rows (StreamedPageSQL) in (xid, id) order.
 func ReadStreamedPage(ctx context.Context, db bun.IDB, names tables.Names, p Page) ([]ReconcileRow, error) {
 	var rows []ReconcileRow
+	to := p.ToXID
+	if to == "" {
+		to = MaxXID
+	}
+	var sinceNames, sinceSnaps any // NULL
+	if p.SinceNames != nil {
+		sinceNames, sinceSnaps = pgdialect.Array(p.SinceNames), pgdialect.Array(p.SinceSnaps)
+	}
 	err := db.NewRaw(names.SQL(StreamedPageSQL(p.Scheduled)), p.From, p.To, p.AfterXID, p.AfterID,
-		pgdialect.Array(nonNil(p.Queues)), pgdialect.Array(nonNil(p.NotQueues)), p.Limit, p.Since).Scan(ctx, &rows)
+		pgdialect.Array(nonNil(p.Queues)), pgdialect.Array(nonNil(p.NotQueues)), p.Limit, to, sinceNames, sinceSnaps).Scan(ctx, &rows)
 	return rows, err
 }
 

@@ -90,15 +90,6 @@ const Passed = `(e.published_at = 'infinity'
   AND coalesce(pg_visible_in_snapshot(e.xid, (SELECT sb.snap_from FROM bunbox_stream sb
     WHERE sb.name = ` + cursorName + `)), false))`
 
-// DeliveredSince returns the condition, true for a row of outbox_events aliased e that may have become
-// delivered after the cursor had the snap_from given by the placeholder param (a pg_snapshot as text, e.g.
-// "?3"; NULL: since ever): its xid is not below that snapshot's xmin (every transaction below it had
-// ended, so its rows were visible in that snap_from and delivered). An index on (xid, id) finds them as a
-// range. Use it beside Delivered.
-func DeliveredSince(param string) string {
-	return `(` + param + `::pg_snapshot IS NULL OR e.xid >= pg_snapshot_xmin(` + param + `::pg_snapshot))`
-}
-
 // PublishedAt is the published time of a row of outbox_events aliased e, for showing: its published_at, or
 // for a streamed row the cursor's moved_at when the row is delivered (it was delivered at or before then;
 // the stream keeps no time per row), NULL while it waits. It needs Cursor.
@@ -125,18 +116,21 @@ const WaitingTo = `pg_snapshot_xmax(pg_current_snapshot())`
 const WaitingFrom = `coalesce(pg_snapshot_xmin(` + LeastWaiting + `), '0'::xid8)`
 
 // LeastWaiting is a snapshot below whose xmin no streamed row waits, nor will be delivered after the
-// statement (NULL without a cursor row): the least, by xmin, of the statement's snapshot S and of the last
-// finished snapshot (snap_from) of each cursor row that has rows waiting at S. A cursor with rows waiting
-// delivers later only rows not visible in its snap_from, whose xids are at or above its xmin; a cursor with
-// none waiting delivers later only rows not visible in S, whose xids are at or above S's xmin. So an idle
-// lane, whose snap_from stays where it last moved, holds back neither the counts of waiting rows nor the
-// reconciler. The base row ('outbox') counts for the rows of the lanes that have no cursor row yet (found
-// through Lanes: the base moves only when lanes are added, and every row written since is in a lane that
-// has one). Each lane's look stops at its first waiting row, read from the lane's index from its
-// snap_from's xmin: a subquery that asks for the first row in the index's order (ORDER BY ... LIMIT 1), as
+// statement (NULL without a cursor row): the least, by xmin, of the BoundingSnapshots.
+const LeastWaiting = `(SELECT lw.snap FROM (` + BoundingSnapshots + `) lw ORDER BY pg_snapshot_xmin(lw.snap) LIMIT 1)`
+
+// BoundingSnapshots is a query for snapshots (snap) such that a streamed row delivered after the
+// statement is not visible in at least one of them (none without a cursor row): the statement's snapshot
+// S and the last finished snapshot (snap_from) of each cursor row that has rows waiting at S. A cursor
+// with rows waiting delivers later only rows not visible in its snap_from, whose xids are at or above its
+// xmin; a cursor with none waiting delivers later only rows not visible in S. So an idle lane, whose
+// snap_from stays where it last moved, holds back neither the counts of waiting rows nor the reconciler.
+// The base row ('outbox') counts for the rows of the lanes that have no cursor row yet (found through
+// Lanes: the base moves only when lanes are added, and every row written since is in a lane that has
+// one). Each lane's look stops at its first waiting row, read from the lane's index from its snap_from's
+// xmin: a subquery that asks for the first row in the index's order (ORDER BY ... LIMIT 1), as
 // store.LanesDueSQL's parts do; as an EXISTS, the planner read every streamed row of the lane into a hash.
-const LeastWaiting = `(SELECT lw.snap FROM (
-  SELECT s.snap_from AS snap FROM bunbox_stream s WHERE s.queue IS NOT NULL AND (SELECT 1 FROM outbox_events e
+const BoundingSnapshots = `SELECT s.snap_from AS snap FROM bunbox_stream s WHERE s.queue IS NOT NULL AND (SELECT 1 FROM outbox_events e
     WHERE e.queue = s.queue AND coalesce(e.stream_slice, 0) = s.slice AND ` + Waiting + `
     ORDER BY e.queue, coalesce(e.stream_slice, 0), e.xid, e.id LIMIT 1) IS NOT NULL
   UNION ALL
@@ -145,8 +139,7 @@ const LeastWaiting = `(SELECT lw.snap FROM (
       AND (SELECT 1 FROM outbox_events e WHERE e.queue = l.queue AND coalesce(e.stream_slice, 0) = l.slice
         AND ` + Waiting + ` ORDER BY e.queue, coalesce(e.stream_slice, 0), e.xid, e.id LIMIT 1) IS NOT NULL)
   UNION ALL
-  SELECT pg_current_snapshot() WHERE EXISTS (SELECT 1 FROM bunbox_stream)
-) lw ORDER BY pg_snapshot_xmin(lw.snap) LIMIT 1)`
+  SELECT pg_current_snapshot() WHERE EXISTS (SELECT 1 FROM bunbox_stream)`
 
 // Lanes is a query for the lanes that hold streamed rows (queue, slice), one index descent each on
 // outbox_events_stream_lane_idx (a loose index scan: the index holds many rows per lane).

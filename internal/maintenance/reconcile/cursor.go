@@ -2,7 +2,6 @@ package reconcile
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"maps"
@@ -33,10 +32,9 @@ type cursor struct {
 	// horizon is where the incremental scan of the next pass begins: the horizon read by the last pass that
 	// completed. Zero until a pass has completed: then the pass sweeps.
 	horizon time.Time
-	// streamFrom is the stream cursor's snap_from read by the last pass that completed, before it wrote
-	// its markers: the streamed rows delivered since are at or above its xmin (see stream.go).
-	// NULL when there was no cursor row: every delivered streamed row is read.
-	streamFrom sql.NullString
+	// streamSince is what the last pass that completed read of the stream's cursors, before it wrote its
+	// markers: the streamed rows delivered since are not visible in what it read (see stream.go).
+	streamSince streamSince
 	// xidMarks are the marks of the passes within the window, and the latest before it (see xidMark).
 	xidMarks []xidMark
 	// markers holds, per queue, the marker value the reconciler last wrote there; a queue of lastSeen

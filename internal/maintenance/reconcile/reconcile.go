@@ -219,16 +219,20 @@ func (r *Reconciler) pass(ctx context.Context, sweep bool) (res Result, err erro
 	if err != nil {
 		return res, fmt.Errorf("relay: reconciler: PostgreSQL: %w", err)
 	}
-	// So is the stream's cursor (see cursor.streamFrom).
-	streamFrom, xmax, at, err := store.ReadStreamFrom(ctx, r.db, r.names)
+	// So are the stream's cursors (see cursor.streamSince).
+	cursors, err := store.ReadStreamCursors(ctx, r.db, r.names)
 	if err != nil {
 		return res, fmt.Errorf("relay: reconciler: PostgreSQL: read the stream's cursor: %w", err)
 	}
-	mark := xidMark{xmax: xmax, at: at}
+	streamSince, err := newStreamSince(cursors)
+	if err != nil {
+		return res, err
+	}
+	mark := xidMark{xmax: cursors.XMax, at: cursors.At}
 	from := h.Now.Add(-r.cfg.Window)
 	c := &r.cursor
 	c.markXID(mark, from)
-	if streamFrom.Valid { // the stream was turned on: its rows may need the mark after this Reconciler
+	if streamSince.valid { // the stream was turned on: its rows may need the mark after this Reconciler
 		if err := r.recordMark(ctx, mark); err != nil {
 			return res, fmt.Errorf("relay: reconciler: PostgreSQL: record a time mark of the stream: %w", err)
 		}
@@ -286,13 +290,13 @@ func (r *Reconciler) pass(ctx context.Context, sweep bool) (res Result, err erro
 		if err := r.scan(ctx, &res, Range{From: incFrom, To: now, NotQueues: swept}); err != nil {
 			return res, err
 		}
-		since := c.streamFrom
+		since := c.streamSince
 		if err := r.scanStream(ctx, &res, Range{From: from, To: now, NotQueues: swept}, &since); err != nil {
 			return res, err
 		}
 	}
 	c.horizon = horizon
-	c.streamFrom = streamFrom
+	c.streamSince = streamSince
 	return res, nil
 }
 
