@@ -36,12 +36,13 @@ import (
 // progress in one (a few xids, each read as a range of its own) or at or above the least of their xmax.
 // Not their xmin: a transaction that stays open holds every snapshot's xmin back, and a bound at the
 // xmin read every row delivered since it began at each pass, and looked each one up in Redis again.
-// A sweep reads every delivered streamed row created within Window,
-// through the same index from the xid of a mark taken before the window began (see xidMark): one of the
-// Reconciler's own passes, or when it is younger than Window one that a pass recorded in the database
-// (see reconcile_marks.go). Only without either does it look for the least xid of the streamed rows
-// created within the window, a read of every streamed row the table keeps (PublishedRetention). The rows
-// created before the window whose ProcessAt is within it or ahead are read from the index's start.
+//
+// A sweep reads every delivered streamed row created within Window, through the same index from the xid
+// of a mark taken before the window began (see xidMark): one of the Reconciler's own passes, or when it
+// is younger than Window one that a pass recorded in the database (see reconcile_marks.go). Only without
+// either does it look for the least xid of the streamed rows created within the window, a read of every
+// streamed row the table keeps (PublishedRetention). The rows created before the window whose ProcessAt
+// is within it or ahead are read from the index's start.
 
 // streamSince is what a pass read of the stream's cursors, for the next incremental pass (see above).
 type streamSince struct {
