@@ -169,6 +169,11 @@ func (r *Reconciler) StreamStart(ctx context.Context, rg Range, sinceFrom uint64
 	if err != nil {
 		return 0, false, err
 	}
+	return r.streamStart(ctx, rg, from, sinceFrom)
+}
+
+// streamStart is StreamStart given the window's mark (windowStart).
+func (r *Reconciler) streamStart(ctx context.Context, rg Range, from, sinceFrom uint64) (uint64, bool, error) {
 	if sinceFrom > 0 {
 		return max(from, sinceFrom), true, nil
 	}
@@ -237,15 +242,15 @@ func (r *Reconciler) scanStream(ctx context.Context, res *Result, rg Range, sinc
 	if since != nil && since.valid {
 		sinceFrom = since.from
 	}
-	start, ok, err := r.StreamStart(ctx, rg, sinceFrom)
+	mark, err := r.windowStart(ctx, rg)
+	if err != nil {
+		return err
+	}
+	start, ok, err := r.streamStart(ctx, rg, mark, sinceFrom)
 	if err != nil || !ok {
 		return err
 	}
 	if sinceFrom > 0 {
-		mark, err := r.windowStart(ctx, rg)
-		if err != nil {
-			return err
-		}
 		for _, x := range since.xips {
 			if x < mark || x >= start {
 				continue
