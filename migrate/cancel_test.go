@@ -57,7 +57,7 @@ VALUES (gen_random_uuid(), 'a', '{}', NULL), (gen_random_uuid(), 'b', '{}', now(
 	for _, mg := range group.Migrations {
 		names = append(names, mg.Name)
 	}
-	require.ElementsMatch(t, []string{"20261202000002", "20261204000001", "20261205000001", "20261206000001", "20261207000001", "20261208000001", "20261208000002", "20261209000001", "20261210000001"}, names, "the cancel migration and the ones after it, one group")
+	require.ElementsMatch(t, []string{"20261202000002", "20261204000001", "20261205000001", "20261206000001", "20261207000001", "20261208000001", "20261208000002", "20261209000001", "20261210000001", "20261211000001"}, names, "the cancel migration and the ones after it, one group")
 	require.EqualValues(t, 2, outboxtest.Count(t, db, "outbox_events", "TRUE"))
 	require.NotContains(t, indexDef("outbox_events_unkeyed_pending_idx"), "cancelled_at")
 	require.Empty(t, indexDef("outbox_events_queue_claim_idx"))

@@ -52,4 +52,5 @@ func ExampleRegister() {
 	// 20261208000002 bunbox_schema_version
 	// 20261209000001 bunbox_stream_default
 	// 20261210000001 bunbox_stream_lanes
+	// 20261211000001 bunbox_stream_positions
 }

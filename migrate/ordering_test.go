@@ -37,7 +37,7 @@ VALUES (gen_random_uuid(), 'a', '{}', NULL), (gen_random_uuid(), 'b', '{}', now(
 	for _, mg := range group.Migrations {
 		names = append(names, mg.Name)
 	}
-	require.ElementsMatch(t, []string{"20261201000004", "20261202000001", "20261202000002", "20261204000001", "20261205000001", "20261206000001", "20261207000001", "20261208000001", "20261208000002", "20261209000001", "20261210000001"}, names, "004 and the migrations after it, one group")
+	require.ElementsMatch(t, []string{"20261201000004", "20261202000001", "20261202000002", "20261204000001", "20261205000001", "20261206000001", "20261207000001", "20261208000001", "20261208000002", "20261209000001", "20261210000001", "20261211000001"}, names, "004 and the migrations after it, one group")
 	require.EqualValues(t, 2, outboxtest.Count(t, db, "outbox_events", "TRUE"))
 	var cols int
 	require.NoError(t, db.NewRaw(`SELECT count(*) FROM information_schema.columns WHERE table_schema = ? AND table_name = 'outbox_events'

@@ -84,7 +84,7 @@ VALUES (gen_random_uuid(), 'published', '{}', now(), NULL),
 	for _, mg := range group.Migrations {
 		names = append(names, mg.Name)
 	}
-	require.Equal(t, []string{"20261207000001", "20261208000001", "20261208000002", "20261209000001", "20261210000001"}, names, "the migration and the ones after it, one group")
+	require.Equal(t, []string{"20261207000001", "20261208000001", "20261208000002", "20261209000001", "20261210000001", "20261211000001"}, names, "the migration and the ones after it, one group")
 	require.Empty(t, indexDef("outbox_events_published_at_idx"))
 	require.EqualValues(t, 2, entries("outbox_events_published_idx"))
 	require.EqualValues(t, 3, outboxtest.Count(t, db, "outbox_events", ""))

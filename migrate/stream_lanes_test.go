@@ -30,7 +30,7 @@ func TestStreamLanesMigrationDown(t *testing.T) {
   ALTER COLUMN published_at SET DEFAULT 'infinity'::timestamptz`)
 	exec(`INSERT INTO bunbox_stream (name, snap_from, system_id, max_id) VALUES ('outbox', pg_current_snapshot(),
   (SELECT system_identifier FROM pg_control_system()), 0) ON CONFLICT (name) DO NOTHING`) // 20261209000001 wrote it
-	require.NoError(t, bunboxmigrate.Up(ctx, db))
+	migrateBefore(t, db, "20261211000001") // the lanes, with the cursor rows' positions still in them
 	insert := func(event string, slice int) {
 		t.Helper()
 		exec(`INSERT INTO outbox_events (event_id, event_name, payload, queue, stream_slice) VALUES (gen_random_uuid(), ?, '{}', 'q', ?)`, event, slice)

@@ -117,7 +117,7 @@ VALUES (gen_random_uuid(), 'old.event', ?, ?)`, queue, fmt.Sprintf(`{"n":%d}`, i
 	for _, mg := range group.Migrations {
 		names = append(names, mg.Name)
 	}
-	require.ElementsMatch(t, []string{"20261201000003", "20261201000004", "20261202000001", "20261202000002", "20261204000001", "20261205000001", "20261206000001", "20261207000001", "20261208000001", "20261208000002", "20261209000001", "20261210000001"}, names)
+	require.ElementsMatch(t, []string{"20261201000003", "20261201000004", "20261202000001", "20261202000002", "20261204000001", "20261205000001", "20261206000001", "20261207000001", "20261208000001", "20261208000002", "20261209000001", "20261210000001", "20261211000001"}, names)
 	require.False(t, columnExists("process_at"))
 	require.False(t, columnExists("task_group"))
 	require.EqualValues(t, 4, outboxtest.Count(t, db, "outbox_events", ""))

@@ -13,6 +13,7 @@ import (
 	"github.com/bunbox/bunbox/internal/maintenance/reconcile"
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/internal/store"
+	"github.com/bunbox/bunbox/internal/streamsql"
 )
 
 // A reconciler's page of streamed rows within its window is read from the stream's index in its order,
@@ -33,7 +34,7 @@ func TestReconcilerStreamPageKeepsToTheIndex(t *testing.T) {
 
 	// The cursor rows as a pass reads them: the page of an incremental pass joins them.
 	var names, snaps []string
-	require.NoError(t, db.NewRaw("SELECT array_agg(name ORDER BY name), array_agg(snap_from::text ORDER BY name) FROM bunbox_stream").
+	require.NoError(t, db.NewRaw("SELECT array_agg(name ORDER BY name), array_agg(snap_from::text ORDER BY name) FROM "+streamsql.CursorRows+" cr").
 		Scan(ctx, pgdialect.Array(&names), pgdialect.Array(&snaps)))
 
 	explain := func(bounds sessionBounds, sinceNames, sinceSnaps any) string {

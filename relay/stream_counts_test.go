@@ -42,7 +42,7 @@ func TestStreamLanesIdleLaneDoesNotHoldTheCountsBack(t *testing.T) {
 	b.insertInto(t, "idle", 3)
 	b.insertInto(t, "busy", 3)
 	b.relayAll(t)
-	idle := xid("SELECT max(pg_snapshot_xmin(snap_from))::text FROM bunbox_stream WHERE queue = 'idle'")
+	idle := xid("SELECT max(pg_snapshot_xmin(snap_from))::text FROM " + streamsql.CursorRows + " cr WHERE queue = 'idle'")
 	for range 3 {
 		b.insertInto(t, "busy", 4)
 		b.relayAll(t)

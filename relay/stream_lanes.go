@@ -138,12 +138,12 @@ func (sr *streamReader) addLanes(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	may, err := sr.st.MayAddLanes(ctx, tx)
+	lanes, moves, err := sr.st.MayAddLanes(ctx, tx)
 	if err != nil {
 		return err
 	}
-	if !may {
-		return sr.handOverUnlaned(ctx, tx, snap)
+	if !lanes || !moves {
+		return sr.handOverUnlaned(ctx, tx, snap, moves)
 	}
 	queues := []string{"default"}
 	if sr.queues != nil {
@@ -156,11 +156,13 @@ func (sr *streamReader) addLanes(ctx context.Context) error {
 }
 
 // handOverUnlaned is addLanes for a role that may not create cursor rows (no INSERT on bunbox_stream, the
-// grant of a release before the lanes): the rows waiting in a lane with no cursor row go to the per-row
-// path, which delivers each once (store.Stream.HandOverUnlaned), and the relay says so at Warn, once,
-// naming the GRANT (and again each time it hands rows over).
-func (sr *streamReader) handOverUnlaned(ctx context.Context, tx bun.Tx, snap string) error {
-	n, err := sr.st.HandOverUnlaned(ctx, tx, snap, cancelNeverPublished)
+// grant of a release before the lanes) or move cursors (moves false: no INSERT or DELETE on
+// bunbox_stream_positions): the rows waiting in a lane with no cursor row go to the per-row path, which
+// delivers each once (store.Stream.HandOverUnlaned), and the relay says so at Warn, once, naming the
+// GRANT (and again each time it hands rows over). The rounds of the lanes that have cursor rows fail
+// without the grant on bunbox_stream_positions, each naming the table.
+func (sr *streamReader) handOverUnlaned(ctx context.Context, tx bun.Tx, snap string, moves bool) error {
+	n, err := sr.st.HandOverUnlaned(ctx, tx, snap, cancelNeverPublished, moves)
 	if err == nil {
 		err = tx.Commit()
 	}
@@ -169,7 +171,8 @@ func (sr *streamReader) handOverUnlaned(ctx context.Context, tx bun.Tx, snap str
 	}
 	if sr.state.noInsertLogged.CompareAndSwap(false, true) || n > 0 {
 		sr.log.LogAttrs(ctx, slog.LevelWarn, "bunbox relay: the relay's role may not create the stream's lanes "+
-			"(GRANT SELECT, INSERT, UPDATE ON "+sr.names.Stream()+" TO the relay's role): the streamed rows of a "+
+			"(GRANT SELECT, INSERT, UPDATE ON "+sr.names.Stream()+" and GRANT SELECT, INSERT, DELETE ON "+
+			sr.names.Qualify("bunbox_stream_positions")+" TO the relay's role): the streamed rows of a "+
 			"lane with no cursor row go to the per-row path, delivered once there, with an UPDATE each",
 			slog.String("table", sr.names.Outbox()), slog.Int64("handed_over", n))
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/bunbox/bunbox/bunx"
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/internal/store"
+	"github.com/bunbox/bunbox/internal/streamsql"
 	"github.com/bunbox/bunbox/model"
 )
 
@@ -186,7 +187,7 @@ func TestStreamLanesStartAsTheBase(t *testing.T) {
 	cs, _, err := store.NewStream(r.names).LanesDue(ctx, b.db)
 	require.NoError(t, err)
 	var base string
-	require.NoError(t, b.db.NewRaw(`SELECT snap_from::text FROM bunbox_stream WHERE name = 'outbox'`).Scan(ctx, &base))
+	require.NoError(t, b.db.NewRaw(`SELECT snap_from::text FROM `+streamsql.CursorRows+` cr WHERE name = 'outbox'`).Scan(ctx, &base))
 	for _, l := range cs {
 		require.NotEqual(t, base, l.From.String, "the base moved on past the lanes' copies")
 	}
@@ -223,7 +224,7 @@ func TestStreamLanesNewQueue(t *testing.T) {
 }
 
 // A relay whose role may not create the lanes' cursor rows (SELECT and UPDATE on bunbox_stream, the grant
-// before the lanes) still delivers every streamed row once: the rows of a lane with no cursor row go to
+// before the lanes; it moves the cursors in bunbox_stream_positions) still delivers every streamed row once: the rows of a lane with no cursor row go to
 // the per-row path, and it says so at Warn, naming the GRANT.
 func TestStreamLanesWithoutInsertGrant(t *testing.T) {
 	t.Parallel()
@@ -239,6 +240,7 @@ func TestStreamLanesWithoutInsertGrant(t *testing.T) {
 		`GRANT SELECT, UPDATE, DELETE ON outbox_events TO ` + role,
 		`GRANT SELECT, INSERT, UPDATE, DELETE ON bunbox_leases TO ` + role,
 		`GRANT SELECT, UPDATE ON bunbox_stream TO ` + role,
+		`GRANT SELECT, INSERT, DELETE ON bunbox_stream_positions TO ` + role,
 		`GRANT USAGE ON ALL SEQUENCES IN SCHEMA "` + schema + `" TO ` + role,
 	} {
 		_, err := admin.ExecContext(ctx, q)

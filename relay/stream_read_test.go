@@ -210,8 +210,8 @@ func TestStreamPendingCountReadsTheCursorRowsOnce(t *testing.T) {
 	laneCursor(t, bareRelay(db))
 	insertStreamed(t, db, "delivered", delivered)
 	// The lanes deliver them, as a relay's rounds do; the base row stays where the lanes were added.
-	_, err := db.ExecContext(ctx, `UPDATE bunbox_stream SET snap_from = pg_current_snapshot(), snap_to = NULL,
-  after_xid = NULL, after_id = NULL, moved_at = now() WHERE queue IS NOT NULL`)
+	_, err := db.ExecContext(ctx, streamsql.Moved(`pg_current_snapshot(), NULL, NULL, NULL, c.system_id, c.max_id, now()`,
+		`c.queue IS NOT NULL`))
 	require.NoError(t, err)
 	for range 3 {
 		insertStreamed(t, db, "new", waiting/3)
@@ -223,10 +223,12 @@ func TestStreamPendingCountReadsTheCursorRowsOnce(t *testing.T) {
 	var plan json.RawMessage
 	require.NoError(t, db.QueryRowContext(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+count).Scan(&plan))
 	cursorLoops, _ := scanActuals(t, plan, "bunbox_stream")
+	positionLoops, _ := scanActuals(t, plan, "bunbox_stream_positions")
 	_, eventsRead := scanActuals(t, plan, "outbox_events")
-	t.Logf("scans of bunbox_stream run: %d; rows of outbox_events read: %d (%d waiting, %d delivered)",
-		cursorLoops, eventsRead, waiting, delivered)
+	t.Logf("scans of bunbox_stream run: %d, of bunbox_stream_positions: %d; rows of outbox_events read: %d (%d waiting, %d delivered)",
+		cursorLoops, positionLoops, eventsRead, waiting, delivered)
 	require.Less(t, cursorLoops, 20, "bunbox_stream is read per row")
+	require.Less(t, positionLoops, 4*20, "bunbox_stream_positions is read per row")
 	require.Less(t, eventsRead, waiting+delivered/10, "the count reads the delivered rows")
 }
 

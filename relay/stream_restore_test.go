@@ -127,7 +127,7 @@ func TestStreamCursorOfAnotherSystemInATenant(t *testing.T) {
 	})
 	stop()
 	waiting := b.record(t, db, 30)
-	_, err := db.ExecContext(ctx, names.SQL(`UPDATE bunbox_stream SET system_id = system_id + 1`))
+	_, err := db.ExecContext(ctx, names.SQL(`UPDATE bunbox_stream_positions SET system_id = system_id + 1`))
 	require.NoError(t, err)
 
 	role := "bunbox_nomarks_" + randHex(4)

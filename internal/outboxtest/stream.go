@@ -15,19 +15,20 @@ import (
 	"github.com/bunbox/bunbox/model"
 )
 
-// DeliverStream moves the snapshot cursors (bunbox_stream's rows, the base and the lanes', see
+// DeliverStream moves the snapshot cursors (the base and the lanes', see
 // relay.EnableStream) past every streamed row
 // committed now, as a relay's stream round does once it has enqueued them: they are delivered from then on
 // (they are not enqueued: a test that needs their tasks enqueues them itself). Streamed rows written
 // later wait until the next call. The stream must be on (the cursor row exists).
 func DeliverStream(tb testing.TB, db bun.IDB) {
 	tb.Helper()
-	res, err := db.ExecContext(context.Background(), `UPDATE bunbox_stream SET snap_from = pg_current_snapshot(),
-  snap_to = NULL, after_xid = NULL, after_id = NULL, moved_at = now()`)
+	var n int
+	err := db.QueryRowContext(context.Background(), streamsql.Moved(`pg_current_snapshot(), NULL, NULL, NULL,
+  c.system_id, c.max_id, now()`, `true`)).Scan(&n)
 	if err != nil {
 		tb.Fatalf("move the stream's cursor: %v", err)
 	}
-	if n, _ := res.RowsAffected(); n < 1 {
+	if n < 1 {
 		tb.Fatalf("move the stream's cursor: no cursor row (is the stream on?)")
 	}
 }

@@ -22,7 +22,7 @@ import (
 // Current is the version of the schema this build of bunbox writes and reads: the name of its newest
 // migration, whose up migration writes it into the outbox table's comment (a test of package migrate
 // checks both).
-const Current = 20261210000001
+const Current = 20261211000001
 
 // commentPrefix opens the outbox table's comment.
 const commentPrefix = "bunbox schema "

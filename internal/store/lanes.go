@@ -51,7 +51,7 @@ const LanesDueSQL = `SELECT c.name, c.queue, c.slice, c.snap_from::text, c.snap_
   OR (SELECT 1 FROM outbox_events e
     WHERE ` + laneOfC + ` AND (e.xid, e.id) > (v.start_xid, v.start_id) AND NOT ` + lanePassed + `
     ORDER BY e.queue, coalesce(e.stream_slice, 0), e.xid, e.id LIMIT 1) IS NOT NULL
-FROM bunbox_stream c, LATERAL (SELECT greatest(pg_snapshot_xmax(c.snap_from), c.after_xid) AS start_xid,
+FROM ` + streamsql.CursorRows + ` c, LATERAL (SELECT greatest(pg_snapshot_xmax(c.snap_from), c.after_xid) AS start_xid,
     CASE WHEN c.snap_to IS NOT NULL AND c.after_xid >= pg_snapshot_xmax(c.snap_from) THEN c.after_id
       ELSE -9223372036854775807 END AS start_id) v
 WHERE c.queue IS NOT NULL
@@ -70,25 +70,25 @@ const missingLanesSQL = `SELECT EXISTS (SELECT 1 FROM (` + streamsql.Lanes + `) 
   WHERE EXISTS (SELECT 1 FROM bunbox_stream WHERE name = 'outbox')
     AND NOT EXISTS (SELECT 1 FROM bunbox_stream s WHERE s.name = 'outbox/' || l.queue || '/' || l.slice))`
 
-// addLanesSQL creates, as copies of the base row, the cursor rows of the lanes that hold streamed rows and
-// of the lanes of the queues ?0 with the slices 0 to ?1-1, unless they exist. It runs in the transaction
-// that holds the base row (Stream.AddLanes).
-const addLanesSQL = `INSERT INTO bunbox_stream (name, queue, slice, snap_from, snap_to, after_xid, after_id, moved_at,
-  system_id, max_id)
-SELECT 'outbox/' || l.queue || '/' || l.slice, l.queue, l.slice, b.snap_from, b.snap_to, b.after_xid, b.after_id,
-  b.moved_at, b.system_id, b.max_id
-FROM (` + streamsql.Lanes + `
-  UNION SELECT q, s::smallint FROM unnest(?0::text[]) AS q, generate_series(0, ?1 - 1) AS s) l,
-  bunbox_stream b
-WHERE b.name = 'outbox'
-ON CONFLICT (name) DO NOTHING`
+// addLanesSQL creates, with positions copied from the base's, the cursor rows of the lanes that hold
+// streamed rows and of the lanes of the queues ?0 with the slices 0 to ?1-1, unless they exist; it
+// returns how many it created. It runs in the transaction that holds the base row (Stream.AddLanes).
+const addLanesSQL = `WITH added AS (INSERT INTO bunbox_stream (name, queue, slice)
+  SELECT 'outbox/' || l.queue || '/' || l.slice, l.queue, l.slice
+  FROM (` + streamsql.Lanes + `
+    UNION SELECT q, s::smallint FROM unnest(?0::text[]) AS q, generate_series(0, ?1 - 1) AS s) l
+  WHERE EXISTS (SELECT 1 FROM bunbox_stream WHERE name = 'outbox')
+  ON CONFLICT (name) DO NOTHING RETURNING name),
+copied AS (INSERT INTO bunbox_stream_positions (` + streamsql.PositionColumns + `)
+  SELECT a.name, ` + nextSeq + `, b.snap_from, b.snap_to, b.after_xid, b.after_id, b.system_id, b.max_id, b.moved_at
+  FROM added a, ` + streamsql.CursorRows + ` b WHERE b.name = 'outbox' RETURNING name)
+SELECT count(*) FROM copied`
 
-// moveBaseSQL moves the base row to the snapshot ?0, taken before addLanesSQL ran: every streamed row
+// moveBaseSQL moves the base cursor to the snapshot ?, taken before addLanesSQL ran: every streamed row
 // visible in it is in a lane that has a cursor row now (addLanesSQL's read came after it and saw at least
 // as much), so the base judges no row visible in it, and a lane created later starts at it. Its rows
-// are in transactions that were running at ?0 or began after it: waiting, for the base and the copy.
-const moveBaseSQL = `UPDATE bunbox_stream SET snap_from = ?0::pg_snapshot, snap_to = NULL, after_xid = NULL,
-  after_id = NULL WHERE name = 'outbox'`
+// are in transactions that were running at ? or began after it: waiting, for the base and the copy.
+var moveBaseSQL = streamsql.Moved(`?::pg_snapshot, NULL, NULL, NULL, c.system_id, c.max_id, c.moved_at`, `c.name = 'outbox'`)
 
 // handOverUnlanedSQL gives the rows waiting in a lane with no cursor row (judged by the base) to the
 // per-row path, for a role that may not create the lanes' cursor rows (no INSERT on bunbox_stream): they
@@ -99,23 +99,29 @@ WHERE NOT EXISTS (SELECT 1 FROM bunbox_stream s WHERE s.name = 'outbox/' || l.qu
   AND e.queue = l.queue AND coalesce(e.stream_slice, 0) = l.slice AND e.published_at = 'infinity'
   AND ` + streamsql.IsWaiting
 
-// MayAddLanes reports whether the role may create the lanes' cursor rows (INSERT on bunbox_stream).
-func (s *Stream) MayAddLanes(ctx context.Context, db bun.IDB) (bool, error) {
-	var may bool
-	err := db.QueryRowContext(ctx, s.names.SQL(`SELECT coalesce(has_table_privilege(to_regclass('bunbox_stream'), 'INSERT'), false)`)).Scan(&may)
-	return may, err
+// MayAddLanes reports whether the role may create the lanes' cursor rows (INSERT on bunbox_stream), and
+// whether it may move cursors (INSERT and DELETE on bunbox_stream_positions).
+func (s *Stream) MayAddLanes(ctx context.Context, db bun.IDB) (lanes, moves bool, err error) {
+	err = db.QueryRowContext(ctx, s.names.SQL(`SELECT
+  coalesce(has_table_privilege(to_regclass('bunbox_stream'), 'INSERT'), false),
+  coalesce(has_table_privilege(to_regclass('bunbox_stream_positions'), 'INSERT')
+    AND has_table_privilege(to_regclass('bunbox_stream_positions'), 'DELETE'), false)`)).Scan(&lanes, &moves)
+	return lanes, moves, err
 }
 
 // HandOverUnlaned gives the rows waiting in lanes with no cursor row to the per-row path
-// (handOverUnlanedSQL), in tx, which holds the base row, and moves the base row on (moveBaseSQL: no
-// streamed row visible in snap is left for it to judge). It returns how many rows it handed over.
-func (s *Stream) HandOverUnlaned(ctx context.Context, tx bun.Tx, snap, cancelResult string) (int64, error) {
+// (handOverUnlanedSQL), in tx, which holds the base row, and, when move, moves the base row on
+// (moveBaseSQL: no streamed row visible in snap is left for it to judge; a role that may not move
+// cursors leaves it, and hands the same rows over again, none of them waiting any more). It returns how
+// many rows it handed over.
+func (s *Stream) HandOverUnlaned(ctx context.Context, tx bun.Tx, snap, cancelResult string, move bool) (int64, error) {
 	res, err := tx.ExecContext(ctx, s.names.SQL(handOverUnlanedSQL), cancelResult)
-	if err != nil {
-		return 0, err
+	if err != nil || !move {
+		n, _ := res.RowsAffected()
+		return n, err
 	}
 	n, _ := res.RowsAffected()
-	_, err = tx.ExecContext(ctx, s.names.SQL(moveBaseSQL), snap)
+	_, err = tx.ExecContext(ctx, s.moveBase, snap)
 	return n, err
 }
 
@@ -151,12 +157,10 @@ func (s *Stream) MissingLanes(ctx context.Context, db bun.IDB) (bool, error) {
 // queues given with slices 0 to slices-1, and moves the base row on (moveBaseSQL), in tx, which holds the
 // base row (LockCursor) and took snap, its current snapshot, right after it locked it.
 func (s *Stream) AddLanes(ctx context.Context, tx bun.Tx, snap string, queues []string, slices int) (added int64, err error) {
-	res, err := tx.ExecContext(ctx, s.addLanes, pgdialect.Array(queues), slices)
-	if err != nil {
+	if err := tx.QueryRowContext(ctx, s.addLanes, pgdialect.Array(queues), slices).Scan(&added); err != nil {
 		return 0, err
 	}
-	added, _ = res.RowsAffected()
-	_, err = tx.ExecContext(ctx, s.names.SQL(moveBaseSQL), snap)
+	_, err = tx.ExecContext(ctx, s.moveBase, snap)
 	return added, err
 }
 

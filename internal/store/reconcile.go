@@ -69,7 +69,8 @@ func ReadHorizon(ctx context.Context, db bun.IDB) (Horizon, error) {
 // (NULL without a cursor row), the name and snap_from of each cursor row, then the xmax of the statement's
 // snapshot and the clock.
 const reconcileStreamCursorsSQL = `SELECT (SELECT array_agg(b.snap::text) FROM (` + streamsql.BoundingSnapshots + `) b),
-  (SELECT array_agg(name ORDER BY name) FROM bunbox_stream), (SELECT array_agg(snap_from::text ORDER BY name) FROM bunbox_stream),
+  (SELECT array_agg(cr.name ORDER BY cr.name) FROM ` + streamsql.CursorRows + ` cr),
+  (SELECT array_agg(cr.snap_from::text ORDER BY cr.name) FROM ` + streamsql.CursorRows + ` cr),
   pg_snapshot_xmax(pg_current_snapshot())::text, clock_timestamp()`
 
 // StreamCursors is what a reconciler's pass reads of the stream's cursors before it writes its markers.

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -15,35 +16,40 @@ import (
 	"github.com/bunbox/bunbox/model"
 )
 
-// Cursor is a cursor row of the stream as a stream round holds it: its lane (Name, Queue, Slice; the
-// base row is named 'outbox', with no queue), the pair of snapshots being delivered (From, To) and the
-// position reached in it (AfterXid, AfterID), all in PostgreSQL's text forms.
+// Cursor is a cursor of the stream as a stream round holds it: its lane (Name, Queue, Slice; the base
+// cursor is named 'outbox', with no queue), the number of its position (Seq, see streamsql.CursorRows),
+// the pair of snapshots being delivered (From, To) and the position reached in it (AfterXid, AfterID),
+// all in PostgreSQL's text forms.
 type Cursor struct {
 	Name, Queue string
 	Slice       int
+	Seq         int64
 	From, To    sql.NullString // To: NULL when no pair is open
 	AfterXid    sql.NullString
 	AfterID     sql.NullInt64
 	// The cluster the cursor was written on (system_id) and the one the round runs on (System), and the
-	// xmax of the snapshot the lock statement ran in: see the relay's stream_cluster.go.
+	// xmax of the snapshot the cursor was read in: see the relay's stream_cluster.go.
 	CursorSystem, System sql.NullInt64
 	Xmax                 string
 }
 
-// lockedCursorColumns are what a lock of a cursor row reads: the row, and what tells whether the database
-// runs on another cluster than the cursor's.
-const lockedCursorColumns = `name, coalesce(queue, ''), coalesce(slice, 0), snap_from::text, snap_to::text,
-  after_xid::text, after_id, system_id,
-  (SELECT system_identifier FROM pg_control_system()), pg_snapshot_xmax(pg_current_snapshot())::text`
-
 // LockCursorSQL locks the base cursor row ('outbox'), unless another transaction holds it.
-const LockCursorSQL = `SELECT ` + lockedCursorColumns + `
-FROM bunbox_stream WHERE name = 'outbox' FOR UPDATE SKIP LOCKED`
+const LockCursorSQL = `SELECT name FROM bunbox_stream WHERE name = 'outbox' FOR UPDATE SKIP LOCKED`
 
 // LockLaneSQL locks the first lane of the names ?0, in their order, that no other stream round holds.
-const LockLaneSQL = `SELECT ` + lockedCursorColumns + `
-FROM bunbox_stream WHERE name = ANY(?0::text[]) AND queue IS NOT NULL
+const LockLaneSQL = `SELECT name FROM bunbox_stream WHERE name = ANY(?0::text[]) AND queue IS NOT NULL
 ORDER BY array_position(?0::text[], name) LIMIT 1 FOR UPDATE SKIP LOCKED`
+
+// readCursorSQL reads the cursor named ? once its row is locked, in a statement of its own: its snapshot
+// is taken after the commit of the round that held the row before, so it reads the position that round
+// wrote (the lock statement's snapshot may predate it: a row only locked, never updated, is not read
+// again when its lock is granted), and the cluster the round runs on.
+const readCursorSQL = `SELECT c.name, coalesce(c.queue, ''), coalesce(c.slice, 0), p.seq, p.snap_from::text,
+  p.snap_to::text, p.after_xid::text, p.after_id, p.system_id,
+  (SELECT system_identifier FROM pg_control_system()), pg_snapshot_xmax(pg_current_snapshot())::text
+FROM bunbox_stream c CROSS JOIN LATERAL (SELECT * FROM bunbox_stream_positions sp WHERE sp.name = c.name
+  ORDER BY sp.seq DESC LIMIT 1) p
+WHERE c.name = ?`
 
 // streamReadPart is one half of the stream's read: the rows of the pair (from, to) after the position
 // (xid, id), in (xid, id) order, up to the limit. Arguments: from, to, the least xid to read (the
@@ -98,10 +104,10 @@ LIMIT ?5`
 
 // moveCursorSQL writes the cursor's new place: the pair (from, to) and the position in it, and raises
 // max_id to the largest id of the rows the round read. Arguments: from, to, the position's xid and id
-// (NULL when no pair is open), the largest id read (NULL: none), the cursor row's name.
-const moveCursorSQL = `UPDATE bunbox_stream SET snap_from = ?::pg_snapshot, snap_to = ?::pg_snapshot,
-  after_xid = ?::xid8, after_id = ?::bigint, max_id = greatest(max_id, ?::bigint), moved_at = now()
-WHERE name = ?`
+// (NULL when no pair is open), the largest id read (NULL: none), the cursor's name and the seq of the
+// position the round read.
+var moveCursorSQL = streamsql.Moved(`?::pg_snapshot, ?::pg_snapshot, ?::xid8, ?::bigint, c.system_id,
+  greatest(c.max_id, ?::bigint), now()`, `c.name = ? AND c.seq = ?`)
 
 // catalogSQL reads whether the stream is on and whether the cursor's table exists.
 const catalogSQL = `SELECT (` + streamsql.Enabled + `), to_regclass('bunbox_stream') IS NOT NULL`
@@ -112,17 +118,17 @@ const beforeEveryID = int64(math.MinInt64 + 1)
 // Stream runs the snapshot stream's statements on one outbox's tables: the cursor's lock, read and move,
 // the read of the rows to deliver, the check for rows due, the cursor's reset on another cluster.
 type Stream struct {
-	names                                    tables.Names
-	lock, wait, lockLane, read, readAfter    string
-	move, catalog, lanes, addLanes, lanesDue string
+	names                                              tables.Names
+	lock, wait, lockLane, readCursor, read, readAfter  string
+	move, catalog, lanes, addLanes, lanesDue, moveBase string
 }
 
 // NewStream returns the stream statements of names's outbox.
 func NewStream(names tables.Names) *Stream {
 	return &Stream{names: names, lock: names.SQL(LockCursorSQL),
 		wait:     names.SQL(strings.Replace(LockCursorSQL, "SKIP LOCKED", "", 1)),
-		lockLane: names.SQL(LockLaneSQL),
-		read:     names.SQL(StreamReadSQL), readAfter: names.SQL(StreamReadAfterSQL),
+		lockLane: names.SQL(LockLaneSQL), readCursor: names.SQL(readCursorSQL), moveBase: names.SQL(moveBaseSQL),
+		read: names.SQL(StreamReadSQL), readAfter: names.SQL(StreamReadAfterSQL),
 		lanes: names.SQL(missingLanesSQL), addLanes: names.SQL(addLanesSQL),
 		lanesDue: names.SQL(LanesDueSQL),
 		move:     names.SQL(moveCursorSQL), catalog: names.SQL(catalogSQL)}
@@ -134,27 +140,37 @@ func (s *Stream) Catalog(ctx context.Context, db bun.IDB) (on, cursor bool, err 
 	return on, cursor, err
 }
 
-// LockCursor locks the base cursor row in tx and reads it; ok is false when another transaction holds it
-// (or there is no cursor row). wait waits for the row rather than skipping it (EnableStream,
+// LockCursor locks the base cursor row in tx and reads the cursor; ok is false when another transaction
+// holds it (or there is no cursor row). wait waits for the row rather than skipping it (EnableStream,
 // DisableStream).
 func (s *Stream) LockCursor(ctx context.Context, tx bun.Tx, wait bool) (c Cursor, ok bool, err error) {
 	query := s.lock
 	if wait {
 		query = s.wait
 	}
-	return scanLocked(tx.QueryRowContext(ctx, query))
+	return s.locked(ctx, tx, tx.QueryRowContext(ctx, query))
 }
 
 // LockLane locks in tx the first lane of names, in their order, that no other stream round holds, and
 // reads its cursor; ok is false when every one is held (or none exists).
 func (s *Stream) LockLane(ctx context.Context, tx bun.Tx, names []string) (c Cursor, ok bool, err error) {
-	return scanLocked(tx.QueryRowContext(ctx, s.lockLane, pgdialect.Array(names)))
+	return s.locked(ctx, tx, tx.QueryRowContext(ctx, s.lockLane, pgdialect.Array(names)))
 }
 
-func scanLocked(row *sql.Row) (c Cursor, ok bool, err error) {
-	err = row.Scan(&c.Name, &c.Queue, &c.Slice, &c.From, &c.To, &c.AfterXid, &c.AfterID, &c.CursorSystem, &c.System, &c.Xmax)
+// locked reads, once row (a lock statement's) has named the cursor row it locked, its cursor
+// (readCursorSQL).
+func (s *Stream) locked(ctx context.Context, tx bun.Tx, row *sql.Row) (c Cursor, ok bool, err error) {
+	var name string
+	if err := row.Scan(&name); err != nil {
+		if err == sql.ErrNoRows {
+			return c, false, nil
+		}
+		return c, false, err
+	}
+	err = tx.QueryRowContext(ctx, s.readCursor, name).Scan(&c.Name, &c.Queue, &c.Slice, &c.Seq, &c.From, &c.To,
+		&c.AfterXid, &c.AfterID, &c.CursorSystem, &c.System, &c.Xmax)
 	if err == sql.ErrNoRows {
-		return c, false, nil
+		return c, false, fmt.Errorf("the stream's cursor %s has no position in %s", name, s.names.Qualify("bunbox_stream_positions"))
 	}
 	return c, err == nil, err
 }
@@ -223,12 +239,18 @@ func (s *Stream) MoveCursor(ctx context.Context, tx bun.Tx, cur Cursor, xid stri
 	if maxID > 0 {
 		most = maxID
 	}
-	args := []any{cur.From.String, cur.To.String, xid, id, most, cur.Name}
+	args := []any{cur.From.String, cur.To.String, xid, id, most, cur.Name, cur.Seq}
 	if done {
-		args = []any{cur.To.String, nil, nil, nil, most, cur.Name}
+		args = []any{cur.To.String, nil, nil, nil, most, cur.Name, cur.Seq}
 	}
-	_, err := tx.ExecContext(ctx, s.move, args...)
-	return err
+	var moved int
+	if err := tx.QueryRowContext(ctx, s.move, args...).Scan(&moved); err != nil {
+		return err
+	}
+	if moved != 1 {
+		return fmt.Errorf("the stream's cursor %s moved from position %d by another transaction", cur.Name, cur.Seq)
+	}
+	return nil
 }
 
 // Reset is what Stream.ResetCursor did.
@@ -250,10 +272,9 @@ const handOverWaitingSet = `SET published_at = NULL,
 // written between the reads of the old cursor and the new one's snapshot); the hand-over of every streamed
 // row the old cursor did not deliver, or whose delivery it cannot vouch for (an id past max_id); the
 // delivered rows whose xid the new cursor could take for waiting leave the stream as published at their
-// cursor's last move; every cursor row, the base and the lanes', starts at a snapshot of this cluster (an
-// UPDATE: the relay's role needs no DELETE on bunbox_stream). Each row is judged by its lane's cursor
-// (streamsql.RowCursor). (ResetCursor then deletes the
-// reconciler's time marks of the old id space, when the role may.)
+// cursor's last move; every cursor, the base and the lanes', starts at a snapshot of this cluster (a
+// new position each). Each row is judged by its lane's cursor (streamsql.RowCursor). (ResetCursor then
+// deletes the reconciler's time marks of the old id space, when the role may.)
 var resetSQL = []string{
 	`LOCK TABLE outbox_events IN SHARE ROW EXCLUSIVE MODE`,
 	`UPDATE outbox_events e ` + handOverWaitingSet + `
@@ -262,9 +283,8 @@ WHERE ` + streamsql.CursorExists + ` AND e.published_at = ` + streamsql.Sentinel
 	`UPDATE outbox_events e SET published_at = (SELECT s.moved_at FROM (SELECT 1) AS one ` + streamsql.RowCursor + `)
 WHERE ` + streamsql.CursorExists + ` AND e.published_at = ` + streamsql.Sentinel + `
   AND e.xid >= pg_snapshot_xmin(pg_current_snapshot())`,
-	`UPDATE bunbox_stream SET snap_from = pg_current_snapshot(), snap_to = NULL, after_xid = NULL, after_id = NULL,
-  system_id = (SELECT system_identifier FROM pg_control_system()), max_id = (SELECT max(id) FROM outbox_events),
-  moved_at = now()`,
+	streamsql.Moved(`pg_current_snapshot(), NULL, NULL, NULL, (SELECT system_identifier FROM pg_control_system()),
+  (SELECT max(id) FROM outbox_events), now()`, `true`),
 }
 
 // ResetCursor starts the cursors anew in tx, which holds every cursor row (LockAll; see resetSQL), waiting at most
@@ -332,14 +352,20 @@ func (s *Stream) Switch(ctx context.Context, tx bun.Tx, on bool, lockTimeout str
 	return nil
 }
 
-// InsertCursor writes the cursor row, at a snapshot taken now, unless it exists: a cursor row left by an
-// earlier EnableStream is kept as it is.
+// InsertCursor writes the base cursor row and its position, at a snapshot taken now, unless the row
+// exists: a cursor left by an earlier EnableStream is kept as it is.
 func (s *Stream) InsertCursor(ctx context.Context, tx bun.Tx) error {
-	_, err := tx.ExecContext(ctx, s.names.SQL(`INSERT INTO bunbox_stream (name, snap_from, system_id, max_id)
-VALUES ('outbox', pg_current_snapshot(), (SELECT system_identifier FROM pg_control_system()),
-  (SELECT max(id) FROM outbox_events)) ON CONFLICT (name) DO NOTHING`))
+	_, err := tx.ExecContext(ctx, s.names.SQL(`WITH added AS (INSERT INTO bunbox_stream (name) VALUES ('outbox')
+  ON CONFLICT (name) DO NOTHING RETURNING name)
+INSERT INTO bunbox_stream_positions (name, seq, snap_from, system_id, max_id)
+SELECT a.name, `+nextSeq+`, pg_current_snapshot(), (SELECT system_identifier FROM pg_control_system()),
+  (SELECT max(id) FROM outbox_events) FROM added a`))
 	return err
 }
+
+// nextSeq numbers the first position of a cursor row a (new, or created anew), after any position a
+// cursor of its name left.
+const nextSeq = `coalesce((SELECT max(o.seq) FROM bunbox_stream_positions o WHERE o.name = a.name), 0) + 1`
 
 // Enabled reports whether the stream is on for the outbox (streamsql.Enabled).
 func (s *Stream) Enabled(ctx context.Context, db bun.IDB) (bool, error) {

@@ -4,7 +4,7 @@
 //
 // A streamed row has published_at = 'infinity' and the id of the transaction that wrote it in xid. No
 // relay updates it when it is delivered: the relay reads what committed between two snapshots and moves
-// a row of bunbox_stream past it, the cursor of the row's lane (its queue and slice, see Cursor). So a
+// the cursor of the row's lane (its queue and slice, see Cursor) past it. So a
 // streamed row is delivered when that cursor is past it, and waiting otherwise. A row the stream hands to the per-row path (its enqueue failed, or it has an
 // ordering key) leaves the stream: its published_at is NULL again, and it is pending, published or dead
 // as every row was before the stream.
@@ -21,27 +21,58 @@ const Sentinel = `'infinity'::timestamptz`
 // named 'outbox', judges the rows of a lane that has no cursor row yet (see Cursor).
 const LaneOf = `'outbox/' || e.queue || '/' || coalesce(e.stream_slice, 0)`
 
+// CursorRows is a subquery for the stream's cursors: each row of bunbox_stream (name, queue, slice; the
+// row a stream round locks) with its position, the newest of its rows in bunbox_stream_positions (seq,
+// snap_from, snap_to, after_xid, after_id, system_id, max_id, moved_at). A move inserts a position
+// rather than updating one in place (Moved): a position read from the top of its cursor's
+// entries in the primary key is found first however many older ones a transaction holding the xmin
+// horizon keeps, where a cursor row updated in place was walked through every version it kept.
+const CursorRows = `(SELECT c.name, c.queue, c.slice, p.seq, p.snap_from, p.snap_to, p.after_xid, p.after_id,
+    p.system_id, p.max_id, p.moved_at
+  FROM bunbox_stream c CROSS JOIN LATERAL ` + positionOf + ` p)`
+
+// PositionColumns are the columns of bunbox_stream_positions, in the order Moved's select list gives
+// them after the name and seq.
+const PositionColumns = `name, seq, snap_from, snap_to, after_xid, after_id, system_id, max_id, moved_at`
+
+// Moved is a statement that gives each cursor c of CursorRows that meets where a new
+// position, numbered after c's (c.seq + 1), whose snap_from, snap_to, after_xid, after_id, system_id,
+// max_id and moved_at are the select list's expressions (over c), and deletes c's positions before it;
+// it returns the number of cursors moved. A cursor is moved by inserting: a position is never updated in
+// place (see CursorRows), and two moves from one position cannot both land (the primary key).
+func Moved(selectList, where string) string {
+	return `WITH moved AS (INSERT INTO bunbox_stream_positions (` + PositionColumns + `)
+  SELECT c.name, c.seq + 1, ` + selectList + ` FROM ` + CursorRows + ` c WHERE ` + where + `
+  RETURNING name, seq),
+pruned AS (DELETE FROM bunbox_stream_positions o USING moved m WHERE o.name = m.name AND o.seq < m.seq)
+SELECT count(*) FROM moved`
+}
+
+// positionOf is the newest position of the cursor named c.name.
+const positionOf = `(SELECT * FROM bunbox_stream_positions sp WHERE sp.name = c.name ORDER BY sp.seq DESC LIMIT 1)`
+
 // Cursor is the join that names the cursor row s that judges each row of outbox_events aliased e (its
 // columns snap_from, snap_to, after_xid, after_id, moved_at; all NULL when the stream was never turned
 // on), for Delivered and Waiting over many rows: its lane's cursor row (LaneOf), or the base row
 // ('outbox') while the lane has none. A lane's cursor row starts as a copy of the base, so a row is judged
 // the same before and after its lane's row is created.
 //
-// Each side reads bunbox_stream once per statement (a subquery the planner may not pull up: OFFSET 0),
-// then looks rows up in what it read (a hash). Looked up per row of outbox_events through bunbox_stream's
-// index, as RowCursor does, each lookup walks every version of the cursor row that the xmin horizon keeps:
-// under a transaction holding the horizon, a relay moving its cursors writes thousands a minute, and a
-// count of the waiting rows took 0.05 ms a row, ten seconds for 200,000 rows.
+// Each side reads the cursors once per statement (a subquery the planner may not pull up: OFFSET 0),
+// then looks rows up in what it read (a hash), rather than once per row of outbox_events.
 //
 //	SELECT count(*) FROM outbox_events e <Cursor> WHERE <Waiting>
 const Cursor = `LEFT JOIN (SELECT name FROM bunbox_stream OFFSET 0) sl ON sl.name = ` + LaneOf + `
-  LEFT JOIN (SELECT * FROM bunbox_stream OFFSET 0) s ON s.name = coalesce(sl.name, 'outbox')`
+  LEFT JOIN (SELECT * FROM ` + CursorRows + ` cr OFFSET 0) s ON s.name = coalesce(sl.name, 'outbox')`
 
 // RowCursor is Cursor for a subquery that judges one row of outbox_events aliased e, given by the outer
-// statement (IsDelivered, IsWaiting): it looks the cursor row up through bunbox_stream's index.
+// statement (IsDelivered, IsWaiting): it reads the position of the row's cursor from the top of its
+// entries in bunbox_stream_positions' primary key.
 //
 //	(SELECT <Delivered> FROM (SELECT 1) AS one <RowCursor>)
-const RowCursor = `LEFT JOIN bunbox_stream s ON s.name = ` + cursorName
+const RowCursor = `LEFT JOIN LATERAL ` + rowPosition + ` s ON true`
+
+// rowPosition is the newest position of the cursor that judges a row of outbox_events aliased e.
+const rowPosition = `(SELECT * FROM bunbox_stream_positions sp WHERE sp.name = ` + cursorName + ` ORDER BY sp.seq DESC LIMIT 1)`
 
 // cursorName is the name of the cursor row that judges a row of outbox_events aliased e (see RowCursor).
 // No ORDER BY: the statements that read in an index's order run with enable_sort off (IndexOrderSettings).
@@ -86,9 +117,8 @@ const Enabled = `SELECT EXISTS (SELECT 1 FROM pg_attrdef d
 // for the index), and is false without one. The rows of the pair being delivered (snap_to) are left out
 // until the pair is done.
 const Passed = `(e.published_at = 'infinity'
-  AND e.xid < (SELECT max(pg_snapshot_xmax(snap_from)) FROM bunbox_stream)
-  AND coalesce(pg_visible_in_snapshot(e.xid, (SELECT sb.snap_from FROM bunbox_stream sb
-    WHERE sb.name = ` + cursorName + `)), false))`
+  AND e.xid < (SELECT max(pg_snapshot_xmax(cr.snap_from)) FROM ` + CursorRows + ` cr)
+  AND coalesce(pg_visible_in_snapshot(e.xid, (SELECT sb.snap_from FROM ` + rowPosition + ` sb)), false))`
 
 // PublishedAt is the published time of a row of outbox_events aliased e, for showing: its published_at, or
 // for a streamed row the cursor's moved_at when the row is delivered (it was delivered at or before then;
@@ -130,11 +160,11 @@ const LeastWaiting = `(SELECT lw.snap FROM (` + BoundingSnapshots + `) lw ORDER 
 // one). Each lane's look stops at its first waiting row, read from the lane's index from its snap_from's
 // xmin: a subquery that asks for the first row in the index's order (ORDER BY ... LIMIT 1), as
 // store.LanesDueSQL's parts do; as an EXISTS, the planner read every streamed row of the lane into a hash.
-const BoundingSnapshots = `SELECT s.snap_from AS snap FROM bunbox_stream s WHERE s.queue IS NOT NULL AND (SELECT 1 FROM outbox_events e
+const BoundingSnapshots = `SELECT s.snap_from AS snap FROM ` + CursorRows + ` s WHERE s.queue IS NOT NULL AND (SELECT 1 FROM outbox_events e
     WHERE e.queue = s.queue AND coalesce(e.stream_slice, 0) = s.slice AND ` + Waiting + `
     ORDER BY e.queue, coalesce(e.stream_slice, 0), e.xid, e.id LIMIT 1) IS NOT NULL
   UNION ALL
-  SELECT s.snap_from FROM bunbox_stream s WHERE s.name = 'outbox' AND EXISTS (SELECT 1 FROM (` + Lanes + `) l
+  SELECT s.snap_from FROM ` + CursorRows + ` s WHERE s.name = 'outbox' AND EXISTS (SELECT 1 FROM (` + Lanes + `) l
     WHERE NOT EXISTS (SELECT 1 FROM bunbox_stream c WHERE c.name = 'outbox/' || l.queue || '/' || l.slice)
       AND (SELECT 1 FROM outbox_events e WHERE e.queue = l.queue AND coalesce(e.stream_slice, 0) = l.slice
         AND ` + Waiting + ` ORDER BY e.queue, coalesce(e.stream_slice, 0), e.xid, e.id LIMIT 1) IS NOT NULL)
@@ -161,7 +191,7 @@ const Lag = `SELECT ` + CursorExists + `,
   coalesce((SELECT extract(epoch FROM clock_timestamp() - min(e.created_at))::float8 FROM outbox_events e ` + Cursor + `
     WHERE ` + Pending + `), 0),
   (SELECT min(e.xid)::text FROM outbox_events e ` + Cursor + ` WHERE ` + Pending + `),
-  coalesce((SELECT extract(epoch FROM clock_timestamp() - max(moved_at))::float8 FROM bunbox_stream), 0)`
+  coalesce((SELECT extract(epoch FROM clock_timestamp() - max(cr.moved_at))::float8 FROM ` + CursorRows + ` cr), 0)`
 
 // IndexOrderSettings are the planner settings, as rows of (name, setting) for set_config, under which a
 // statement that asks for the next rows in an index's order (ORDER BY the index's columns LIMIT n) reads

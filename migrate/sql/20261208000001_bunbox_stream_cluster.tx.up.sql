@@ -7,8 +7,16 @@
 -- then starts the cursor anew (relay: stream_cluster.go). max_id bounds the ids of the rows the cursor
 -- has read: a row written after a restore has an id above it (the identity sequence is restored too), so
 -- the old cursor's word on it is never taken.
-ALTER TABLE bunbox_stream ADD COLUMN IF NOT EXISTS system_id bigint;
-ALTER TABLE bunbox_stream ADD COLUMN IF NOT EXISTS max_id bigint;
-UPDATE bunbox_stream SET system_id = (SELECT system_identifier FROM pg_control_system()),
-  max_id = (SELECT max(id) FROM outbox_events)
-WHERE system_id IS NULL;
+-- (From migration 20261211000001 on, the positions live in bunbox_stream_positions: run again over such
+-- a schema, this one leaves bunbox_stream as it is.)
+DO $$
+BEGIN
+    IF to_regclass('bunbox_stream_positions') IS NULL THEN
+        ALTER TABLE bunbox_stream ADD COLUMN IF NOT EXISTS system_id bigint;
+        ALTER TABLE bunbox_stream ADD COLUMN IF NOT EXISTS max_id bigint;
+        UPDATE bunbox_stream SET system_id = (SELECT system_identifier FROM pg_control_system()),
+          max_id = (SELECT max(id) FROM outbox_events)
+        WHERE system_id IS NULL;
+    END IF;
+END
+$$;

@@ -14,10 +14,18 @@ ALTER TABLE outbox_events
 
 --bun:split
 
-INSERT INTO bunbox_stream (name, snap_from, system_id, max_id)
-VALUES ('outbox', pg_current_snapshot(), (SELECT system_identifier FROM pg_control_system()),
-  (SELECT max(id) FROM outbox_events))
-ON CONFLICT (name) DO NOTHING;
+-- (Run again over a schema of migration 20261211000001 or later, where the cursor row exists and its
+-- position lives in bunbox_stream_positions, it writes nothing.)
+DO $$
+BEGIN
+    IF to_regclass('bunbox_stream_positions') IS NULL THEN
+        INSERT INTO bunbox_stream (name, snap_from, system_id, max_id)
+        VALUES ('outbox', pg_current_snapshot(), (SELECT system_identifier FROM pg_control_system()),
+          (SELECT max(id) FROM outbox_events))
+        ON CONFLICT (name) DO NOTHING;
+    END IF;
+END
+$$;
 
 --bun:split
 

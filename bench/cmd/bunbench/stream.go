@@ -177,7 +177,7 @@ FROM outbox_events e `+streamsql.Cursor).Scan(ctx, &st.delivered, &st.waiting, &
 	}
 	var moved float64
 	err = db.NewRaw(`SELECT snap_from::text, coalesce(snap_to::text, ''), coalesce(after_xid::text, ''), coalesce(after_id, 0),
-  extract(epoch FROM clock_timestamp() - moved_at) FROM bunbox_stream ORDER BY moved_at DESC LIMIT 1`). // the cursor (base or lane) that moved last
+  extract(epoch FROM clock_timestamp() - moved_at) FROM `+streamsql.CursorRows+` cr ORDER BY moved_at DESC LIMIT 1`). // the cursor (base or lane) that moved last
 		Scan(ctx, &st.snapFrom, &st.snapTo, &st.afterXid, &st.afterID, &moved)
 	switch {
 	case err == nil:
@@ -273,7 +273,7 @@ func streamReadTime(ctx context.Context, db *bun.DB) (float64, error) {
 		var from, to, afterXid string
 		var afterID int64
 		if err := tx.NewRaw(`SELECT snap_from::text, coalesce(snap_to, pg_current_snapshot())::text,
-  coalesce(after_xid, '0')::text, coalesce(after_id, -9223372036854775807) FROM bunbox_stream WHERE name = 'outbox'`).
+  coalesce(after_xid, '0')::text, coalesce(after_id, -9223372036854775807) FROM `+streamsql.CursorRows+` cr WHERE name = 'outbox'`).
 			Scan(ctx, &from, &to, &afterXid, &afterID); err != nil {
 			return "", nil, err
 		}

@@ -62,7 +62,7 @@ type sustainSnap struct {
 	redisMB    float64
 	load       string
 	cpu        sustainCPU
-	smallDead  int64 // n_dead_tup of bunbox's small tables: the cursor's (bunbox_stream) and the leases'
+	smallDead  int64 // n_dead_tup of bunbox's small tables: the cursors' (bunbox_stream, bunbox_stream_positions) and the leases'
 	holding    bool  // a transaction held the xmin horizon at the end of the interval (-sustain-hold-xmin)
 }
 
@@ -226,7 +226,7 @@ func sustainArm(ctx context.Context, e *env, o options, name string, stream bool
 		s := sustainSnap{at: time.Now(), written: written.Load(), missed: missed.Load(), load: loadAverage(), cpu: cpu.read(ctx),
 			holding: holding.Load()}
 		if err := db.NewRaw(`SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables
-WHERE relid IN (to_regclass('bunbox_stream'), to_regclass('bunbox_leases'))`).Scan(ctx, &s.smallDead); err != nil {
+WHERE relid IN (to_regclass('bunbox_stream'), to_regclass('bunbox_stream_positions'), to_regclass('bunbox_leases'))`).Scan(ctx, &s.smallDead); err != nil {
 			return s, err
 		}
 		var err error
@@ -384,7 +384,7 @@ after the cursor, the same way); sizes: pg_relation_size of the table (main fork
 of each index; WAL: pg_current_wal_lsn() difference over the events written in the interval (the server is
 this run's alone); autovacuum: the automatic vacuums of outbox_events that ended in the interval and the sum of
 their elapsed time, from the server log (log_autovacuum_min_duration = 0 on the table); dead tuples:
-pg_stat_user_tables.n_dead_tup (of outbox_events; then of bunbox_stream and bunbox_leases together); rows in table:
+pg_stat_user_tables.n_dead_tup (of outbox_events; then of bunbox_stream, bunbox_stream_positions and bunbox_leases together); rows in table:
 count(*) of outbox_events at the end of the interval; cleanup deleted: the rows the relay's cleanup deleted in the
 interval (relay.Stats().Cleaned, asked of its process); reconciler: its passes that ended in the interval, the rows
 whose tasks they looked up in Redis, and the rows they requeued (ReconcilerConfig.OnPass); xmin held: whether
@@ -819,8 +819,8 @@ FROM generate_series(?::bigint, ?::bigint) g,
 // count as created then, so only those written from now on are past it. Without it that reconciler's first
 // sweep reads every kept row, as one just deployed on a table with no marks yet does.
 func passCursor(ctx context.Context, db *bun.DB, delivered int64) error {
-	if _, err := db.ExecContext(ctx, `UPDATE bunbox_stream SET snap_from = pg_current_snapshot(), snap_to = NULL,
-  after_xid = NULL, after_id = NULL, moved_at = now()`); err != nil { // the base and the lanes
+	if _, err := db.ExecContext(ctx, streamsql.Moved(`pg_current_snapshot(), NULL, NULL, NULL, c.system_id, c.max_id, now()`,
+		`true`)); err != nil { // the base and the lanes
 		return err
 	}
 	if st, err := readStreamState(ctx, db); err != nil || st.delivered != delivered || st.waiting != 0 {
