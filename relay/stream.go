@@ -48,6 +48,9 @@ type streamState struct {
 	// noInsertLogged is true once the relay found that its role may not create the lanes' cursor rows and
 	// said so (streamReader.handOverUnlaned).
 	noInsertLogged atomic.Bool
+	// noTruncateLogged is true once the relay found that its role may not truncate the partitions of the
+	// cursors' positions and said so (streamReader.rotate).
+	noTruncateLogged atomic.Bool
 	// handedOver is true when the relay's last stream round handed rows to the per-row path (keyed rows,
 	// failed enqueues): the other workers then keep polling for per-row rows while a worker streams, to
 	// claim them beside it (streamCovers).
@@ -60,6 +63,8 @@ type streamState struct {
 	on        bool // the stream is on for the outbox
 	cursor    bool // the cursor's table exists (migration 20261205000001 applied)
 
+	// rotateAfter, when not 0 (set by the tests), replaces positionsRotateAfter.
+	rotateAfter int64
 	// legacy makes the relay behave as the release before the stream: it never streams and never reads
 	// bunbox_stream. Set only by the tests (the rolling deploy).
 	legacy bool

@@ -156,7 +156,7 @@ func (sr *streamReader) addLanes(ctx context.Context) error {
 }
 
 // handOverUnlaned is addLanes for a role that may not create cursor rows (no INSERT on bunbox_stream, the
-// grant of a release before the lanes) or move cursors (moves false: no INSERT or DELETE on
+// grant of a release before the lanes) or move cursors (moves false: no INSERT on
 // bunbox_stream_positions): the rows waiting in a lane with no cursor row go to the per-row path, which
 // delivers each once (store.Stream.HandOverUnlaned), and the relay says so at Warn, once, naming the
 // GRANT (and again each time it hands rows over). The rounds of the lanes that have cursor rows fail
@@ -171,7 +171,7 @@ func (sr *streamReader) handOverUnlaned(ctx context.Context, tx bun.Tx, snap str
 	}
 	if sr.state.noInsertLogged.CompareAndSwap(false, true) || n > 0 {
 		sr.log.LogAttrs(ctx, slog.LevelWarn, "bunbox relay: the relay's role may not create the stream's lanes "+
-			"(GRANT SELECT, INSERT, UPDATE ON "+sr.names.Stream()+" and GRANT SELECT, INSERT, DELETE ON "+
+			"(GRANT SELECT, INSERT, UPDATE ON "+sr.names.Stream()+" and GRANT SELECT, INSERT ON "+
 			sr.names.Qualify("bunbox_stream_positions")+" TO the relay's role): the streamed rows of a "+
 			"lane with no cursor row go to the per-row path, delivered once there, with an UPDATE each",
 			slog.String("table", sr.names.Outbox()), slog.Int64("handed_over", n))
@@ -181,7 +181,8 @@ func (sr *streamReader) handOverUnlaned(ctx context.Context, tx bun.Tx, snap str
 
 // lanes creates the lanes' cursor rows when the catalog was read (once per streamCheckInterval) or when
 // missing, on an idle relay's look, found a lane with streamed rows and no cursor row. A failure is
-// logged at Warn: the rows of such a lane wait for the next try.
+// logged at Warn: the rows of such a lane wait for the next try. Then it rotates the cursors' positions
+// when they are many (stream_positions.go).
 func (sr *streamReader) lanes(ctx context.Context, missing bool) {
 	s := sr.state
 	if missing && s.noInsertLogged.Load() {
@@ -195,4 +196,5 @@ func (sr *streamReader) lanes(ctx context.Context, missing bool) {
 		sr.log.LogAttrs(ctx, slog.LevelWarn, "bunbox relay: create the stream's lanes", slog.Any("err", err),
 			slog.String("table", sr.names.Outbox()))
 	}
+	sr.rotate(ctx)
 }

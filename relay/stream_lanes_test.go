@@ -111,15 +111,21 @@ func TestStreamLanesRelaysKilledAndStopped(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	stopped := make(chan error, 1)
+	stopping := make(chan struct{})
 	for i := range 3 {
 		r := b.newRelay(t, Config{BatchSize: 30, Workers: 2, DisableReconciler: true})
 		switch i {
-		case 0: // its first round that holds a lane stops the relay
+		case 0: // its first round that holds a lane stops the relay; the others start after it
 			r.stream.locked = func(lane string) func() {
-				stopOnce.Do(cancel)
+				stopOnce.Do(func() { cancel(); close(stopping) })
 				return h.locked(lane)
 			}
 			go func() { stopped <- r.Run(ctx) }()
+			select {
+			case <-stopping:
+			case <-time.After(streamWait):
+				t.Fatal("the first relay's round held no lane")
+			}
 		case 1: // its second round is terminated with every round then holding a lane
 			// The round waits for the termination while it holds its lane, so that its backend is among
 			// those terminated: in a goroutine of its own, the termination could come after every round
@@ -224,7 +230,8 @@ func TestStreamLanesNewQueue(t *testing.T) {
 }
 
 // A relay whose role may not create the lanes' cursor rows (SELECT and UPDATE on bunbox_stream, the grant
-// before the lanes; it moves the cursors in bunbox_stream_positions) still delivers every streamed row once: the rows of a lane with no cursor row go to
+// before the lanes; it moves the cursors in bunbox_stream_positions, and may not truncate its partitions)
+// still delivers every streamed row once: the rows of a lane with no cursor row go to
 // the per-row path, and it says so at Warn, naming the GRANT.
 func TestStreamLanesWithoutInsertGrant(t *testing.T) {
 	t.Parallel()
@@ -240,7 +247,7 @@ func TestStreamLanesWithoutInsertGrant(t *testing.T) {
 		`GRANT SELECT, UPDATE, DELETE ON outbox_events TO ` + role,
 		`GRANT SELECT, INSERT, UPDATE, DELETE ON bunbox_leases TO ` + role,
 		`GRANT SELECT, UPDATE ON bunbox_stream TO ` + role,
-		`GRANT SELECT, INSERT, DELETE ON bunbox_stream_positions TO ` + role,
+		`GRANT SELECT, INSERT, DELETE ON bunbox_stream_positions TO ` + role, // DELETE, not TRUNCATE
 		`GRANT USAGE ON ALL SEQUENCES IN SCHEMA "` + schema + `" TO ` + role,
 	} {
 		_, err := admin.ExecContext(ctx, q)
@@ -258,10 +265,14 @@ func TestStreamLanesWithoutInsertGrant(t *testing.T) {
 	b := setupWith(t, db, asynq.RedisClientOpt{Addr: outboxtest.RedisAddr()})
 	events := recordEvents(t, bunx.New(admin), admin, b.queue, 40)
 	r := b.newRelay(t, Config{DisableReconciler: true})
+	r.stream.rotateAfter = 1 // the base's moves rotate the positions: by DELETE, without TRUNCATE
 	run(t, r)
 	b.waitQueued(t, len(events))
 	requireDeliveredOnce(t, b.inspector, b.queue, events)
 	b.requireEnqueuedOnce(t, events)
 	require.Zero(t, outboxtest.Count(t, admin, "bunbox_stream", "queue IS NOT NULL"), "no lane created")
 	require.NotEmpty(t, b.logs.matching("may not create the stream's lanes"))
+	outboxtest.WaitFor(t, streamWait, "the Warn of a rotation without TRUNCATE", func() bool {
+		return len(b.logs.matching("may not truncate the partitions")) == 1
+	})
 }

@@ -80,7 +80,7 @@ const addLanesSQL = `WITH added AS (INSERT INTO bunbox_stream (name, queue, slic
   WHERE EXISTS (SELECT 1 FROM bunbox_stream WHERE name = 'outbox')
   ON CONFLICT (name) DO NOTHING RETURNING name),
 copied AS (INSERT INTO bunbox_stream_positions (` + streamsql.PositionColumns + `)
-  SELECT a.name, ` + nextSeq + `, b.snap_from, b.snap_to, b.after_xid, b.after_id, b.system_id, b.max_id, b.moved_at
+  SELECT b.part, a.name, ` + nextSeq + `, b.snap_from, b.snap_to, b.after_xid, b.after_id, b.system_id, b.max_id, b.moved_at
   FROM added a, ` + streamsql.CursorRows + ` b WHERE b.name = 'outbox' RETURNING name)
 SELECT count(*) FROM copied`
 
@@ -100,12 +100,11 @@ WHERE NOT EXISTS (SELECT 1 FROM bunbox_stream s WHERE s.name = 'outbox/' || l.qu
   AND ` + streamsql.IsWaiting
 
 // MayAddLanes reports whether the role may create the lanes' cursor rows (INSERT on bunbox_stream), and
-// whether it may move cursors (INSERT and DELETE on bunbox_stream_positions).
+// whether it may move cursors (INSERT on bunbox_stream_positions).
 func (s *Stream) MayAddLanes(ctx context.Context, db bun.IDB) (lanes, moves bool, err error) {
 	err = db.QueryRowContext(ctx, s.names.SQL(`SELECT
   coalesce(has_table_privilege(to_regclass('bunbox_stream'), 'INSERT'), false),
-  coalesce(has_table_privilege(to_regclass('bunbox_stream_positions'), 'INSERT')
-    AND has_table_privilege(to_regclass('bunbox_stream_positions'), 'DELETE'), false)`)).Scan(&lanes, &moves)
+  coalesce(has_table_privilege(to_regclass('bunbox_stream_positions'), 'INSERT'), false)`)).Scan(&lanes, &moves)
 	return lanes, moves, err
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	"github.com/bunbox/bunbox/internal/tables"
@@ -42,9 +43,9 @@ func TestCursorReadUnderHeldHorizon(t *testing.T) {
 		require.NoError(t, st.MoveCursor(ctx, tx, c, "1", int64(i), false, 0))
 		require.NoError(t, tx.Commit())
 	}
-	var kept int
-	require.NoError(t, db.NewRaw(`SELECT count(*) FROM bunbox_stream_positions`).Scan(ctx, &kept))
-	require.Equal(t, 1, kept, "a move deletes the position before it")
+	kept, err := st.CountPositions(ctx, db)
+	require.NoError(t, err)
+	require.EqualValues(t, moves+1, kept, "a move inserts a position and deletes none")
 
 	tx, err := db.BeginTx(ctx, nil)
 	require.NoError(t, err)
@@ -69,7 +70,49 @@ func TestCursorReadUnderHeldHorizon(t *testing.T) {
 	read := buffers(readCursorSQL, "outbox")
 	t.Logf("after %d moves under a held horizon, the read of the cursor: %d buffers", moves, read)
 	require.Less(t, read, 40, "the read of a cursor walks the positions the horizon keeps")
-	var first int64 // the control: the holder still sees the first position, so none could be removed
-	require.NoError(t, held.QueryRowContext(ctx, `SELECT min(seq) FROM bunbox_stream_positions`).Scan(&first))
-	require.Equal(t, int64(1), first)
+	require.NoError(t, tx.Rollback())
+
+	// The rotation empties the partition, held horizon or not, and the cursor is where it was.
+	before := readCursor(t, db, st)
+	tx, err = db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	require.NoError(t, st.LockAll(ctx, tx))
+	r, err := st.Rotate(ctx, tx, moves)
+	require.NoError(t, err)
+	require.Equal(t, Rotation{Rotated: true, Left: moves + 1}, r)
+	require.NoError(t, tx.Commit())
+	after := readCursor(t, db, st)
+	require.Equal(t, before.Seq+1, after.Seq)
+	before.Seq, before.Xmax, after.Xmax = after.Seq, "", ""
+	require.Equal(t, before, after, "the rotation moves no cursor")
+	kept, err = st.CountPositions(ctx, db)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, kept)
+	var size int64
+	require.NoError(t, db.NewRaw(`SELECT pg_relation_size('bunbox_stream_positions_0')`).Scan(ctx, &size))
+	require.Zero(t, size, "the partition left is empty")
+	var part int
+	require.NoError(t, db.NewRaw(`SELECT part FROM bunbox_stream_positions`).Scan(ctx, &part))
+	require.Equal(t, 1, part)
+	r, err = func() (Rotation, error) { // a second rotation waits for more positions
+		tx, err := db.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback() }()
+		return st.Rotate(ctx, tx, moves)
+	}()
+	require.NoError(t, err)
+	require.False(t, r.Rotated)
+}
+
+// readCursor reads the base cursor, in a transaction of its own.
+func readCursor(t *testing.T, db bun.IDB, st *Stream) Cursor {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	c, ok, err := st.LockCursor(ctx, tx, false)
+	require.NoError(t, err)
+	require.True(t, ok)
+	return c
 }

@@ -357,8 +357,8 @@ func (s *Stream) Switch(ctx context.Context, tx bun.Tx, on bool, lockTimeout str
 func (s *Stream) InsertCursor(ctx context.Context, tx bun.Tx) error {
 	_, err := tx.ExecContext(ctx, s.names.SQL(`WITH added AS (INSERT INTO bunbox_stream (name) VALUES ('outbox')
   ON CONFLICT (name) DO NOTHING RETURNING name)
-INSERT INTO bunbox_stream_positions (name, seq, snap_from, system_id, max_id)
-SELECT a.name, `+nextSeq+`, pg_current_snapshot(), (SELECT system_identifier FROM pg_control_system()),
+INSERT INTO bunbox_stream_positions (part, name, seq, snap_from, system_id, max_id)
+SELECT 0, a.name, `+nextSeq+`, pg_current_snapshot(), (SELECT system_identifier FROM pg_control_system()),
   (SELECT max(id) FROM outbox_events) FROM added a`))
 	return err
 }

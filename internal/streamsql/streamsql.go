@@ -22,29 +22,29 @@ const Sentinel = `'infinity'::timestamptz`
 const LaneOf = `'outbox/' || e.queue || '/' || coalesce(e.stream_slice, 0)`
 
 // CursorRows is a subquery for the stream's cursors: each row of bunbox_stream (name, queue, slice; the
-// row a stream round locks) with its position, the newest of its rows in bunbox_stream_positions (seq,
-// snap_from, snap_to, after_xid, after_id, system_id, max_id, moved_at). A move inserts a position
-// rather than updating one in place (Moved): a position read from the top of its cursor's
-// entries in the primary key is found first however many older ones a transaction holding the xmin
-// horizon keeps, where a cursor row updated in place was walked through every version it kept.
-const CursorRows = `(SELECT c.name, c.queue, c.slice, p.seq, p.snap_from, p.snap_to, p.after_xid, p.after_id,
+// row a stream round locks) with its position, the newest of its rows in bunbox_stream_positions (part,
+// seq, snap_from, snap_to, after_xid, after_id, system_id, max_id, moved_at). A move inserts a position
+// rather than updating one in place (Moved), and the older positions leave with their partition
+// (store.Stream.Rotate): a position read from the top of its cursor's entries in the primary key is found
+// first, where a cursor row updated in place was walked through every version of it that a transaction
+// holding the xmin horizon kept.
+const CursorRows = `(SELECT c.name, c.queue, c.slice, p.part, p.seq, p.snap_from, p.snap_to, p.after_xid, p.after_id,
     p.system_id, p.max_id, p.moved_at
   FROM bunbox_stream c CROSS JOIN LATERAL ` + positionOf + ` p)`
 
 // PositionColumns are the columns of bunbox_stream_positions, in the order Moved's select list gives
-// them after the name and seq.
-const PositionColumns = `name, seq, snap_from, snap_to, after_xid, after_id, system_id, max_id, moved_at`
+// them after the partition, the name and seq.
+const PositionColumns = `part, name, seq, snap_from, snap_to, after_xid, after_id, system_id, max_id, moved_at`
 
-// Moved is a statement that gives each cursor c of CursorRows that meets where a new
-// position, numbered after c's (c.seq + 1), whose snap_from, snap_to, after_xid, after_id, system_id,
-// max_id and moved_at are the select list's expressions (over c), and deletes c's positions before it;
-// it returns the number of cursors moved. A cursor is moved by inserting: a position is never updated in
-// place (see CursorRows), and two moves from one position cannot both land (the primary key).
+// Moved is a statement that gives each cursor c of CursorRows that meets where a new position in c's
+// partition, numbered after c's (c.seq + 1), whose snap_from, snap_to, after_xid, after_id, system_id,
+// max_id and moved_at are the select list's expressions (over c); it returns the number of cursors
+// moved. A cursor is moved by inserting: a position is never updated nor deleted (older ones leave with
+// their partition, see CursorRows), and two moves from one position cannot both land (the primary key).
 func Moved(selectList, where string) string {
 	return `WITH moved AS (INSERT INTO bunbox_stream_positions (` + PositionColumns + `)
-  SELECT c.name, c.seq + 1, ` + selectList + ` FROM ` + CursorRows + ` c WHERE ` + where + `
-  RETURNING name, seq),
-pruned AS (DELETE FROM bunbox_stream_positions o USING moved m WHERE o.name = m.name AND o.seq < m.seq)
+  SELECT c.part, c.name, c.seq + 1, ` + selectList + ` FROM ` + CursorRows + ` c WHERE ` + where + `
+  RETURNING name)
 SELECT count(*) FROM moved`
 }
 

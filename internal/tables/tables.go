@@ -43,7 +43,8 @@ var ErrInvalidTablePrefix = errors.New("invalid table prefix")
 
 // The names that SQL rewrites: the tables of the migrations.
 var tableNames = map[string]bool{"outbox_events": true, "inbox_events": true, "bunbox_leases": true, "bunbox_stream": true,
-	"bunbox_stream_marks": true, "bunbox_stream_positions": true}
+	"bunbox_stream_marks": true, "bunbox_stream_positions": true, "bunbox_stream_positions_0": true,
+	"bunbox_stream_positions_1": true}
 
 // keywords may follow DROP INDEX before the index's name.
 var keywords = map[string]bool{"IF": true, "EXISTS": true, "CONCURRENTLY": true}
