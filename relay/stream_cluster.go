@@ -16,7 +16,7 @@ import (
 // cluster (a restore with pg_dump/pg_restore, logical replication, pg_upgrade, a blue/green move) new
 // transactions may get ids that the old cursor counts as delivered, and the rows that waited at the move
 // may have ids the new cluster reaches only much later: read with the old cursor, new events would be
-// skipped without a word. So every stream round checks, in the statement that locks the cursor, that the
+// skipped without a word. So every stream round checks, in the statement that reads the locked cursor, that the
 // cluster's system identifier is the cursor's and that the cluster's next transaction id is not behind the
 // cursor's snapshots. When either fails, the round starts the cursor anew (store.Stream.ResetCursor) instead of
 // reading: under a lock that keeps writers out for the moment it takes, every streamed row the old cursor
@@ -27,13 +27,13 @@ import (
 // largest id a round of this cluster read): a row written after a restore has a larger id, since the
 // identity sequence is restored with the table, whatever its xid says.
 
-// cluster checks the cluster of tx's round against its cursor (see store.Stream.LockCursor) and, when the
+// cluster checks the cluster of tx's round against its cursor (read after its row was locked, see
+// store.Stream.LockCursor, so the next transaction id read with it is not older than its last move) and, when the
 // database now runs on another cluster or transaction id space, starts every cursor anew in tx
 // (streamReader.resetIn), which it commits; moved reports that the round is over.
 func (sr *streamReader) cluster(ctx context.Context, tx bun.Tx, cur streamCursor) (moved bool, err error) {
-	why, err := cursorMoved(ctx, tx, sr.st, cur)
-	if why == "" || err != nil {
-		return false, err
+	if clusterChange(cur) == "" {
+		return false, nil
 	}
 	return true, sr.resetIn(ctx, tx, cur.Name)
 }
@@ -57,9 +57,9 @@ func (sr *streamReader) resetIn(ctx context.Context, tx bun.Tx, name string) err
 	if err != nil || !ok {
 		return err // another round started the cursors anew: the lane is gone
 	}
-	why, err := cursorMoved(ctx, tx, sr.st, cur)
-	if why == "" || err != nil {
-		return err
+	why := clusterChange(cur)
+	if why == "" {
+		return nil
 	}
 	n, err := sr.st.ResetCursor(ctx, tx, streamLockTimeout, cancelNeverPublished)
 	if err == nil {
@@ -87,33 +87,17 @@ func logReset(ctx context.Context, log *slog.Logger, names tables.Names, why str
 	}
 }
 
-// cursorMoved says why the cursor cur, locked in tx, belongs to another cluster or transaction id space
-// than tx, "" when it does not.
-func cursorMoved(ctx context.Context, tx bun.Tx, st *store.Stream, cur streamCursor) (string, error) {
-	why := clusterChange(cur)
-	if why == "" || (cur.CursorSystem.Valid && cur.CursorSystem.Int64 != cur.System.Int64) {
-		return why, nil
-	}
-	// The same cluster, its counter behind the cursor: the lock statement's snapshot may predate the
-	// commit of the round that moved the cursor last. Ask again, now that the row is locked.
-	var err error
-	if cur.Xmax, err = st.NextXid(ctx, tx); err != nil {
-		return "", err
-	}
-	return clusterChange(cur), nil
-}
-
 // checkCursor waits for the cursor row of names in tx and starts it anew when it belongs to another
-// cluster (see cursorMoved), for EnableStream and DisableStream, which read or keep the cursor.
+// cluster (see clusterChange), for EnableStream and DisableStream, which read or keep the cursor.
 func checkCursor(ctx context.Context, tx bun.Tx, names tables.Names, log *slog.Logger) error {
 	st := store.NewStream(names)
 	cur, ok, err := st.LockCursor(ctx, tx, true)
 	if !ok || err != nil {
 		return err
 	}
-	why, err := cursorMoved(ctx, tx, st, cur)
-	if why == "" || err != nil {
-		return err
+	why := clusterChange(cur)
+	if why == "" {
+		return nil
 	}
 	if err := st.LockAll(ctx, tx); err != nil {
 		return err

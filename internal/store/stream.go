@@ -175,14 +175,6 @@ func (s *Stream) locked(ctx context.Context, tx bun.Tx, row *sql.Row) (c Cursor,
 	return c, err == nil, err
 }
 
-// NextXid reads the xmax of tx's current snapshot, the cluster's next transaction id, in a statement of
-// its own.
-func (s *Stream) NextXid(ctx context.Context, tx bun.Tx) (string, error) {
-	var xmax string
-	err := tx.QueryRowContext(ctx, "SELECT pg_snapshot_xmax(pg_current_snapshot())::text").Scan(&xmax)
-	return xmax, err
-}
-
 // CurrentSnapshot reads pg_current_snapshot() in a statement of its own: run after the cursor row is
 // locked, it is taken after the commit of the stream round that held the row before, so a pair it closes
 // never ends before it begins.
