@@ -136,6 +136,7 @@ func runMemory(ctx context.Context, e *env, o options) error {
 	}
 	cmd := exec.CommandContext(ctx, exe, childCommand, schema, strconv.Itoa(o.drainN), o.drainCap.String())
 	cmd.Stderr = os.Stderr
+	dieWithParent(cmd)
 	out, err := cmd.Output()
 	if err != nil {
 		return fmt.Errorf("the relay's process: %w", err)

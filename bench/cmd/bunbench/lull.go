@@ -334,6 +334,7 @@ func (a *lullArm) startProc(ctx context.Context) error {
 	}
 	a.proc = exec.CommandContext(ctx, exe, childRelayCommand, a.schema, a.wake.String())
 	a.proc.Stderr = os.Stderr
+	dieWithParent(a.proc)
 	out, err := a.proc.StdoutPipe()
 	if err != nil {
 		return err

@@ -150,6 +150,7 @@ func sustainArm(ctx context.Context, e *env, o options, name string, stream bool
 	}
 	proc := exec.CommandContext(ctx, exe, childRelayCommand, schema, "0") // relay.Config{}: every default, unless OUTBOX_* are set
 	proc.Env = append(os.Environ(), relayEnv...)
+	dieWithParent(proc)
 	proc.Stderr = os.Stderr
 	out, err := proc.StdoutPipe()
 	if err != nil {

@@ -111,6 +111,7 @@ func startConsumer(ctx context.Context, q string, servers, conc int) (*consumer,
 	c := &consumer{samples: map[string]int64{}}
 	c.proc = exec.CommandContext(ctx, exe, childConsumeCommand, q, strconv.Itoa(servers), strconv.Itoa(conc))
 	c.proc.Stderr = os.Stderr
+	dieWithParent(c.proc)
 	out, err := c.proc.StdoutPipe()
 	if err != nil {
 		return nil, err
