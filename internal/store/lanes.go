@@ -115,12 +115,13 @@ func (s *Stream) MayAddLanes(ctx context.Context, db bun.IDB) (lanes, moves bool
 // many rows it handed over.
 func (s *Stream) HandOverUnlaned(ctx context.Context, tx bun.Tx, snap, cancelResult string, move bool) (int64, error) {
 	res, err := tx.ExecContext(ctx, s.names.SQL(handOverUnlanedSQL), cancelResult)
-	if err != nil || !move {
-		n, _ := res.RowsAffected()
-		return n, err
+	if err != nil {
+		return 0, err
 	}
 	n, _ := res.RowsAffected()
-	_, err = tx.ExecContext(ctx, s.moveBase, snap)
+	if move {
+		_, err = tx.ExecContext(ctx, s.moveBase, snap)
+	}
 	return n, err
 }
 
