@@ -51,6 +51,8 @@ type streamState struct {
 	// noTruncateLogged is true once the relay found that its role may not truncate the partitions of the
 	// cursors' positions and said so (streamReader.rotate).
 	noTruncateLogged atomic.Bool
+	// rotateMissed counts the rotations in a row that gave up on a lock (streamReader.rotateFailed).
+	rotateMissed atomic.Int64
 	// handedOver is true when the relay's last stream round handed rows to the per-row path (keyed rows,
 	// failed enqueues): the other workers then keep polling for per-row rows while a worker streams, to
 	// claim them beside it (streamCovers).
@@ -63,8 +65,9 @@ type streamState struct {
 	on        bool // the stream is on for the outbox
 	cursor    bool // the cursor's table exists (migration 20261205000001 applied)
 
-	// rotateAfter, when not 0 (set by the tests), replaces positionsRotateAfter.
-	rotateAfter int64
+	// rotateAfter and rotateWarnAfter, when not 0 (set by the tests), replace positionsRotateAfter and
+	// rotateMissedWarn.
+	rotateAfter, rotateWarnAfter int64
 	// legacy makes the relay behave as the release before the stream: it never streams and never reads
 	// bunbox_stream. Set only by the tests (the rolling deploy).
 	legacy bool

@@ -20,6 +20,10 @@ const positionsRotateAfter = 1000
 // again, so that it never holds the stream's rounds back for long.
 const rotateLockTimeout = "500ms"
 
+// rotateMissedWarn is how many rotations in a row may give up on a lock before the relay says so at Warn
+// (and again after as many more): the positions are kept, and grow, until one gets through.
+const rotateMissedWarn = 60
+
 // rotate rotates the cursors' positions (store.Stream.Rotate) when they are more than the relay's
 // rotateAfter, in a transaction of its own that holds every cursor row: the rounds of every lane wait
 // for it. A rotation that met a lock held too long is left to the next check; any other failure is
@@ -55,6 +59,7 @@ func (sr *streamReader) rotate(ctx context.Context) {
 		sr.rotateFailed(ctx, err)
 		return
 	}
+	sr.state.rotateMissed.Store(0)
 	if r.Deleted && sr.state.noTruncateLogged.CompareAndSwap(false, true) {
 		sr.log.LogAttrs(ctx, slog.LevelWarn, "bunbox relay: the relay's role may not truncate the partitions of "+
 			sr.names.Qualify("bunbox_stream_positions")+" (GRANT TRUNCATE ON "+sr.names.Qualify("bunbox_stream_positions_0")+
@@ -68,10 +73,24 @@ func (sr *streamReader) rotate(ctx context.Context) {
 	}
 }
 
-// rotateFailed logs a rotation's failure at Warn, unless it is none, the relay is stopping, or a lock
-// was held longer than rotateLockTimeout (the next check tries again); a role's missing privilege, once.
+// rotateFailed logs a rotation's failure at Warn, unless it is none or the relay is stopping: a lock held
+// longer than rotateLockTimeout only after rotateMissedWarn such tries in a row (the next check tries
+// again), a role's missing privilege once.
 func (sr *streamReader) rotateFailed(ctx context.Context, err error) {
-	if err == nil || ctx.Err() != nil || pgerr.Is(err, "55P03") {
+	if err == nil || ctx.Err() != nil {
+		return
+	}
+	if pgerr.Is(err, "55P03") {
+		every := sr.state.rotateWarnAfter
+		if every == 0 {
+			every = rotateMissedWarn
+		}
+		if n := sr.state.rotateMissed.Add(1); n%every == 0 {
+			sr.log.LogAttrs(ctx, slog.LevelWarn, "bunbox relay: the stream cursors' positions could not be rotated: "+
+				"each try met a lock held longer than "+rotateLockTimeout+" (stream rounds, or a transaction on "+
+				sr.names.Qualify("bunbox_stream_positions")+"); the positions are kept until a try gets through",
+				slog.Int64("tries", n), slog.String("table", sr.names.Outbox()))
+		}
 		return
 	}
 	if errors.Is(err, store.ErrRotatePrivilege) && !sr.state.noTruncateLogged.CompareAndSwap(false, true) {

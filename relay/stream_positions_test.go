@@ -57,3 +57,33 @@ func TestStreamPositionsRotateWhileRelaysStream(t *testing.T) {
 		return outboxtest.Count(t, b.db, "bunbox_stream_positions", "") <= 10+int64(streamSlices)+1+10
 	})
 }
+
+// A rotation that keeps meeting a lock held too long (here a transaction holding a lane's cursor row) gives
+// up each time without holding the stream back, and the relay says so at Warn after enough tries in a row:
+// the positions are kept, and grow, until one gets through.
+func TestStreamPositionsRotationBlockedIsSaid(t *testing.T) {
+	t.Parallel()
+	outboxtest.SkipShort(t)
+	ctx := context.Background()
+	b := setupStream(t)
+	events := b.record(t, b.db, 40)
+	r := b.newRelay(t, Config{DisableReconciler: true})
+	r.stream.rotateAfter, r.stream.rotateWarnAfter = 1, 2
+	run(t, r)
+	b.waitQueued(t, len(events))
+	held, err := b.db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = held.Rollback() }()
+	_, err = held.ExecContext(ctx, "SELECT 1 FROM bunbox_stream WHERE queue IS NOT NULL LIMIT 1 FOR UPDATE")
+	require.NoError(t, err)
+	for range 2 { // (the relay's own checks try too, once a second)
+		r.rounds.stream.rotate(ctx)
+	}
+	require.NotEmpty(t, b.logs.matching("could not be rotated"))
+	require.NoError(t, held.Rollback())
+	cursors := outboxtest.Count(t, b.db, "bunbox_stream", "")
+	outboxtest.WaitFor(t, streamWait, "a rotation once the lock is gone", func() bool {
+		r.rounds.stream.rotate(ctx)
+		return outboxtest.Count(t, b.db, "bunbox_stream_positions", "") <= cursors+1
+	})
+}
