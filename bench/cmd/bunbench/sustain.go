@@ -62,7 +62,8 @@ type sustainSnap struct {
 	redisMB    float64
 	load       string
 	cpu        sustainCPU
-	smallDead  int64 // n_dead_tup of bunbox's small tables: the cursors' (bunbox_stream, bunbox_stream_positions) and the leases'
+	smallDead  int64 // n_dead_tup of bunbox's small tables: the cursors' (bunbox_stream, bunbox_stream_positions' partitions) and the leases'
+	positions  int64 // rows in bunbox_stream_positions: one per cursor move since the last rotation
 	holding    bool  // a transaction held the xmin horizon at the end of the interval (-sustain-hold-xmin)
 }
 
@@ -227,7 +228,12 @@ func sustainArm(ctx context.Context, e *env, o options, name string, stream bool
 		s := sustainSnap{at: time.Now(), written: written.Load(), missed: missed.Load(), load: loadAverage(), cpu: cpu.read(ctx),
 			holding: holding.Load()}
 		if err := db.NewRaw(`SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables
-WHERE relid IN (to_regclass('bunbox_stream'), to_regclass('bunbox_stream_positions'), to_regclass('bunbox_leases'))`).Scan(ctx, &s.smallDead); err != nil {
+WHERE relid IN (to_regclass('bunbox_stream'), to_regclass('bunbox_leases'))
+   OR relid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = to_regclass('bunbox_stream_positions'))`).Scan(ctx, &s.smallDead); err != nil {
+			return s, err
+		}
+		if err := db.NewRaw(`SELECT count(*) FROM bunbox_stream_positions`).
+			Scan(ctx, &s.positions); err != nil {
 			return s, err
 		}
 		var err error
@@ -385,7 +391,8 @@ after the cursor, the same way); sizes: pg_relation_size of the table (main fork
 of each index; WAL: pg_current_wal_lsn() difference over the events written in the interval (the server is
 this run's alone); autovacuum: the automatic vacuums of outbox_events that ended in the interval and the sum of
 their elapsed time, from the server log (log_autovacuum_min_duration = 0 on the table); dead tuples:
-pg_stat_user_tables.n_dead_tup (of outbox_events; then of bunbox_stream, bunbox_stream_positions and bunbox_leases together); rows in table:
+pg_stat_user_tables.n_dead_tup (of outbox_events; then of bunbox_stream, bunbox_stream_positions' partitions and bunbox_leases together); cursor positions rows:
+count(*) of bunbox_stream_positions (the relay rotates its two partitions); rows in table:
 count(*) of outbox_events at the end of the interval; cleanup deleted: the rows the relay's cleanup deleted in the
 interval (relay.Stats().Cleaned, asked of its process); reconciler: its passes that ended in the interval, the rows
 whose tasks they looked up in Redis, and the rows they requeued (ReconcilerConfig.OnPass); xmin held: whether
@@ -397,7 +404,7 @@ the transaction of -sustain-hold-xmin was open at the end of the interval; load 
 // sustainHeader heads sustainRow's columns.
 var sustainHeader = []string{"elapsed", "written/s", "in Redis/s", "consumed/s", "backlog rows", "created→claimed p50 / p99 ms",
 	"created→in Redis p50 / p99 ms", "created→handler p50 / p99 ms", "claim (stream: read) ms", "table MB", "indexes MB", "pending indexes kB", "WAL B/event",
-	"rows in table", "cleanup deleted", "autovacuum n / s", "dead tuples", "cursor + leases dead tuples", "xmin held",
+	"rows in table", "cleanup deleted", "autovacuum n / s", "dead tuples", "cursor + leases dead tuples", "cursor positions rows", "xmin held",
 	"reconciler passes / looked up / requeued", "Redis MB", "load avg", cpuHeader[0], cpuHeader[1]}
 
 // sustainRow is the printed row of the interval from a to b.
@@ -483,7 +490,7 @@ WHERE id = ANY(ARRAY(SELECT generate_series(?::bigint, ?::bigint, 50)))`, a.maxI
 		fmt.Sprintf("%.0f", float64(b.tableBytes)/(1<<20)), fmt.Sprintf("%.0f", float64(all)/(1<<20)),
 		strconv.FormatInt(pending/1024, 10), fmt.Sprintf("%.0f", float64(wal)/float64(max(1, events))),
 		strconv.FormatInt(b.rows, 10), fmt.Sprintf("%d (%.0f/s)", b.relay.cleaned-a.relay.cleaned, float64(b.relay.cleaned-a.relay.cleaned)/secs),
-		av, strconv.FormatInt(b.dead, 10), strconv.FormatInt(b.smallDead, 10), map[bool]string{true: "yes", false: "no"}[b.holding],
+		av, strconv.FormatInt(b.dead, 10), strconv.FormatInt(b.smallDead, 10), strconv.FormatInt(b.positions, 10), map[bool]string{true: "yes", false: "no"}[b.holding],
 		fmt.Sprintf("%d / %d / %d", b.relay.passes-a.relay.passes, b.relay.checked-a.relay.checked, b.relay.requeued-a.relay.requeued),
 		fmt.Sprintf("%.0f", b.redisMB), b.load}
 	return append(row, cpuColumns(a.cpu, b.cpu, secs)...), nil
@@ -533,8 +540,7 @@ func latencySummary(ms []float64, n int, noneWhat, someWhat string) string {
 // Pending, as bunbox status counts them): 0 with the stream never turned on. (q is a queue name of
 // env.queue: letters, digits, "_".)
 func streamWaitingSQL(q string) string {
-	return `SELECT count(*) FROM outbox_events e ` + streamsql.Cursor + `
-WHERE e.queue = '` + q + `' AND ` + streamsql.Pending
+	return `SELECT count(*) FROM ` + streamsql.PendingRows + ` e WHERE e.queue = '` + q + `'`
 }
 
 func totalBytes(s sustainSnap) int64 {
