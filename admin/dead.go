@@ -6,9 +6,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/bunbox/bunbox/internal/badrow"
+	"github.com/bunbox/bunbox/internal/store"
 	"github.com/bunbox/bunbox/internal/streamsql"
 	"github.com/bunbox/bunbox/model"
 )
@@ -92,20 +94,21 @@ type Backlog struct {
 func (o *Outbox) ReadBacklog(ctx context.Context) (Backlog, error) {
 	var b Backlog
 	var lagSeconds float64
-	db, names := o.db, o.names
-	err := db.NewRaw(names.SQL(`SELECT
+	names := o.names
+	err := store.ReadWithoutJIT(ctx, o.db, func(ctx context.Context, db bun.IDB) error {
+		return db.NewRaw(names.SQL(`SELECT
   (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL AND cancelled_at IS NULL)
-    + (SELECT count(*) FROM outbox_events e `+streamsql.Cursor+` WHERE `+streamsql.Pending+`),
+    + (SELECT count(*) FROM `+streamsql.PendingRows+` e),
   (SELECT count(*) FROM outbox_events WHERE dead_at IS NOT NULL),
   greatest(coalesce((SELECT extract(epoch FROM clock_timestamp() - created_at)::float8 FROM outbox_events
     WHERE published_at IS NULL AND dead_at IS NULL AND cancelled_at IS NULL ORDER BY id LIMIT 1), 0),
-    coalesce((SELECT extract(epoch FROM clock_timestamp() - min(e.created_at))::float8 FROM outbox_events e `+streamsql.Cursor+`
-      WHERE `+streamsql.Pending+`), 0)),
+    coalesce((SELECT extract(epoch FROM clock_timestamp() - min(e.created_at))::float8 FROM `+streamsql.PendingRows+` e), 0)),
   (SELECT count(*) FROM outbox_events e `+streamsql.Cursor+` WHERE e.process_at > now() AND e.cancelled_at IS NULL
     AND e.published_at IS NOT NULL AND (e.published_at <> 'infinity' OR `+streamsql.Delivered+`)),
   (SELECT count(DISTINCT ordering_key) FROM outbox_events
     WHERE dead_at IS NOT NULL AND ordering_key IS NOT NULL AND completed_at IS NULL)`)).
-		Scan(ctx, &b.Pending, &b.Dead, &lagSeconds, &b.Scheduled, &b.BlockedKeys)
+			Scan(ctx, &b.Pending, &b.Dead, &lagSeconds, &b.Scheduled, &b.BlockedKeys)
+	})
 	if err != nil {
 		return Backlog{}, fmt.Errorf("admin: read outbox backlog: %w", err)
 	}

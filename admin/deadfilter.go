@@ -10,6 +10,7 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
+	"github.com/bunbox/bunbox/internal/store"
 	"github.com/bunbox/bunbox/internal/streamsql"
 	"github.com/bunbox/bunbox/internal/tables"
 )
@@ -140,17 +141,19 @@ func (o *Outbox) ReadBacklogByEvent(ctx context.Context) ([]EventBacklog, error)
 		Dead      int64   `bun:"dead"`
 		Lag       float64 `bun:"lag"`
 	}
-	db, names := o.db, o.names
-	err := db.NewRaw(names.SQL(`SELECT queue, event_name, sum(pending)::bigint AS pending, sum(dead)::bigint AS dead, max(lag) AS lag FROM (
+	names := o.names
+	err := store.ReadWithoutJIT(ctx, o.db, func(ctx context.Context, db bun.IDB) error {
+		return db.NewRaw(names.SQL(`SELECT queue, event_name, sum(pending)::bigint AS pending, sum(dead)::bigint AS dead, max(lag) AS lag FROM (
   SELECT queue, event_name, count(*) AS pending, 0 AS dead,
     extract(epoch FROM clock_timestamp() - min(created_at))::float8 AS lag
   FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL AND cancelled_at IS NULL GROUP BY queue, event_name
   UNION ALL
   SELECT e.queue, e.event_name, count(*), 0, extract(epoch FROM clock_timestamp() - min(e.created_at))::float8
-  FROM outbox_events e `+streamsql.Cursor+` WHERE `+streamsql.Pending+` GROUP BY e.queue, e.event_name
+  FROM `+streamsql.PendingRows+` e GROUP BY e.queue, e.event_name
   UNION ALL
   SELECT queue, event_name, 0, count(*), 0 FROM outbox_events WHERE dead_at IS NOT NULL GROUP BY queue, event_name
 ) AS b GROUP BY queue, event_name ORDER BY queue, event_name`)).Scan(ctx, &rows)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("admin: read outbox backlog by event: %w", err)
 	}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/bunbox/bunbox/internal/store"
 	"github.com/bunbox/bunbox/internal/streamsql"
+	"github.com/uptrace/bun"
 )
 
 // StreamState is the state of the snapshot cursor (relay.EnableStream) of the outbox.
@@ -37,7 +39,9 @@ func (o *Outbox) ReadStream(ctx context.Context) (StreamState, error) {
 	}
 	var oldest, moved float64
 	var xid sql.NullString
-	if err := db.NewRaw(names.SQL(streamsql.Lag)).Scan(ctx, &st.Cursor, &st.Waiting, &oldest, &xid, &moved); err != nil {
+	if err := store.ReadWithoutJIT(ctx, db, func(ctx context.Context, db bun.IDB) error {
+		return db.NewRaw(names.SQL(streamsql.Lag)).Scan(ctx, &st.Cursor, &st.Waiting, &oldest, &xid, &moved)
+	}); err != nil {
 		return StreamState{}, fmt.Errorf("admin: read the stream's cursor: %w", err)
 	}
 	st.OldestWaiting = time.Duration(max(oldest, 0) * float64(time.Second))

@@ -35,7 +35,7 @@ func TestStreamLanesIdleLaneDoesNotHoldTheCountsBack(t *testing.T) {
 	waitingFrom := func() uint64 { return xid("SELECT (" + streamsql.WaitingFrom + ")::text") }
 	pending := func() int {
 		var n int
-		require.NoError(t, b.db.NewRaw("SELECT count(*) FROM outbox_events e "+streamsql.Cursor+" WHERE "+streamsql.Pending).Scan(ctx, &n))
+		require.NoError(t, b.db.NewRaw("SELECT count(*) FROM "+streamsql.PendingRows+" e").Scan(ctx, &n))
 		return n
 	}
 

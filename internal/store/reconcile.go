@@ -89,8 +89,10 @@ type StreamCursors struct {
 // ReadStreamCursors reads the stream's cursors (reconcileStreamCursorsSQL).
 func ReadStreamCursors(ctx context.Context, db bun.IDB, names tables.Names) (StreamCursors, error) {
 	var c StreamCursors
-	err := db.NewRaw(names.SQL(reconcileStreamCursorsSQL)).Scan(ctx, pgdialect.Array(&c.Bounds),
-		pgdialect.Array(&c.Names), pgdialect.Array(&c.Snaps), &c.XMax, &c.At)
+	err := ReadWithoutJIT(ctx, db, func(ctx context.Context, db bun.IDB) error {
+		return db.NewRaw(names.SQL(reconcileStreamCursorsSQL)).Scan(ctx, pgdialect.Array(&c.Bounds),
+			pgdialect.Array(&c.Names), pgdialect.Array(&c.Snaps), &c.XMax, &c.At)
+	})
 	return c, err
 }
 

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/uptrace/bun"
@@ -41,4 +42,30 @@ func InTx(ctx context.Context, db *bun.DB, set string, fn func(tx bun.Tx) error)
 		return err
 	}
 	return tx.Commit()
+}
+
+// errReadDone rolls back the transaction of ReadWithoutJIT once its read is done.
+var errReadDone = errors.New("store: read done")
+
+// ReadWithoutJIT runs read in a transaction of its own (a savepoint when db is a transaction) with jit off,
+// and rolls it back: for the reads of bunbox status, the metrics and the reconciler that join each lane's
+// cursor row to its rows (streamsql.PendingRows, streamsql.BoundingSnapshots). bunbox_stream holds a few
+// rows that autovacuum seldom counts, and the planner takes a table it never analyzed for hundreds of
+// rows: such a read's estimated cost then passed jit_above_cost, and compiling it took 30-40 ms where the
+// read itself takes one or two. Nothing read is written, so the rollback loses nothing, and jit is set
+// back for the caller's transaction.
+func ReadWithoutJIT(ctx context.Context, db bun.IDB, read func(ctx context.Context, db bun.IDB) error) error {
+	err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.ExecContext(ctx, "SELECT set_config('jit', 'off', true)"); err != nil {
+			return err
+		}
+		if err := read(ctx, tx); err != nil {
+			return err
+		}
+		return errReadDone
+	})
+	if errors.Is(err, errReadDone) {
+		return nil
+	}
+	return err
 }

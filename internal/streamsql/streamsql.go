@@ -126,19 +126,50 @@ const Passed = `(e.published_at = 'infinity'
 const PublishedAt = `(CASE WHEN e.published_at = 'infinity' THEN CASE WHEN ` + Delivered + ` THEN s.moved_at END
   ELSE e.published_at END)`
 
-// Pending is true for a streamed row of outbox_events aliased e that is waiting (see Waiting) and not
-// cancelled: what bunbox status and the metrics count as pending besides the per-row path's pending rows.
-// It reads the index on (xid, id) from WaitingFrom to WaitingTo only. It needs Cursor.
-const Pending = `(e.published_at = 'infinity' AND e.cancelled_at IS NULL AND e.xid >= ` + WaitingFrom + `
-  AND e.xid < ` + WaitingTo + ` AND ` + Waiting + `)`
+// PendingRows is a subquery for the streamed rows that wait (see Waiting) and are not cancelled, whole
+// rows of outbox_events: what bunbox status and the metrics count as pending besides the per-row path's
+// pending rows. It reads each lane's rows where undelivered ones can be (see waitingOf), not from the
+// least xmin of the cursors' snapshots: a transaction holding the xmin horizon pins that xmin, and a count
+// from it read every row delivered since the transaction began (0.9 s a count after 5 minutes at 1,000
+// events/s, bunbench -sustain-hold-xmin).
+//
+//	SELECT count(*) FROM <PendingRows> e
+const PendingRows = `(SELECT w.* FROM (` + judges + `) j CROSS JOIN LATERAL (` + waitingOfJ + `) w
+  WHERE w.cancelled_at IS NULL)`
 
-// WaitingTo is above the xid of every row a statement in READ COMMITTED can see: its snapshot's xmax. It
-// changes no count there; it is there for the planner. WaitingFrom is known only when the statement runs,
-// so the planner takes a third of the table for xid >= WaitingFrom, and with 10 M delivered rows kept it
-// planned a sequential scan of them for a count of the few waiting ones; with both bounds it takes a
-// narrow range and reads the index. (In a REPEATABLE READ transaction that wrote streamed rows after its
-// snapshot, its own rows lie above that xmax and are not counted.)
-const WaitingTo = `pg_snapshot_xmax(pg_current_snapshot())`
+// judges is a query for each lane that may hold streamed rows, with the position of the cursor row that
+// judges its rows (lq, ls: its queue and slice; snap_from, snap_to, after_xid, after_id; xips, snap_from's
+// xip list as an array, which an index scan of a lane's rows takes as its key): every lane's
+// cursor row, and the base row ('outbox') for each lane of Lanes that has none yet.
+const judges = `SELECT c.queue AS lq, c.slice AS ls, c.snap_from, c.snap_to, c.after_xid, c.after_id,
+    ARRAY(SELECT pg_snapshot_xip(c.snap_from)) AS xips
+  FROM ` + CursorRows + ` c WHERE c.queue IS NOT NULL
+  UNION ALL
+  SELECT l.queue, l.slice, b.snap_from, b.snap_to, b.after_xid, b.after_id, ARRAY(SELECT pg_snapshot_xip(b.snap_from))
+  FROM ` + CursorRows + ` b, (` + Lanes + `) l WHERE b.name = 'outbox'
+    AND NOT EXISTS (SELECT 1 FROM bunbox_stream x WHERE x.name = 'outbox/' || l.queue || '/' || l.slice)`
+
+// waitingOfJ is a query for the waiting rows (see Waiting) of the lane of a row j of judges, whole rows of
+// outbox_events, in two ranges of outbox_events_stream_lane_idx: the rows of each transaction in progress
+// at snap_from (its xip list), and the rows from snap_from's xmax on; each without the
+// rows the open pair has passed. A waiting row is not visible in snap_from, so its transaction was in
+// progress then or began after (one that ended before snap_from's xmin and is not visible rolled back).
+// snap_from's xmax is where the lane's last finished snapshot ended, however long a transaction holds
+// the xmin horizon: the ranges hold the rows since the lane's last round or two, not every row delivered
+// since that transaction began. (OFFSET 0 keeps the look for each transaction of the xip list a descent
+// of its own: flattened, the planner hashed every row of the lane to join them with the list; and an
+// index scan takes the list as an array only as a constant, not from the outer row.)
+const waitingOfJ = `SELECT e.* FROM unnest(j.xips) AS x(xid) CROSS JOIN LATERAL (SELECT e.* FROM outbox_events e
+    WHERE e.queue = j.lq AND coalesce(e.stream_slice, 0) = j.ls AND e.published_at = 'infinity' AND e.xid = x.xid
+      AND NOT ` + passedByJ + ` OFFSET 0) e
+  UNION ALL
+  SELECT e.* FROM outbox_events e
+    WHERE e.queue = j.lq AND coalesce(e.stream_slice, 0) = j.ls AND e.published_at = 'infinity'
+      AND e.xid >= pg_snapshot_xmax(j.snap_from) AND NOT ` + passedByJ
+
+// passedByJ is true for a row of outbox_events aliased e that the open pair of the row j of judges has
+// passed: visible in snap_to, at or before the position; false with no pair open.
+const passedByJ = `coalesce(pg_visible_in_snapshot(e.xid, j.snap_to) AND (e.xid, e.id) <= (j.after_xid, j.after_id), false)`
 
 // WaitingFrom is the least xid a waiting streamed row can have: the xmin of LeastWaiting, 0 without a
 // cursor row. It is a subquery of its own, so that it is a constant of the statement: a range of the index
@@ -155,19 +186,11 @@ const LeastWaiting = `(SELECT lw.snap FROM (` + BoundingSnapshots + `) lw ORDER 
 // with rows waiting delivers later only rows not visible in its snap_from, whose xids are at or above its
 // xmin; a cursor with none waiting delivers later only rows not visible in S. So an idle lane, whose
 // snap_from stays where it last moved, holds back neither the counts of waiting rows nor the reconciler.
-// The base row ('outbox') counts for the rows of the lanes that have no cursor row yet (found through
-// Lanes: the base moves only when lanes are added, and every row written since is in a lane that has
-// one). Each lane's look stops at its first waiting row, read from the lane's index from its snap_from's
-// xmin: a subquery that asks for the first row in the index's order (ORDER BY ... LIMIT 1), as
-// store.LanesDueSQL's parts do; as an EXISTS, the planner read every streamed row of the lane into a hash.
-const BoundingSnapshots = `SELECT s.snap_from AS snap FROM ` + CursorRows + ` s WHERE s.queue IS NOT NULL AND (SELECT 1 FROM outbox_events e
-    WHERE e.queue = s.queue AND coalesce(e.stream_slice, 0) = s.slice AND ` + Waiting + `
-    ORDER BY e.queue, coalesce(e.stream_slice, 0), e.xid, e.id LIMIT 1) IS NOT NULL
-  UNION ALL
-  SELECT s.snap_from FROM ` + CursorRows + ` s WHERE s.name = 'outbox' AND EXISTS (SELECT 1 FROM (` + Lanes + `) l
-    WHERE NOT EXISTS (SELECT 1 FROM bunbox_stream c WHERE c.name = 'outbox/' || l.queue || '/' || l.slice)
-      AND (SELECT 1 FROM outbox_events e WHERE e.queue = l.queue AND coalesce(e.stream_slice, 0) = l.slice
-        AND ` + Waiting + ` ORDER BY e.queue, coalesce(e.stream_slice, 0), e.xid, e.id LIMIT 1) IS NOT NULL)
+// The base row ('outbox') counts for the rows of the lanes that have no cursor row yet (judges). Each
+// lane's look stops at its first waiting row, read where waiting rows can be (waitingOfJ), so that a
+// transaction holding the xmin horizon does not make it walk the lane's rows delivered since it began.
+const BoundingSnapshots = `SELECT j.snap_from AS snap FROM (` + judges + `) j
+  WHERE (SELECT 1 FROM (` + waitingOfJ + `) w LIMIT 1) IS NOT NULL
   UNION ALL
   SELECT pg_current_snapshot() WHERE EXISTS (SELECT 1 FROM bunbox_stream)`
 
@@ -183,14 +206,13 @@ const Lanes = `WITH RECURSIVE l AS (
 SELECT queue, slice FROM l`
 
 // Lag is a query for the cursors' state, for bunbox status: whether a cursor row exists, the streamed
-// rows pending (see Pending), the age in seconds of the oldest of them (by created_at; 0 when none), the
+// rows pending (see PendingRows), the age in seconds of the oldest of them (by created_at; 0 when none), the
 // oldest transaction whose rows wait (their least xid, as text; NULL when none waits) and the seconds since
 // a cursor last moved (0 without a cursor).
 const Lag = `SELECT ` + CursorExists + `,
-  (SELECT count(*) FROM outbox_events e ` + Cursor + ` WHERE ` + Pending + `),
-  coalesce((SELECT extract(epoch FROM clock_timestamp() - min(e.created_at))::float8 FROM outbox_events e ` + Cursor + `
-    WHERE ` + Pending + `), 0),
-  (SELECT min(e.xid)::text FROM outbox_events e ` + Cursor + ` WHERE ` + Pending + `),
+  (SELECT count(*) FROM ` + PendingRows + ` e),
+  coalesce((SELECT extract(epoch FROM clock_timestamp() - min(e.created_at))::float8 FROM ` + PendingRows + ` e), 0),
+  (SELECT min(e.xid)::text FROM ` + PendingRows + ` e),
   coalesce((SELECT extract(epoch FROM clock_timestamp() - max(cr.moved_at))::float8 FROM ` + CursorRows + ` cr), 0)`
 
 // IndexOrderSettings are the planner settings, as rows of (name, setting) for set_config, under which a
