@@ -314,7 +314,7 @@ func scanActuals(t *testing.T, plan json.RawMessage, relation string) (loops, ro
 
 // scanEstimate returns the rows the planner expects from the scans of relation in a plan (EXPLAIN FORMAT
 // JSON), added up, but for those in the plan's subqueries (InitPlan, SubPlan): the count's lower bound
-// (streamsql.WaitingFrom) looks up each lane's first waiting row, which the planner estimates as if it
+// (streamsql.BoundingSnapshots) looks up each lane's first waiting row, which the planner estimates as if it
 // read the lane, where it stops at the first.
 func scanEstimate(t *testing.T, plan json.RawMessage, relation string) float64 {
 	t.Helper()

@@ -199,15 +199,14 @@ func (h *Handler) readEvents(ctx context.Context, state string) (eventList, erro
 	switch state {
 	case "pending":
 		// The per-row path's pending rows and the streamed rows waiting for the cursor (the first of them in
-		// the cursor's order, (xid, id)), each read through its own index, merged by id.
+		// the cursor's order, (xid, id), read where each lane's waiting rows can be), merged by id.
 		var streamed []model.Event
 		if err := h.selectEvents(&l.Events).Where("oe.published_at IS NULL AND oe.dead_at IS NULL").
 			Order("id").Limit(limit).Scan(ctx); err != nil {
 			return l, err
 		}
-		if err := h.selectEvents(&streamed).Where("oe.published_at = 'infinity' AND oe.xid >= "+streamsql.WaitingFrom+
-			" AND oe.stream_waiting AND oe.dead_at IS NULL").
-			Order("xid", "id").Limit(limit).Scan(ctx); err != nil {
+		waiting := h.names.SQL("oe.id IN (SELECT w.id FROM " + streamsql.WaitingRows + " w WHERE w.dead_at IS NULL ORDER BY w.xid, w.id LIMIT ?)")
+		if err := h.selectEvents(&streamed).Where(waiting, limit).Order("xid", "id").Limit(limit).Scan(ctx); err != nil {
 			return l, err
 		}
 		l.Events = append(l.Events, streamed...)

@@ -59,6 +59,14 @@ func TestPageOfTablePrefix(t *testing.T) {
 	_, body = c.get("/event?id=" + ev.EventID.String())
 	require.Contains(t, body, "boom")
 
+	// A row waiting in the prefix's stream (no relay runs) is listed as pending: the list reads the
+	// prefix's cursors, not the default outbox's.
+	waiting, err := model.NewEvent("orders.waiting", nil)
+	require.NoError(t, err)
+	require.NoError(t, bunx.New(f.db, bunx.WithLocation(model.Location{Schema: s, TablePrefix: "orders_"})).Record(ctx, f.db, waiting))
+	_, body = c.get("/events?state=pending")
+	require.Contains(t, body, waiting.EventID.String())
+
 	_, body = c.get("/events?state=dead")
 	resp, _ := c.post("/dead/retry", url.Values{"id": {ev.EventID.String(), f.dead[0].String()}, "csrf": {csrfOf(t, body)}}, nil)
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)

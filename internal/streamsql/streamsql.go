@@ -126,16 +126,18 @@ const Passed = `(e.published_at = 'infinity'
 const PublishedAt = `(CASE WHEN e.published_at = 'infinity' THEN CASE WHEN ` + Delivered + ` THEN s.moved_at END
   ELSE e.published_at END)`
 
-// PendingRows is a subquery for the streamed rows that wait (see Waiting) and are not cancelled, whole
-// rows of outbox_events: what bunbox status and the metrics count as pending besides the per-row path's
-// pending rows. It reads each lane's rows where undelivered ones can be (see waitingOf), not from the
-// least xmin of the cursors' snapshots: a transaction holding the xmin horizon pins that xmin, and a count
-// from it read every row delivered since the transaction began (0.9 s a count after 5 minutes at 1,000
-// events/s, bunbench -sustain-hold-xmin).
+// WaitingRows is a subquery for the streamed rows that wait (see Waiting), whole rows of outbox_events. It
+// reads each lane's rows where undelivered ones can be (see waitingOfJ), not from the least xmin of the
+// cursors' snapshots: a transaction holding the xmin horizon pins that xmin, and a count from it read
+// every row delivered since the transaction began (0.9 s a count after 5 minutes at 1,000 events/s,
+// bunbench -sustain-hold-xmin).
 //
-//	SELECT count(*) FROM <PendingRows> e
-const PendingRows = `(SELECT w.* FROM (` + judges + `) j CROSS JOIN LATERAL (` + waitingOfJ + `) w
-  WHERE w.cancelled_at IS NULL)`
+//	SELECT count(*) FROM <WaitingRows> e
+const WaitingRows = `(SELECT w.* FROM (` + judges + `) j CROSS JOIN LATERAL (` + waitingOfJ + `) w)`
+
+// PendingRows is WaitingRows without the cancelled rows: what bunbox status and the metrics count as
+// pending besides the per-row path's pending rows.
+const PendingRows = `(SELECT p.* FROM ` + WaitingRows + ` p WHERE p.cancelled_at IS NULL)`
 
 // judges is a query for each lane that may hold streamed rows, with the position of the cursor row that
 // judges its rows (lq, ls: its queue and slice; snap_from, snap_to, after_xid, after_id; xips, snap_from's
@@ -170,15 +172,6 @@ const waitingOfJ = `SELECT e.* FROM unnest(j.xips) AS x(xid) CROSS JOIN LATERAL 
 // passedByJ is true for a row of outbox_events aliased e that the open pair of the row j of judges has
 // passed: visible in snap_to, at or before the position; false with no pair open.
 const passedByJ = `coalesce(pg_visible_in_snapshot(e.xid, j.snap_to) AND (e.xid, e.id) <= (j.after_xid, j.after_id), false)`
-
-// WaitingFrom is the least xid a waiting streamed row can have: the xmin of LeastWaiting, 0 without a
-// cursor row. It is a subquery of its own, so that it is a constant of the statement: a range of the index
-// on (xid, id).
-const WaitingFrom = `coalesce(pg_snapshot_xmin(` + LeastWaiting + `), '0'::xid8)`
-
-// LeastWaiting is a snapshot below whose xmin no streamed row waits, nor will be delivered after the
-// statement (NULL without a cursor row): the least, by xmin, of the BoundingSnapshots.
-const LeastWaiting = `(SELECT lw.snap FROM (` + BoundingSnapshots + `) lw ORDER BY pg_snapshot_xmin(lw.snap) LIMIT 1)`
 
 // BoundingSnapshots is a query for snapshots (snap) such that a streamed row delivered after the
 // statement is not visible in at least one of them (none without a cursor row): the statement's snapshot
