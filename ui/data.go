@@ -18,6 +18,7 @@ import (
 	"github.com/bunbox/bunbox/admin"
 	"github.com/bunbox/bunbox/internal/asynqtasks"
 	"github.com/bunbox/bunbox/internal/badrow"
+	"github.com/bunbox/bunbox/internal/store"
 	"github.com/bunbox/bunbox/internal/streamsql"
 	"github.com/bunbox/bunbox/internal/wire"
 	"github.com/bunbox/bunbox/model"
@@ -190,7 +191,12 @@ FROM outbox_events e ` + streamsql.Cursor + `) AS oe`)
 // (internal/badrow): a row written around bunx with metadata that is not an object of strings, or a time
 // that is not finite, is listed with the others, marked bad in its metadata.
 func (h *Handler) selectEvents(dst any) *bun.SelectQuery {
-	return badrow.Select(h.db.NewSelect().Model(dst).ModelTableExpr(h.eventsFrom()), "oe", "oe.published_shown")
+	return h.selectEventsOn(h.db, dst)
+}
+
+// selectEventsOn is selectEvents on db.
+func (h *Handler) selectEventsOn(db bun.IDB, dst any) *bun.SelectQuery {
+	return badrow.Select(db.NewSelect().Model(dst).ModelTableExpr(h.eventsFrom()), "oe", "oe.published_shown")
 }
 
 func (h *Handler) readEvents(ctx context.Context, state string) (eventList, error) {
@@ -206,7 +212,9 @@ func (h *Handler) readEvents(ctx context.Context, state string) (eventList, erro
 			return l, err
 		}
 		waiting := h.names.SQL("oe.id IN (SELECT w.id FROM " + streamsql.WaitingRows + " w WHERE w.dead_at IS NULL ORDER BY w.xid, w.id LIMIT ?)")
-		if err := h.selectEvents(&streamed).Where(waiting, limit).Order("xid", "id").Limit(limit).Scan(ctx); err != nil {
+		if err := store.ReadWithoutJIT(ctx, h.db, func(ctx context.Context, db bun.IDB) error {
+			return h.selectEventsOn(db, &streamed).Where(waiting, limit).Order("xid", "id").Limit(limit).Scan(ctx)
+		}); err != nil {
 			return l, err
 		}
 		l.Events = append(l.Events, streamed...)
