@@ -96,13 +96,14 @@ func (o *Outbox) ReadBacklog(ctx context.Context) (Backlog, error) {
 	var lagSeconds float64
 	names := o.names
 	err := store.ReadWithoutJIT(ctx, o.db, func(ctx context.Context, db bun.IDB) error {
-		return db.NewRaw(names.SQL(`SELECT
+		return db.NewRaw(names.SQL(`WITH p AS MATERIALIZED (SELECT e.created_at FROM `+streamsql.PendingRows+` e)
+SELECT
   (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL AND cancelled_at IS NULL)
-    + (SELECT count(*) FROM `+streamsql.PendingRows+` e),
+    + (SELECT count(*) FROM p),
   (SELECT count(*) FROM outbox_events WHERE dead_at IS NOT NULL),
   greatest(coalesce((SELECT extract(epoch FROM clock_timestamp() - created_at)::float8 FROM outbox_events
     WHERE published_at IS NULL AND dead_at IS NULL AND cancelled_at IS NULL ORDER BY id LIMIT 1), 0),
-    coalesce((SELECT extract(epoch FROM clock_timestamp() - min(e.created_at))::float8 FROM `+streamsql.PendingRows+` e), 0)),
+    coalesce((SELECT extract(epoch FROM clock_timestamp() - min(p.created_at))::float8 FROM p), 0)),
   (SELECT count(*) FROM outbox_events e `+streamsql.Cursor+` WHERE e.process_at > now() AND e.cancelled_at IS NULL
     AND e.published_at IS NOT NULL AND (e.published_at <> 'infinity' OR `+streamsql.Delivered+`)),
   (SELECT count(DISTINCT ordering_key) FROM outbox_events
