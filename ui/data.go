@@ -187,15 +187,10 @@ func (h *Handler) eventsFrom() string {
 FROM outbox_events e ` + streamsql.Cursor + `) AS oe`)
 }
 
-// selectEvents selects model.Event rows from eventsFrom, published_at as the page shows it, leniently
+// selectEvents selects, on db, model.Event rows from eventsFrom, published_at as the page shows it, leniently
 // (internal/badrow): a row written around bunx with metadata that is not an object of strings, or a time
 // that is not finite, is listed with the others, marked bad in its metadata.
-func (h *Handler) selectEvents(dst any) *bun.SelectQuery {
-	return h.selectEventsOn(h.db, dst)
-}
-
-// selectEventsOn is selectEvents on db.
-func (h *Handler) selectEventsOn(db bun.IDB, dst any) *bun.SelectQuery {
+func (h *Handler) selectEvents(db bun.IDB, dst any) *bun.SelectQuery {
 	return badrow.Select(db.NewSelect().Model(dst).ModelTableExpr(h.eventsFrom()), "oe", "oe.published_shown")
 }
 
@@ -207,13 +202,13 @@ func (h *Handler) readEvents(ctx context.Context, state string) (eventList, erro
 		// The per-row path's pending rows and the streamed rows waiting for the cursor (the first of them in
 		// the cursor's order, (xid, id), read where each lane's waiting rows can be), merged by id.
 		var streamed []model.Event
-		if err := h.selectEvents(&l.Events).Where("oe.published_at IS NULL AND oe.dead_at IS NULL").
+		if err := h.selectEvents(h.db, &l.Events).Where("oe.published_at IS NULL AND oe.dead_at IS NULL").
 			Order("id").Limit(limit).Scan(ctx); err != nil {
 			return l, err
 		}
 		waiting := h.names.SQL("oe.id IN (SELECT w.id FROM " + streamsql.WaitingRows + " w WHERE w.dead_at IS NULL ORDER BY w.xid, w.id LIMIT ?)")
 		if err := store.ReadWithoutJIT(ctx, h.db, func(ctx context.Context, db bun.IDB) error {
-			return h.selectEventsOn(db, &streamed).Where(waiting, limit).Order("xid", "id").Limit(limit).Scan(ctx)
+			return h.selectEvents(db, &streamed).Where(waiting, limit).Order("xid", "id").Limit(limit).Scan(ctx)
 		}); err != nil {
 			return l, err
 		}
@@ -222,10 +217,10 @@ func (h *Handler) readEvents(ctx context.Context, state string) (eventList, erro
 		l.Events = l.Events[:min(len(l.Events), int(limit))]
 		return l, nil
 	case "scheduled":
-		return l, h.selectEvents(&l.Events).Where("oe.published_at IS NOT NULL AND NOT oe.stream_waiting AND oe.process_at > now()").
+		return l, h.selectEvents(h.db, &l.Events).Where("oe.published_at IS NOT NULL AND NOT oe.stream_waiting AND oe.process_at > now()").
 			Order("process_at").Limit(limit).Scan(ctx)
 	case "dead":
-		return l, h.selectEvents(&l.Events).Where("oe.dead_at IS NOT NULL").Order("dead_at", "id").Limit(limit).Scan(ctx)
+		return l, h.selectEvents(h.db, &l.Events).Where("oe.dead_at IS NOT NULL").Order("dead_at", "id").Limit(limit).Scan(ctx)
 	default:
 		return eventList{}, fmt.Errorf("%w %q: want pending, scheduled or dead", errUnknownState, state)
 	}
@@ -245,7 +240,7 @@ type eventDetail struct {
 
 func (h *Handler) readEvent(ctx context.Context, id uuid.UUID) (*eventDetail, error) {
 	var ev model.Event
-	if err := h.selectEvents(&ev).Where("event_id = ?", id).Scan(ctx); err != nil {
+	if err := h.selectEvents(h.db, &ev).Where("event_id = ?", id).Scan(ctx); err != nil {
 		return nil, err
 	}
 	var streamed, waiting bool
