@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/uptrace/bun"
+
 	"github.com/bunbox/bunbox/internal/store"
 	"github.com/bunbox/bunbox/internal/streamsql"
-	"github.com/uptrace/bun"
 )
 
 // StreamState is the state of the snapshot cursor (relay.EnableStream) of the outbox.

@@ -141,8 +141,8 @@ const PendingRows = `(SELECT p.* FROM ` + WaitingRows + ` p WHERE p.cancelled_at
 
 // judges is a query for each lane that may hold streamed rows, with the position of the cursor row that
 // judges its rows (lq, ls: its queue and slice; snap_from, snap_to, after_xid, after_id; xips, snap_from's
-// xip list as an array, which an index scan of a lane's rows takes as its key): every lane's
-// cursor row, and the base row ('outbox') for each lane of Lanes that has none yet.
+// xip list as an array, which waitingOfJ unnests): every lane's cursor row, and the base row ('outbox') for
+// each lane of Lanes that has none yet.
 const judges = `SELECT c.queue AS lq, c.slice AS ls, c.snap_from, c.snap_to, c.after_xid, c.after_id,
     ARRAY(SELECT pg_snapshot_xip(c.snap_from)) AS xips
   FROM ` + CursorRows + ` c WHERE c.queue IS NOT NULL
