@@ -201,18 +201,10 @@ func TestStreamPendingCountReadsTheCursorRowsOnce(t *testing.T) {
 	outboxtest.SkipShort(t)
 	ctx := context.Background()
 	const delivered, waiting = 5000, 300
-	// On a PostgreSQL of the test's own: another test's open transaction would hold the lanes' snapshots,
-	// and so the count's lower bound, below the delivered rows.
-	db := outboxtest.StartPostgres(t).Schema(t)
-	require.NoError(t, EnableStream(ctx, db, model.Location{}))
-	insertStreamed(t, db, "kept", 10)
-	outboxtest.DeliverStream(t, db)
-	laneCursor(t, bareRelay(db))
+	db := privateStreamWithLanes(t)
 	insertStreamed(t, db, "delivered", delivered)
 	// The lanes deliver them, as a relay's rounds do; the base row stays where the lanes were added.
-	_, err := db.ExecContext(ctx, streamsql.Moved(`pg_current_snapshot(), NULL, NULL, NULL, c.system_id, c.max_id, now()`,
-		`c.queue IS NOT NULL`))
-	require.NoError(t, err)
+	moveLanes(t, db)
 	for range 3 {
 		insertStreamed(t, db, "new", waiting/3)
 	}
@@ -242,12 +234,7 @@ func TestStreamPendingCountUnderAHeldHorizon(t *testing.T) {
 	outboxtest.SkipShort(t)
 	ctx := context.Background()
 	const delivered, waiting = 5000, 30
-	// On a PostgreSQL of the test's own, as TestStreamPendingCountReadsTheCursorRowsOnce.
-	db := outboxtest.StartPostgres(t).Schema(t)
-	require.NoError(t, EnableStream(ctx, db, model.Location{}))
-	insertStreamed(t, db, "kept", 10)
-	outboxtest.DeliverStream(t, db)
-	laneCursor(t, bareRelay(db))
+	db := privateStreamWithLanes(t)
 	hold, err := db.BeginTx(ctx, nil)
 	require.NoError(t, err)
 	defer func() { _ = hold.Rollback() }()
@@ -257,9 +244,7 @@ func TestStreamPendingCountUnderAHeldHorizon(t *testing.T) {
 	// as its xmin.
 	for range 5 {
 		insertStreamed(t, db, "delivered", delivered/5)
-		_, err = db.ExecContext(ctx, streamsql.Moved(`pg_current_snapshot(), NULL, NULL, NULL, c.system_id, c.max_id, now()`,
-			`c.queue IS NOT NULL`))
-		require.NoError(t, err)
+		moveLanes(t, db)
 	}
 	insertStreamed(t, db, "new", waiting)
 
@@ -280,6 +265,28 @@ func TestStreamPendingCountUnderAHeldHorizon(t *testing.T) {
 		counted, bounding, waiting, delivered)
 	require.Less(t, counted, waiting+delivered/10, "the count reads the rows delivered under the hold")
 	require.Less(t, bounding, waiting+delivered/10, "the bounding snapshots read the rows delivered under the hold")
+}
+
+// privateStreamWithLanes is an outbox on a PostgreSQL of the test's own (another test's open transaction
+// would hold the lanes' snapshots back), with the stream on and the lanes' cursor rows made from 10
+// delivered rows.
+func privateStreamWithLanes(t *testing.T) *bun.DB {
+	t.Helper()
+	db := outboxtest.StartPostgres(t).Schema(t)
+	require.NoError(t, EnableStream(context.Background(), db, model.Location{}))
+	insertStreamed(t, db, "kept", 10)
+	outboxtest.DeliverStream(t, db)
+	laneCursor(t, bareRelay(db))
+	return db
+}
+
+// moveLanes moves every lane's cursor to the current snapshot, as a relay's rounds do when they deliver
+// what it holds; the base row stays where it is.
+func moveLanes(t *testing.T, db *bun.DB) {
+	t.Helper()
+	_, err := db.ExecContext(context.Background(), streamsql.Moved(`pg_current_snapshot(), NULL, NULL, NULL, c.system_id, c.max_id, now()`,
+		`c.queue IS NOT NULL`))
+	require.NoError(t, err)
 }
 
 // scanActuals returns how many times the plan (EXPLAIN ANALYZE FORMAT JSON) ran a scan of relation, and
