@@ -188,14 +188,17 @@ const BoundingSnapshots = `SELECT j.snap_from AS snap FROM (` + judges + `) j
   SELECT pg_current_snapshot() WHERE EXISTS (SELECT 1 FROM bunbox_stream)`
 
 // Lanes is a query for the lanes that hold streamed rows (queue, slice), one index descent each on
-// outbox_events_stream_lane_idx (a loose index scan: the index holds many rows per lane).
+// outbox_events_stream_lane_idx (a loose index scan: the index holds many rows per lane). It walks the
+// index backward, so that each descent lands on the newest row of a lane: cleanup deletes a lane's oldest
+// rows, and until VACUUM removes them their entries lead the lane in the index, where a forward descent
+// stepped over every one of them (0.66 s a look at 5,000 events/s with 5 minutes kept, once a second).
 const Lanes = `WITH RECURSIVE l AS (
   (SELECT queue, coalesce(stream_slice, 0) AS slice FROM outbox_events WHERE published_at = 'infinity'
-   ORDER BY queue, coalesce(stream_slice, 0) LIMIT 1)
+   ORDER BY queue DESC, coalesce(stream_slice, 0) DESC LIMIT 1)
   UNION ALL
   SELECT n.queue, n.slice FROM l, LATERAL (SELECT queue, coalesce(stream_slice, 0) AS slice FROM outbox_events
-    WHERE published_at = 'infinity' AND (queue, coalesce(stream_slice, 0)) > (l.queue, l.slice)
-    ORDER BY queue, coalesce(stream_slice, 0) LIMIT 1) n)
+    WHERE published_at = 'infinity' AND (queue, coalesce(stream_slice, 0)) < (l.queue, l.slice)
+    ORDER BY queue DESC, coalesce(stream_slice, 0) DESC LIMIT 1) n)
 SELECT queue, slice FROM l`
 
 // Lag is a query for the cursors' state, for bunbox status: whether a cursor row exists, the streamed
