@@ -243,13 +243,9 @@ WHERE relid IN (to_regclass('bunbox_stream'), to_regclass('bunbox_leases'))
 		if err := db.NewRaw("SELECT count(*) FROM outbox_events").Scan(ctx, &s.rows); err != nil {
 			return s, err
 		}
-		// With jit off, as bunbox status reads the count (store.ReadWithoutJIT): planned from the few rows of
-		// bunbox_stream that no ANALYZE counted, the count's estimated cost passed jit_above_cost, and
-		// compiling it took seconds of the server's CPU each minute under the relay being measured.
-		if err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-			if _, err := tx.ExecContext(ctx, "SELECT set_config('jit', 'off', true)"); err != nil {
-				return err
-			}
+		// With jit off (withoutJIT): compiling the count took seconds of the server's CPU each minute, under
+		// the relay being measured.
+		if err := withoutJIT(ctx, db, func(tx bun.Tx) error {
 			return tx.NewRaw(`SELECT (SELECT coalesce(max(id), 0) FROM outbox_events),
   (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL) + (`+streamWaitingSQL(q)+`),
   pg_current_wal_lsn()::text, pg_relation_size('outbox_events'),
@@ -344,7 +340,9 @@ FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'outb
 	t0 := time.Now()
 	var left int64
 	for {
-		if err := db.NewRaw("SELECT (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL) + ("+streamWaitingSQL(q)+")").Scan(ctx, &left); err != nil {
+		if err := withoutJIT(ctx, db, func(tx bun.Tx) error {
+			return tx.NewRaw("SELECT (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND dead_at IS NULL) + ("+streamWaitingSQL(q)+")").Scan(ctx, &left)
+		}); err != nil {
 			return err
 		}
 		if left == 0 || time.Since(t0) > 2*time.Minute {
@@ -888,4 +886,16 @@ func holdXmin(ctx context.Context, db *bun.DB, o options, holding *atomic.Bool) 
 	case <-hold.C:
 	}
 	return nil
+}
+
+// withoutJIT runs read in a transaction with jit off, as bunbox status reads its counts
+// (store.ReadWithoutJIT): planned from the few rows of bunbox_stream that no ANALYZE counted, the counts'
+// estimated cost passes jit_above_cost, and compiling them took seconds of the server's CPU.
+func withoutJIT(ctx context.Context, db *bun.DB, read func(tx bun.Tx) error) error {
+	return db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.ExecContext(ctx, "SELECT set_config('jit', 'off', true)"); err != nil {
+			return err
+		}
+		return read(tx)
+	})
 }
