@@ -331,6 +331,62 @@ func TestReconcilerRequeuesOnlyUnchangedRows(t *testing.T) {
 	require.EqualValues(t, 1, outboxtest.CountDelivered(t, b.db, "event_id = ?", events[0].EventID))
 }
 
+// A relay stamps the rows it publishes with the start of its transaction. A round that began before a
+// sweep and claims a row the sweep requeued stamps it within the sweep's range, after the pages already
+// read: the sweep meets the row again, and must not look it up (nor requeue it) a second time.
+func TestReconcilerLooksARequeuedRowUpOnce(t *testing.T) {
+	t.Parallel()
+	b := setupReconcile(t)
+	ctx := context.Background()
+	// Rows of the per-row path: a requeued streamed row comes back as one, after the sweep read those.
+	require.NoError(t, relay.DisableStream(ctx, b.db, model.Location{}))
+	events := b.insert(t, 30)
+	b.relayAll(t)
+	victim := events[0]
+	require.NoError(t, b.inspector.DeleteTask(b.queue, victim.EventID.String()))
+
+	// The relay's round: its transaction begins before the sweep.
+	round, err := b.db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = round.Rollback() }()
+	_, err = round.ExecContext(ctx, "SELECT now()")
+	require.NoError(t, err)
+
+	var mu sync.Mutex
+	lookups := map[string]int{}
+	ins := inspectorFunc(func(queue, id string) (*asynq.TaskInfo, error) {
+		mu.Lock()
+		lookups[id]++
+		n := 0
+		for _, c := range lookups {
+			n += c
+		}
+		mu.Unlock()
+		if n == 11 { // the first page's rows were looked up and its missing row requeued: the round claims it
+			res, err := round.NewRaw("UPDATE outbox_events SET published_at = now() WHERE event_id = ? AND published_at IS NULL",
+				victim.EventID).Exec(ctx)
+			require.NoError(t, err)
+			affected, err := res.RowsAffected()
+			require.NoError(t, err)
+			require.EqualValues(t, 1, affected, "the sweep requeued the victim with its first page")
+			require.NoError(t, round.Commit())
+		}
+		t.Logf("lookup %d %s victim=%v", n, id, id == victim.EventID.String())
+		return b.inspector.GetTaskInfo(queue, id)
+	})
+	rc, err := relay.NewReconciler(b.db, nil, relay.ReconcilerConfig{Inspector: ins, Concurrency: 1, BatchSize: 10,
+		Logger: outboxtest.Logger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rc.Close() })
+	res, err := rc.ReconcileOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 30, res.Checked)
+	require.Equal(t, 1, res.Missing)
+	require.Equal(t, 1, res.Requeued)
+	require.Equal(t, 1, lookups[victim.EventID.String()])
+	require.EqualValues(t, 1, outboxtest.CountDelivered(t, b.db, "event_id = ? AND published_at IS NOT NULL", victim.EventID))
+}
+
 // flakyInspector answers from a real inspector until fail is set.
 type flakyInspector struct {
 	real *asynq.Inspector

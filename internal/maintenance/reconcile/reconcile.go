@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -135,6 +136,10 @@ type Reconciler struct {
 
 	passMu sync.Mutex // one pass at a time
 	cursor cursor
+	// requeued holds the rows the running pass requeued. A relay stamps a row it publishes with the start
+	// of its transaction, which may precede the pass's end bound: a requeued row published again can come
+	// back later in the same pass's pages, and is not looked up twice.
+	requeued map[int64]bool
 }
 
 // New returns a Reconciler of the outbox names on db, or an error naming the field of cfg that cannot
@@ -144,7 +149,7 @@ func New(db *bun.DB, names tables.Names, cfg Config) (*Reconciler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Reconciler{db: db, names: names, cfg: cfg, cursor: newCursor()}, nil
+	return &Reconciler{db: db, names: names, cfg: cfg, cursor: newCursor(), requeued: map[int64]bool{}}, nil
 }
 
 // Interval is the pause between two passes.
@@ -211,6 +216,7 @@ func (r *Reconciler) Sweep(ctx context.Context) (Result, error) {
 func (r *Reconciler) pass(ctx context.Context, sweep bool) (res Result, err error) {
 	r.passMu.Lock()
 	defer r.passMu.Unlock()
+	clear(r.requeued)
 	start := r.cfg.Now()
 	defer func() { res.Duration = r.cfg.Now().Sub(start) }()
 
@@ -357,6 +363,9 @@ func (r *Reconciler) scan(ctx context.Context, res *Result, rg Range) error {
 
 // checkPage looks the tasks of a page of rows up and requeues the rows whose task is gone.
 func (r *Reconciler) checkPage(ctx context.Context, res *Result, rows []store.ReconcileRow) error {
+	if len(r.requeued) > 0 {
+		rows = slices.DeleteFunc(slices.Clone(rows), func(row store.ReconcileRow) bool { return r.requeued[row.ID] })
+	}
 	missing, err := r.findMissing(ctx, res, rows)
 	res.Checked += len(rows)
 	res.Missing += len(missing)
@@ -364,6 +373,7 @@ func (r *Reconciler) checkPage(ctx context.Context, res *Result, rows []store.Re
 		n, rerr := r.requeue(context.WithoutCancel(ctx), missing)
 		res.Requeued += n
 		for _, row := range missing {
+			r.requeued[row.ID] = true
 			if len(res.MissingTasks) < maxReportedMissing {
 				res.MissingTasks = append(res.MissingTasks, MissingTask{EventID: row.EventID, Queue: row.Queue})
 			}
