@@ -40,6 +40,11 @@ const LastError = "bunbox reconciler: the task was missing from Redis (data loss
 // missing event in memory.
 const maxReportedMissing = 1000
 
+// maxRemembered bounds how many requeued rows a pass remembers (Reconciler.requeued), about 5 MB: past it,
+// after a loss of that size, a row published again meanwhile may be looked up a second time, which finds
+// its new task and costs one look-up.
+const maxRemembered = 100_000
+
 // Inspector looks tasks up: *asynq.Inspector implements it. GetTaskInfo must return an error wrapping
 // asynq.ErrTaskNotFound or asynq.ErrQueueNotFound for a task Redis does not have.
 type Inspector interface {
@@ -136,9 +141,9 @@ type Reconciler struct {
 
 	passMu sync.Mutex // one pass at a time
 	cursor cursor
-	// requeued holds the rows the running pass requeued. A relay stamps a row it publishes with the start
-	// of its transaction, which may precede the pass's end bound: a requeued row published again can come
-	// back later in the same pass's pages, and is not looked up twice.
+	// requeued holds the rows the running pass requeued (at most maxRemembered). A relay stamps a row it
+	// publishes with the start of its transaction, which may precede the pass's end bound: a requeued row
+	// published again can come back later in the same pass's pages, and is not looked up twice.
 	requeued map[int64]bool
 }
 
@@ -149,7 +154,7 @@ func New(db *bun.DB, names tables.Names, cfg Config) (*Reconciler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Reconciler{db: db, names: names, cfg: cfg, cursor: newCursor(), requeued: map[int64]bool{}}, nil
+	return &Reconciler{db: db, names: names, cfg: cfg, cursor: newCursor()}, nil
 }
 
 // Interval is the pause between two passes.
@@ -216,7 +221,7 @@ func (r *Reconciler) Sweep(ctx context.Context) (Result, error) {
 func (r *Reconciler) pass(ctx context.Context, sweep bool) (res Result, err error) {
 	r.passMu.Lock()
 	defer r.passMu.Unlock()
-	clear(r.requeued)
+	r.requeued = nil // a new map each pass, so that a large one is not kept
 	start := r.cfg.Now()
 	defer func() { res.Duration = r.cfg.Now().Sub(start) }()
 
@@ -373,7 +378,12 @@ func (r *Reconciler) checkPage(ctx context.Context, res *Result, rows []store.Re
 		n, rerr := r.requeue(context.WithoutCancel(ctx), missing)
 		res.Requeued += n
 		for _, row := range missing {
-			r.requeued[row.ID] = true
+			if r.requeued == nil {
+				r.requeued = map[int64]bool{}
+			}
+			if len(r.requeued) < maxRemembered {
+				r.requeued[row.ID] = true
+			}
 			if len(res.MissingTasks) < maxReportedMissing {
 				res.MissingTasks = append(res.MissingTasks, MissingTask{EventID: row.EventID, Queue: row.Queue})
 			}
