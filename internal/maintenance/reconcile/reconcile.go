@@ -145,6 +145,8 @@ type Reconciler struct {
 	// publishes with the start of its transaction, which may precede the pass's end bound: a requeued row
 	// published again can come back later in the same pass's pages, and is not looked up twice.
 	requeued map[int64]bool
+	// betweenReads, when set (by tests), runs between a pass's read of the cursors and of the clock.
+	betweenReads func()
 }
 
 // New returns a Reconciler of the outbox names on db, or an error naming the field of cfg that cannot
@@ -225,15 +227,21 @@ func (r *Reconciler) pass(ctx context.Context, sweep bool) (res Result, err erro
 	start := r.cfg.Now()
 	defer func() { res.Duration = r.cfg.Now().Sub(start) }()
 
-	// The horizon is read before any marker is written (see cursor).
-	h, err := store.ReadHorizon(ctx, r.db)
-	if err != nil {
-		return res, fmt.Errorf("relay: reconciler: PostgreSQL: %w", err)
-	}
-	// So are the stream's cursors (see cursor.streamSince).
+	// The stream's cursors are read before any marker is written (see cursor.streamSince), and before the
+	// clock: the next pass reads the streamed rows from the cursors' bounds on, so a row delivered before
+	// this read is this pass's to look up, and this pass reads the rows created up to the clock. A row
+	// created after the clock and delivered before the read would be neither pass's.
 	cursors, err := store.ReadStreamCursors(ctx, r.db, r.names)
 	if err != nil {
 		return res, fmt.Errorf("relay: reconciler: PostgreSQL: read the stream's cursor: %w", err)
+	}
+	if r.betweenReads != nil {
+		r.betweenReads()
+	}
+	// So is the horizon (see cursor).
+	h, err := store.ReadHorizon(ctx, r.db)
+	if err != nil {
+		return res, fmt.Errorf("relay: reconciler: PostgreSQL: %w", err)
 	}
 	streamSince, err := newStreamSince(cursors)
 	if err != nil {
