@@ -24,7 +24,10 @@ const (
 )
 
 // lockKey is the advisory lock key that serialises concurrent Up and Down calls (e.g. several replicas
-// starting at once): "bunbox" in ASCII.
+// starting at once): "bunbox" in ASCII. It is one key for every Location of a database, so that the
+// migrations of tenants run one at a time: behind a pooler each holder keeps a server connection for its
+// lock and needs a second one to migrate (see withLock), and with a key per Location two tenants migrating
+// at once through a pool of two server connections would each hold one and wait for the other's forever.
 const lockKey = 0x62756e626f78
 
 // How often a waiting Up tries the lock again: from lockPollMin, doubling up to lockPollMax.
@@ -124,7 +127,8 @@ func Status(ctx context.Context, db *bun.DB, opts ...Option) (bunmigrate.Migrati
 // keeps on one server connection and ends (or closes) when the client goes away. Waiting callers do not
 // block inside a transaction, which would hold a server connection each and could starve the holder of the
 // one it needs to migrate: they try, roll back, and try again (every 20ms, doubling up to 500ms) until ctx
-// ends. Behind a pooler, Up thus holds one server connection for the lock and needs a second to migrate.
+// ends. Behind a pooler, Up thus holds one server connection for the lock and needs a second to migrate;
+// as the lock is one for the database, at most one Up or Down at a time holds such a connection.
 func withLock(ctx context.Context, db *bun.DB, opts []Option, fn func(*bunmigrate.Migrator) error) (err error) {
 	o, err := applyOptions(opts)
 	if err != nil {
@@ -134,7 +138,7 @@ func withLock(ctx context.Context, db *bun.DB, opts []Option, fn func(*bunmigrat
 	if err != nil {
 		return err
 	}
-	lock, err := acquireLock(ctx, db, o.names.LockKey(lockKey)) // per schema: tenants migrate side by side
+	lock, err := acquireLock(ctx, db, lockKey) // one key for every Location: see lockKey
 	if err != nil {
 		return err
 	}

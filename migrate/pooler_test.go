@@ -2,6 +2,7 @@ package migrate_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/bunbox/bunbox/internal/outboxtest"
 	bunboxmigrate "github.com/bunbox/bunbox/migrate"
+	"github.com/bunbox/bunbox/model"
 )
 
 // TestUpThroughPooler runs Up from six replicas at once, each with a pool of its own through PgBouncer in
@@ -81,5 +83,64 @@ func TestUpWaitsForTheLock(t *testing.T) {
 		require.NoError(t, err)
 	case <-time.After(30 * time.Second):
 		t.Fatal("Up did not proceed within 30s of the lock's release")
+	}
+}
+
+// TestUpOfAnotherLocationWaitsForTheLock holds the migration lock as an Up of the default outbox would, and
+// checks that an Up of a tenant's schema waits for it too: the lock is one for the database.
+func TestUpOfAnotherLocationWaitsForTheLock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	name := outboxtest.NewDatabase(t)
+	db := outboxtest.OpenDirectDB(t, name)
+
+	holder, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = holder.Rollback() })
+	_, err = holder.ExecContext(ctx, "SELECT pg_advisory_xact_lock(?)", int64(0x62756e626f78))
+	require.NoError(t, err)
+
+	loc := bunboxmigrate.WithLocation(model.Location{Schema: "tenant_lock", TablePrefix: "orders_"})
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	require.ErrorContains(t, bunboxmigrate.Up(wctx, db, loc), "waiting for another migration to finish")
+
+	require.NoError(t, holder.Rollback())
+	uctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, bunboxmigrate.Up(uctx, db, loc))
+}
+
+// TestTenantsUpThroughPooler migrates six tenants' schemas at once, each from a pool of its own through
+// PgBouncer in transaction mode (default_pool_size 2: two server connections for the database): every Up
+// completes. With a lock per schema, each Up held one of the two server connections for its lock and
+// waited for a second one, which the other holder kept: they waited until their deadlines.
+func TestTenantsUpThroughPooler(t *testing.T) {
+	t.Parallel()
+	outboxtest.RequirePooler(t)
+	name := outboxtest.NewDatabase(t)
+	ctx := context.Background()
+
+	const tenants = 6
+	dbs := make([]*bun.DB, tenants)
+	for i := range dbs {
+		dbs[i] = outboxtest.OpenPooled(t, name, nil)
+	}
+	errs := make(chan error, tenants)
+	for i, db := range dbs {
+		go func() {
+			uctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+			defer cancel()
+			errs <- bunboxmigrate.Up(uctx, db, bunboxmigrate.WithLocation(model.Location{Schema: fmt.Sprintf("tenant_%d", i)}))
+		}()
+	}
+	for range tenants {
+		require.NoError(t, <-errs)
+	}
+	direct := outboxtest.OpenDirectDB(t, name)
+	for i := range tenants {
+		status, err := bunboxmigrate.Status(ctx, direct, bunboxmigrate.WithLocation(model.Location{Schema: fmt.Sprintf("tenant_%d", i)}))
+		require.NoError(t, err)
+		require.Len(t, status.Applied(), len(status), "tenant_%d", i)
 	}
 }

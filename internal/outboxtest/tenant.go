@@ -2,7 +2,6 @@ package outboxtest
 
 import (
 	"context"
-	"sync"
 	"testing"
 
 	"github.com/uptrace/bun"
@@ -21,7 +20,7 @@ func TenantSchema(tb testing.TB, db *bun.DB, prefix string) string {
 			tb.Logf("drop schema %s: %v", name, err)
 		}
 	})
-	if err := migrateTenant(db, model.Location{Schema: name}); err != nil {
+	if err := migrateUp(context.Background(), db, model.Location{Schema: name}); err != nil {
 		tb.Fatalf("migrate schema %s: %v", name, err)
 	}
 	return name
@@ -48,19 +47,7 @@ func TenantTables(tb testing.TB, db *bun.DB, schema, prefix string) {
 			tb.Logf("drop the notify function: %v", err)
 		}
 	})
-	if err := migrateTenant(db, model.Location{Schema: schema, TablePrefix: prefix}); err != nil {
+	if err := migrateUp(context.Background(), db, model.Location{Schema: schema, TablePrefix: prefix}); err != nil {
 		tb.Fatalf("migrate %s: %v", q("outbox_events"), err)
 	}
-}
-
-// tenantMigrations serialises the migrations of TenantSchema and TenantTables in this process. Each
-// bunboxmigrate.Up holds a server connection for its lock and needs another to migrate; through the
-// pooler's two server connections, two parallel tests that each hold their (per-outbox) lock would wait
-// for a third connection forever (until the read timeout).
-var tenantMigrations sync.Mutex
-
-func migrateTenant(db *bun.DB, loc model.Location) error {
-	tenantMigrations.Lock()
-	defer tenantMigrations.Unlock()
-	return migrateUp(context.Background(), db, loc)
 }

@@ -208,17 +208,6 @@ func (n Names) LockClass(base int32) int32 {
 	return base ^ int32(h.Sum32()&0x7fffffff)
 }
 
-// LockKey returns the advisory lock key base for this outbox: base for the default, else one derived
-// from the schema and the prefix.
-func (n Names) LockKey(base int64) int64 {
-	if n.IsDefault() {
-		return base
-	}
-	h := fnv.New64a()
-	h.Write([]byte(n.lockID()))
-	return base ^ int64(h.Sum64()&0x7fffffffffffffff)
-}
-
 // SQL returns query for n's tables: query itself for the default Names; else every bunbox table name in
 // it (outbox_events, inbox_events, bunbox_leases, as whole words) qualified with the quoted schema, and the
 // index named after DROP INDEX [IF EXISTS] too (an index is created in its table's schema, but dropped by

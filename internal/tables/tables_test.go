@@ -15,7 +15,7 @@ func TestDefaultLeavesSQLAlone(t *testing.T) {
 	if err != nil || !n.IsDefault() || n.Outbox() != "outbox_events" || n.Channel("bunbox_outbox") != "bunbox_outbox" {
 		t.Fatalf("Parse(\"\") = %+v, %v", n, err)
 	}
-	if n.LockClass(7) != 7 || n.LockKey(9) != 9 {
+	if n.LockClass(7) != 7 {
 		t.Fatal("default lock keys changed")
 	}
 }
@@ -99,10 +99,9 @@ func TestPrefixRewrite(t *testing.T) {
 	if len(channels) != 4 || m.Channel("bunbox_outbox") != "bunbox_outbox:T:orders_" || n.Channel("bunbox_outbox") != "bunbox_outbox::orders_" {
 		t.Errorf("channels %v", channels)
 	}
-	keys := map[int64]bool{n.LockKey(1): true, m.LockKey(1): true, o.LockKey(1): true, s.LockKey(1): true, Default().LockKey(1): true}
 	classes := map[int32]bool{n.LockClass(1): true, m.LockClass(1): true, o.LockClass(1): true, s.LockClass(1): true, Default().LockClass(1): true}
-	if len(keys) != 5 || len(classes) != 5 {
-		t.Errorf("lock keys collide: %v %v", keys, classes)
+	if len(classes) != 5 {
+		t.Errorf("lock classes collide: %v", classes)
 	}
 }
 
