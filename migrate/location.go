@@ -25,11 +25,10 @@ type options struct {
 // migrations' bookkeeping (bunbox_migrations, bunbox_migration_locks) where loc says (see model.Location):
 // into loc.Schema, which Up creates if it does not exist, and named with loc.TablePrefix first
 // (orders_outbox_events, orders_bunbox_migrations for "orders_"), and everything named after them too:
-// their indexes, constraints and id sequence, the NOTIFY function. The names are
-// qualified and quoted in every statement ("tenant_a".outbox_events), so nothing depends on search_path.
-// Each Location has its own bookkeeping; the migrations of all Locations of a database share one lock and
-// run one at a time (so that behind a pooler two of them never wait for each other's server connection).
-// Give the same Location to
+// their indexes, constraints and id sequence, the NOTIFY function. The names are qualified and quoted in
+// every statement ("tenant_a".outbox_events), so nothing depends on search_path. Each Location has its own
+// bookkeeping; the migrations of all Locations of a database share one lock and run one at a time (so that
+// behind a pooler two of them never wait for each other's server connection). Give the same Location to
 // bunx.WithLocation, worker.WithLocation, relay.Config.Location and the rest (see docs/tenants.md).
 //
 // loc.Codec is ignored: the schema is the same whatever the payloads' codec. A Location that
